@@ -1,0 +1,42 @@
+# Strom — developer entry points. `make run` and `make test` are all a newcomer needs.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+
+.PHONY: install run broker test test-fast test-spark lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -e '.[dev,spark]'
+	touch $@
+
+install: $(VENV)/.installed
+
+## Single-node broker on 127.0.0.1:9092 (data in ./data) plus the demo pipeline when available.
+run: install
+	$(PY) -m strom.cli.main demo
+
+## The broker alone.
+broker: install
+	$(PY) -m strom.cli.main server start config/server.properties
+
+## Every test (what CI runs).
+test: install
+	$(PY) -m pytest -q -p no:cacheprovider
+
+## Quick subset: skips suites marked slow (kill -9 recovery, big data, Spark).
+test-fast: install
+	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider
+
+test-spark: install
+	$(PY) -m pytest -q -m spark -p no:cacheprovider
+
+lint: install
+	$(VENV)/bin/ruff check src tests bench pipelines
+
+bench: install
+	$(PY) bench/bench_broker.py
+
+clean:
+	rm -rf data demo-output

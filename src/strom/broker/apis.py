@@ -1,0 +1,60 @@
+"""KafkaApis: routes a decoded request to its handler module (one module per API).
+
+Handlers are thin: they translate between the wire and a domain service
+(ReplicaManager, AdminManager, coordinators) and own no state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from types import ModuleType
+from typing import Any
+
+from strom.broker.request import RawResponse, RequestContext
+from strom.protocol import codec
+from strom.protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+
+
+class KafkaApis:
+    def __init__(self) -> None:
+        self._handlers: dict[int, Handler] = {}
+        self.supported_versions: dict[int, tuple[int, int]] = dict(SUPPORTED_VERSIONS)
+
+    def register(self, api_key: int, handler: Handler, versions: tuple[int, int] | None = None) -> None:
+        self._handlers[api_key] = handler
+        if versions is not None:
+            self.supported_versions[api_key] = versions
+
+    def register_module(self, module: ModuleType) -> None:
+        """A handler module declares API_KEY, optional VERSIONS and `async def handle(ctx, request)`."""
+        self.register(module.API_KEY, module.handle, getattr(module, "VERSIONS", None))
+
+    def advertised(self) -> dict[int, tuple[int, int]]:
+        return {k: v for k, v in self.supported_versions.items() if k in self._handlers}
+
+    async def handle(self, ctx: RequestContext, body: memoryview) -> bytes | RawResponse | None:
+        header = ctx.header
+        if header.api_key == ApiKey.API_VERSIONS and header.api_version > self.supported_versions[ApiKey.API_VERSIONS][1]:
+            # The client may be newer than us: answer v0 so it can downgrade.
+            from strom.broker.handlers import api_versions
+
+            return api_versions.unsupported_version_response(ctx, self)
+        handler = self._handlers.get(header.api_key)
+        versions = self.supported_versions.get(header.api_key)
+        if handler is None or versions is None:
+            raise codec.MalformedRequest(f"unsupported API key {header.api_key}")
+        if not versions[0] <= header.api_version <= versions[1]:
+            raise codec.MalformedRequest(
+                f"unsupported version {header.api_version} of API {ApiKey(header.api_key).name} "
+                f"(supported {versions[0]}-{versions[1]})"
+            )
+        request = codec.decode_request(header, body)
+        response = await handler(ctx, request)
+        if response is None or isinstance(response, RawResponse | bytes):
+            return response
+        return codec.encode_response(header, response)

@@ -1,0 +1,22 @@
+"""One module per Kafka API. Each declares API_KEY and `async def handle(ctx, request)`."""
+
+from __future__ import annotations
+
+import logging
+
+import kafka.errors as Errors
+
+log = logging.getLogger(__name__)
+
+
+def error_code_of(exc: BaseException) -> int:
+    """Kafka error code for an exception; anything unexpected is UNKNOWN_SERVER_ERROR (-1)."""
+    if isinstance(exc, Errors.KafkaError) and isinstance(getattr(exc, "errno", None), int):
+        return exc.errno
+    log.error("unexpected error while handling a request", exc_info=exc)
+    return -1
+
+
+def error_message_of(exc: BaseException) -> str:
+    text = str(exc)
+    return text or type(exc).__name__

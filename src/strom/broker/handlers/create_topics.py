@@ -1,0 +1,52 @@
+"""CreateTopics: validated by the AdminManager, recorded in the metadata store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import CreateTopicsResponse
+
+from strom.broker.handlers import error_code_of, error_message_of
+from strom.broker.request import RequestContext
+from strom.config import describe_topic_configs
+from strom.protocol.api_keys import ApiKey
+
+API_KEY = ApiKey.CREATE_TOPICS
+Result = CreateTopicsResponse.CreatableTopicResult
+
+
+async def handle(ctx: RequestContext, request: Any) -> CreateTopicsResponse:
+    admin = ctx.server.admin_manager
+    results = []
+    seen: set[str] = set()
+    for t in request.topics:
+        res = Result(name=t.name, error_code=0, error_message=None, topic_config_error_code=0,
+                     num_partitions=-1, replication_factor=-1, configs=[])
+        try:
+            if t.name in seen:
+                raise_dup(t.name)
+            seen.add(t.name)
+            assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments or []}
+            configs = {c.name: c.value for c in t.configs or []}
+            created = admin.create_topic(t.name, t.num_partitions, t.replication_factor, assignment or None,
+                                         configs, validate_only=request.validate_only)
+            if created is not None:
+                res.topic_id = created.topic_id
+                res.num_partitions = len(created.partitions)
+                res.replication_factor = created.replication_factor
+                res.configs = [
+                    Result.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
+                                                 config_source=e.source, is_sensitive=e.is_sensitive)
+                    for e in describe_topic_configs(ctx.server.config, created.configs)
+                ]
+        except Exception as exc:
+            res.error_code = error_code_of(exc)
+            res.error_message = error_message_of(exc)
+        results.append(res)
+    return CreateTopicsResponse(throttle_time_ms=0, topics=results)
+
+
+def raise_dup(name: str) -> None:
+    import kafka.errors as Errors
+
+    raise Errors.InvalidRequestError(f"Topic '{name}' appears more than once in the request.")

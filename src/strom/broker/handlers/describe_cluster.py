@@ -1,0 +1,22 @@
+"""DescribeCluster: cluster id, controller and brokers (used by AdminClient)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import DescribeClusterResponse
+
+from strom.broker.request import RequestContext
+from strom.protocol.api_keys import ApiKey
+
+API_KEY = ApiKey.DESCRIBE_CLUSTER
+
+
+async def handle(ctx: RequestContext, request: Any) -> DescribeClusterResponse:
+    store = ctx.server.metadata
+    brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=b.broker_id, host=b.host, port=b.port,
+                                                             rack=b.rack, is_fenced=False)
+               for b in store.live_brokers()]
+    return DescribeClusterResponse(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
+                                   cluster_id=store.cluster_id, controller_id=store.controller_id(),
+                                   brokers=brokers, authorized_operations=-2147483648)

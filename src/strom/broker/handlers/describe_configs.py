@@ -1,0 +1,55 @@
+"""DescribeConfigs for topics (resource type 2) and brokers (4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kafka.errors as Errors
+from kafka.protocol.admin import DescribeConfigsResponse
+
+from strom.broker.handlers import error_code_of, error_message_of
+from strom.broker.request import RequestContext
+from strom.config import describe_topic_configs
+from strom.protocol.api_keys import ApiKey
+
+API_KEY = ApiKey.DESCRIBE_CONFIGS
+TOPIC, BROKER = 2, 4
+Result = DescribeConfigsResponse.DescribeConfigsResult
+Entry = Result.DescribeConfigsResourceResult
+
+
+def _entries(ctx: RequestContext, resource_type: int, name: str) -> list[Any]:
+    server = ctx.server
+    if resource_type == TOPIC:
+        topic = server.metadata.topic(name)
+        if topic is None:
+            raise Errors.UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
+        return describe_topic_configs(server.config, topic.configs)
+    if resource_type == BROKER:
+        if name not in ("", str(server.config.get("broker.id"))):
+            raise Errors.InvalidRequestError(f"Unexpected broker id, expected {server.config.get('broker.id')}")
+        return list(server.config.items())
+    raise Errors.InvalidRequestError(f"Unsupported resource type {resource_type}")
+
+
+async def handle(ctx: RequestContext, request: Any) -> DescribeConfigsResponse:
+    results = []
+    for r in request.resources:
+        res = Result(error_code=0, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name,
+                     configs=[])
+        try:
+            keys = set(r.configuration_keys) if r.configuration_keys is not None else None
+            for e in _entries(ctx, r.resource_type, r.resource_name):
+                if keys is not None and e.name not in keys:
+                    continue
+                res.configs.append(Entry(
+                    name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
+                    is_default=e.is_default, is_sensitive=e.is_sensitive, synonyms=[],
+                    config_type=e.config_type,
+                    documentation=e.documentation if getattr(request, "include_documentation", False) else None,
+                ))
+        except Exception as exc:
+            res.error_code = error_code_of(exc)
+            res.error_message = error_message_of(exc)
+        results.append(res)
+    return DescribeConfigsResponse(throttle_time_ms=0, results=results)

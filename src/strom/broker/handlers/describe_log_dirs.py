@@ -1,0 +1,40 @@
+"""DescribeLogDirs: per log dir, the size of each hosted partition."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Any
+
+from kafka.protocol.admin import DescribeLogDirsResponse
+
+from strom.broker.request import RequestContext
+from strom.protocol.api_keys import ApiKey
+
+API_KEY = ApiKey.DESCRIBE_LOG_DIRS
+Result = DescribeLogDirsResponse.DescribeLogDirsResult
+TopicRes = Result.DescribeLogDirsTopic
+PartRes = TopicRes.DescribeLogDirsPartition
+
+
+async def handle(ctx: RequestContext, request: Any) -> DescribeLogDirsResponse:
+    rm = ctx.server.replica_manager
+    wanted: dict[str, set[int]] | None = None
+    if request.topics is not None:
+        wanted = {t.topic: set(t.partitions) for t in request.topics}
+    by_dir: dict[str, dict[str, list[Any]]] = {os.path.abspath(d): {} for d in ctx.server.config.log_dirs()}
+    for (topic, index), part in sorted(rm.partitions.items()):
+        if wanted is not None and index not in wanted.get(topic, ()):
+            continue
+        log_dir = os.path.abspath(os.path.dirname(str(part.log.dir)))
+        by_dir.setdefault(log_dir, {}).setdefault(topic, []).append(
+            PartRes(partition_index=index, partition_size=part.log.size_in_bytes,
+                    offset_lag=max(0, part.log_end_offset - part.high_watermark), is_future_key=False))
+    results = []
+    for log_dir, topics in by_dir.items():
+        usage = shutil.disk_usage(log_dir) if os.path.isdir(log_dir) else None
+        results.append(Result(error_code=0, log_dir=log_dir,
+                              topics=[TopicRes(name=n, partitions=ps) for n, ps in topics.items()],
+                              total_bytes=usage.total if usage else -1, usable_bytes=usage.free if usage else -1,
+                              is_cordoned=False))
+    return DescribeLogDirsResponse(throttle_time_ms=0, error_code=0, results=results)

@@ -1,0 +1,133 @@
+"""Fetch: long polling through the purgatory, whole batches, zero-copy file regions.
+
+The response is encoded by hand (not through the generic codec) because its
+record sets are file regions written with sendfile; everything around them is
+a few fixed-width fields.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from typing import Any
+
+import kafka.errors as Errors
+
+from strom.broker.replica_manager import FetchParams, FetchPartitionRequest, FetchPartitionResult
+from strom.broker.request import FileRegion, RawResponse, RequestContext
+from strom.protocol.api_keys import ApiKey
+
+API_KEY = ApiKey.FETCH
+FLEXIBLE_FROM = 12
+TOPIC_IDS_FROM = 13
+
+
+def _uvarint(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _array_len(n: int, flexible: bool) -> bytes:
+    return _uvarint(n + 1) if flexible else struct.pack(">i", n)
+
+
+def _string(s: str, flexible: bool) -> bytes:
+    b = s.encode()
+    return (_uvarint(len(b) + 1) if flexible else struct.pack(">h", len(b))) + b
+
+
+async def handle(ctx: RequestContext, request: Any) -> RawResponse:
+    server = ctx.server
+    version = ctx.version
+    top_error = 0
+    if version >= 7 and request.session_id != 0:
+        # We never hand out sessions (session_id 0 in every response), so any id is unknown.
+        top_error = Errors.FetchSessionIdNotFoundError.errno
+    committed_only = version >= 4 and request.isolation_level == 1
+    params = FetchParams(max_wait_ms=request.max_wait_ms, min_bytes=request.min_bytes,
+                         max_bytes=request.max_bytes if version >= 3 else 0x7FFFFFFF,
+                         committed_only=committed_only)
+    # (topic key as sent, name or None if unknown id, [partition indexes])
+    layout: list[tuple[Any, str | None, list[int]]] = []
+    unknown: list[tuple[Any, list[int]]] = []
+    for t in request.topics if not top_error else []:
+        if version >= TOPIC_IDS_FROM:
+            meta = server.metadata.topic_by_id(t.topic_id)
+            name = meta.name if meta else None
+            key: Any = t.topic_id
+        else:
+            name = t.topic
+            key = t.topic
+        if name is None:
+            unknown.append((key, [p.partition for p in t.partitions]))
+            continue
+        for p in t.partitions:
+            params.partitions.append(FetchPartitionRequest(name, p.partition, p.fetch_offset, p.partition_max_bytes))
+        layout.append((key, name, [p.partition for p in t.partitions]))
+    results = await server.replica_manager.fetch_messages(params) if params.partitions else []
+    return _encode(version, top_error, layout, unknown, results)
+
+
+def _encode(version: int, top_error: int, layout: list[tuple[Any, str | None, list[int]]],
+            unknown: list[tuple[Any, list[int]]], results: list[FetchPartitionResult]) -> RawResponse:
+    flexible = version >= FLEXIBLE_FROM
+    parts: list[bytes | FileRegion] = []
+    buf = bytearray()
+    buf += struct.pack(">i", 0)  # throttle_time_ms (v1+; we start at v4)
+    if version >= 7:
+        buf += struct.pack(">hi", top_error, 0)  # error_code, session_id 0 = no session
+    buf += _array_len(len(layout) + len(unknown), flexible)
+
+    def topic_key(key: Any) -> bytes:
+        if version >= TOPIC_IDS_FROM:
+            return uuid.UUID(str(key)).bytes
+        return _string(key, flexible)
+
+    def partition_head(index: int, err: int, r: FetchPartitionResult | None) -> None:
+        hw = r.high_watermark if r else -1
+        lso = r.last_stable_offset if r else -1
+        lso_start = r.log_start_offset if r else -1
+        buf.extend(struct.pack(">ihqq", index, err, hw, lso))
+        if version >= 5:
+            buf.extend(struct.pack(">q", lso_start))
+        buf.extend(_array_len(0, flexible))  # aborted_transactions: none (no transactions yet)
+        if version >= 11:
+            buf.extend(struct.pack(">i", -1))  # preferred_read_replica
+
+    it = iter(results)
+    for key, _name, indexes in layout:
+        buf += topic_key(key)
+        buf += _array_len(len(indexes), flexible)
+        for index in indexes:
+            r = next(it)
+            partition_head(index, r.error_code, r)
+            data = r.records
+            size = r.size if data is not None else 0
+            buf += _uvarint(size + 1) if flexible else struct.pack(">i", size)
+            if size:
+                parts.append(bytes(buf))
+                buf = bytearray()
+                for sl in data.slices:
+                    parts.append(FileRegion(sl.file, sl.position, sl.size))
+            if flexible:
+                buf += b"\x00"  # partition tagged fields
+        if flexible:
+            buf += b"\x00"  # topic tagged fields
+    for key, indexes in unknown:
+        buf += topic_key(key)
+        buf += _array_len(len(indexes), flexible)
+        for index in indexes:
+            partition_head(index, Errors.UnknownTopicIdError.errno, None)
+            buf += _uvarint(1) if flexible else struct.pack(">i", 0)
+            if flexible:
+                buf += b"\x00"
+        if flexible:
+            buf += b"\x00"
+    if flexible:
+        buf += b"\x00"  # top-level tagged fields
+    parts.append(bytes(buf))
+    return RawResponse(parts)

@@ -1,0 +1,56 @@
+"""IncrementalAlterConfigs: SET / DELETE / APPEND / SUBTRACT single topic configs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kafka.errors as Errors
+from kafka.protocol.admin import IncrementalAlterConfigsResponse
+
+from strom.broker.handlers import error_code_of, error_message_of
+from strom.broker.handlers.alter_configs import check_topic_resource
+from strom.broker.request import RequestContext
+from strom.protocol.api_keys import ApiKey
+
+API_KEY = ApiKey.INCREMENTAL_ALTER_CONFIGS
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+Result = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+
+
+def _apply(current: dict[str, str], op: int, name: str, value: str | None, defaults: dict[str, str]) -> None:
+    if op == SET:
+        current[name] = value or ""
+    elif op == DELETE:
+        current.pop(name, None)
+    elif op in (APPEND, SUBTRACT):
+        base = current.get(name, defaults.get(name, ""))
+        items = [x for x in base.split(",") if x]
+        for v in (value or "").split(","):
+            if op == APPEND and v and v not in items:
+                items.append(v)
+            elif op == SUBTRACT and v in items:
+                items.remove(v)
+        current[name] = ",".join(items)
+    else:
+        raise Errors.InvalidRequestError(f"Unknown config operation {op}")
+
+
+async def handle(ctx: RequestContext, request: Any) -> IncrementalAlterConfigsResponse:
+    server = ctx.server
+    results = []
+    for r in request.resources:
+        res = Result(error_code=0, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name)
+        try:
+            check_topic_resource(r.resource_type)
+            topic = server.metadata.topic(r.resource_name)
+            if topic is None:
+                raise Errors.UnknownTopicOrPartitionError(f"Topic '{r.resource_name}' does not exist.")
+            configs = dict(topic.configs)
+            for c in r.configs:
+                _apply(configs, c.config_operation, c.name, c.value, server.config.topic_defaults())
+            server.admin_manager.set_topic_configs(r.resource_name, configs, request.validate_only)
+        except Exception as exc:
+            res.error_code = error_code_of(exc)
+            res.error_message = error_message_of(exc)
+        results.append(res)
+    return IncrementalAlterConfigsResponse(throttle_time_ms=0, responses=results)

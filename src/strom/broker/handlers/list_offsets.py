@@ -1,0 +1,55 @@
+"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3) or by timestamp."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kafka.errors as Errors
+from kafka.protocol.consumer import ListOffsetsResponse
+
+from strom.broker.handlers import error_code_of
+from strom.broker.request import RequestContext
+from strom.protocol.api_keys import ApiKey
+
+API_KEY = ApiKey.LIST_OFFSETS
+TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
+PartResp = TopicResp.ListOffsetsPartitionResponse
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+EARLIEST_LOCAL, LATEST_TIERED = -4, -5
+
+
+async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
+    rm = ctx.server.replica_manager
+    committed_only = ctx.version >= 2 and request.isolation_level == 1
+    topics = []
+    for t in request.topics:
+        parts = []
+        for p in t.partitions:
+            resp = PartResp(partition_index=p.partition_index, error_code=0, timestamp=-1, offset=-1,
+                            leader_epoch=-1, old_style_offsets=[])
+            try:
+                part = rm.get_partition(t.name, p.partition_index)
+                resp.leader_epoch = part.leader_epoch
+                ts = p.timestamp
+                if ts == LATEST:
+                    resp.offset = part.last_stable_offset if committed_only else part.high_watermark
+                elif ts in (EARLIEST, EARLIEST_LOCAL):
+                    resp.offset = part.log_start_offset
+                elif ts == LATEST_TIERED:
+                    resp.offset = part.log_start_offset  # nothing is tiered: local start
+                elif ts == MAX_TIMESTAMP and ctx.version < 7:
+                    raise Errors.UnsupportedVersionError("max timestamp lookups need ListOffsets v7+")
+                elif ts < MAX_TIMESTAMP:
+                    raise Errors.InvalidRequestError(f"unknown special timestamp {ts}")
+                else:
+                    found = part.log.fetch_offset_by_timestamp(ts)
+                    if found is not None:
+                        offset, timestamp = found
+                        limit = part.last_stable_offset if committed_only else part.high_watermark
+                        if offset < limit:
+                            resp.offset, resp.timestamp = offset, timestamp
+            except Exception as exc:
+                resp.error_code = error_code_of(exc)
+            parts.append(resp)
+        topics.append(TopicResp(name=t.name, partitions=parts))
+    return ListOffsetsResponse(throttle_time_ms=0, topics=topics)

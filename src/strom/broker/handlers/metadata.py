@@ -1,0 +1,76 @@
+"""Metadata: brokers, controller, topics with stable IDs, partition leaders and ISR.
+
+Auto-creates unknown topics when `auto.create.topics.enable` and the client allow it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import kafka.errors as Errors
+from kafka.protocol.metadata import MetadataResponse
+
+from strom.broker.handlers import error_code_of
+from strom.broker.request import RequestContext
+from strom.cluster.metadata import TopicMetadata
+from strom.protocol.api_keys import ApiKey
+
+API_KEY = ApiKey.METADATA
+ZERO_UUID = uuid.UUID(int=0)
+Topic = MetadataResponse.MetadataResponseTopic
+Part = Topic.MetadataResponsePartition
+
+
+def topic_response(topic: TopicMetadata) -> Any:
+    parts = [
+        Part(error_code=0, partition_index=p.partition, leader_id=p.leader, leader_epoch=p.leader_epoch,
+             replica_nodes=p.replicas, isr_nodes=p.isr, offline_replicas=[])
+        for p in sorted(topic.partitions.values(), key=lambda p: p.partition)
+    ]
+    return Topic(error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.is_internal,
+                 partitions=parts, authorized_operations=-2147483648)
+
+
+def _error_topic(name: str | None, error_code: int, topic_id: uuid.UUID = ZERO_UUID) -> Any:
+    return Topic(error_code=error_code, name=name, topic_id=topic_id, is_internal=False, partitions=[],
+                 authorized_operations=-2147483648)
+
+
+async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
+    server = ctx.server
+    store = server.metadata
+    version = ctx.version
+    requested = request.topics
+    if version == 0 and not requested:
+        requested = None  # v0: an empty list means all topics
+    allow_auto = request.allow_auto_topic_creation if version >= 4 else True
+    topics: list[Any] = []
+    if requested is None:
+        topics = [topic_response(t) for t in store.topics().values()]
+    else:
+        for req in requested:
+            name = req.name
+            if name is None and req.topic_id not in (None, ZERO_UUID):
+                t = store.topic_by_id(req.topic_id)
+                topics.append(topic_response(t) if t else _error_topic(None, Errors.UnknownTopicIdError.errno,
+                                                                          req.topic_id))
+                continue
+            t = store.topic(name)
+            if t is None and allow_auto and server.config.get("auto.create.topics.enable"):
+                try:
+                    t = server.admin_manager.create_topic(name)
+                except Errors.TopicAlreadyExistsError:
+                    t = store.topic(name)
+                except Errors.KafkaError as exc:
+                    topics.append(_error_topic(name, error_code_of(exc)))
+                    continue
+            if t is None:
+                topics.append(_error_topic(name, Errors.UnknownTopicOrPartitionError.errno))
+            else:
+                topics.append(topic_response(t))
+    brokers = [MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+               for b in store.live_brokers()]
+    return MetadataResponse(throttle_time_ms=0, brokers=brokers, cluster_id=store.cluster_id,
+                            controller_id=store.controller_id(), topics=topics,
+                            authorized_operations=-2147483648, error_code=0)

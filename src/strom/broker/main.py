@@ -1,0 +1,46 @@
+"""Process entry point for a broker: config, logging, signals, event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from strom.config import BrokerConfig, ConfigError
+
+
+def run(properties_path: str | None, overrides: list[str]) -> None:
+    """Start a broker and block until SIGINT/SIGTERM. Exits with status 2 on a bad config."""
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(levelname)s %(name)s: %(message)s")
+    try:
+        config = BrokerConfig.load(properties_path, overrides)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+    asyncio.run(_serve(config))
+
+
+async def _serve(config: BrokerConfig) -> None:
+    from strom.broker.server import KafkaServer
+
+    server = KafkaServer(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, server.request_stop)
+    try:
+        await server.startup()
+        host, _ = config.advertised_host_port()
+        print(f"Strom broker {config.get('broker.id')} listening on {host}:{server.port} "
+              f"(data in {', '.join(config.log_dirs())})", flush=True)
+        await server.run_until_stopped()
+    finally:
+        await server.shutdown()
+
+
+if __name__ == "__main__":
+    argv = sys.argv[1:]
+    path = argv[0] if argv and not argv[0].startswith("--") else None
+    rest = argv[1:] if path else argv
+    ovr = [rest[i + 1] for i, a in enumerate(rest) if a == "--override" and i + 1 < len(rest)]
+    run(path, ovr)

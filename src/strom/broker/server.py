@@ -1,0 +1,160 @@
+"""KafkaServer: wires the broker's services together and runs their housekeeping.
+
+Start-up order follows Kafka: load logs (recovery), open the metadata store,
+attach partitions, then open the listener. Shutdown reverses it and writes
+checkpoints plus a clean-shutdown marker so the next start skips recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from strom.broker import handlers as _handlers_pkg  # noqa: F401 - ensure package import
+from strom.broker.admin_manager import AdminManager
+from strom.broker.apis import KafkaApis
+from strom.broker.handlers import (
+    alter_configs,
+    api_versions,
+    create_partitions,
+    create_topics,
+    delete_records,
+    delete_topics,
+    describe_cluster,
+    describe_configs,
+    describe_log_dirs,
+    fetch,
+    incremental_alter_configs,
+    init_producer_id,
+    list_offsets,
+    metadata,
+    produce,
+)
+from strom.broker.network import SocketServer
+from strom.broker.producer_id_manager import ProducerIdManager
+from strom.broker.purgatory import DelayedOperationPurgatory, TimerDriver
+from strom.broker.replica_manager import ReplicaManager
+from strom.broker.timing_wheel import Timer
+from strom.cluster.embedded import EmbeddedMetadataStore
+from strom.cluster.metadata import BrokerInfo, MetadataStore
+from strom.config import BrokerConfig
+from strom.storage.log_manager import LogManager
+
+log = logging.getLogger(__name__)
+
+HANDLER_MODULES = [
+    api_versions, metadata, produce, fetch, list_offsets, create_topics, delete_topics, create_partitions,
+    describe_configs, alter_configs, incremental_alter_configs, describe_cluster, delete_records,
+    describe_log_dirs, init_producer_id,
+]
+
+
+class KafkaServer:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker_id: int = config.get("broker.id")
+        self.apis = KafkaApis()
+        for module in HANDLER_MODULES:
+            self.apis.register_module(module)
+        self.log_manager: LogManager
+        self.metadata: MetadataStore
+        self.replica_manager: ReplicaManager
+        self.admin_manager: AdminManager
+        self.producer_id_manager: ProducerIdManager
+        self.socket_server: SocketServer
+        self._timer_driver: TimerDriver
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+
+    @property
+    def port(self) -> int:
+        return self.socket_server.port
+
+    async def startup(self) -> None:
+        cfg = self.config
+        log_dirs = cfg.log_dirs()
+        loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        self.log_manager = LogManager(log_dirs, cfg.topic_defaults())
+        await loop.run_in_executor(None, self.log_manager.load_logs)
+        log.info("loaded logs in %.2f s", time.monotonic() - started)
+        if cfg.get("zookeeper.connect"):
+            raise NotImplementedError("zookeeper.connect is not supported yet; leave it empty for a single node")
+        self.metadata = EmbeddedMetadataStore(log_dirs[0], self.broker_id, cfg.get("cluster.id") or None)
+        adv_host, adv_port = cfg.advertised_host_port()
+        timer = Timer(tick_ms=1, wheel_size=20)
+        self._timer_driver = TimerDriver(timer, loop)
+        self._timer_driver.start()
+        fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
+        self.replica_manager = ReplicaManager(cfg, self.log_manager, self.metadata, fetch_purgatory)
+        self.admin_manager = AdminManager(cfg, self.metadata)
+        self.producer_id_manager = ProducerIdManager(self.metadata)
+        self.replica_manager.load_partitions()
+        self._drop_orphan_logs()
+        host, port = cfg.listener_host_port()
+        self.socket_server = SocketServer(self, host, port, cfg.get("socket.request.max.bytes"))
+        await self.socket_server.start()
+        if adv_port == 0:
+            adv_port = self.socket_server.port
+        self.metadata.register_broker(BrokerInfo(self.broker_id, adv_host, adv_port))
+        self._schedule("retention", cfg.get("log.retention.check.interval.ms"), self._retention)
+        self._schedule("checkpoint", cfg.get("log.flush.offset.checkpoint.interval.ms"), self._checkpoint)
+        self._schedule("flush", cfg.get("log.flush.scheduler.interval.ms"), self._flush)
+        self._schedule("delete", 1000, self._delete_pending)
+
+    def _drop_orphan_logs(self) -> None:
+        """Logs of topics that no longer exist (deleted while we were down) are removed."""
+        hosted = set(self.replica_manager.partitions)
+        for topic, partition in list(self.log_manager.all_partitions()):
+            if (topic, partition) not in hosted:
+                log.info("removing log of deleted topic partition %s-%d", topic, partition)
+                self.log_manager.delete_log(topic, partition)
+
+    def _schedule(self, name: str, interval_ms: int, job: Callable[[], Awaitable[None]]) -> None:
+        async def loop() -> None:
+            while True:
+                await asyncio.sleep(max(interval_ms, 10) / 1000)
+                try:
+                    await job()
+                except Exception:
+                    log.exception("background job %s failed", name)
+
+        if 0 < interval_ms < 2**62:
+            self._tasks.append(asyncio.create_task(loop(), name=name))
+
+    async def _retention(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.log_manager.cleanup_logs, int(time.time() * 1000))
+
+    async def _checkpoint(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.checkpoint)
+
+    async def _flush(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.log_manager.flush_dirty, int(time.time() * 1000))
+
+    async def _delete_pending(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.delete_pending)
+
+    async def run_until_stopped(self) -> None:
+        await self._stopped.wait()
+
+    def request_stop(self) -> None:
+        self._stopped.set()
+
+    async def shutdown(self) -> None:
+        log.info("shutting down")
+        if hasattr(self, "socket_server"):
+            await self.socket_server.stop()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if hasattr(self, "_timer_driver"):
+            self._timer_driver.stop()
+        if hasattr(self, "log_manager"):
+            await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
+        if hasattr(self, "metadata"):
+            self.metadata.close()
+        log.info("shut down cleanly")

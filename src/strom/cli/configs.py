@@ -1,0 +1,185 @@
+"""`strom configs`: describe and change topic/broker configs (like kafka-configs.sh).
+
+Changes go through IncrementalAlterConfigs so that only the named keys change; the
+legacy AlterConfigs request would reset every key that is not repeated.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from strom.cli.common import (
+    BootstrapOption,
+    CommandConfigOption,
+    admin_client,
+    cli_errors,
+    describe_kafka_error,
+    fail,
+    write_out,
+)
+
+_ENTITY_TYPES = {"topics": "topic", "brokers": "broker", "broker-loggers": "broker-logger"}
+
+
+def configs(
+    bootstrap_server: BootstrapOption = "127.0.0.1:9092",
+    entity_type: Annotated[
+        str | None, typer.Option("--entity-type", help="topics or brokers.")
+    ] = None,
+    entity_name: Annotated[
+        str | None, typer.Option("--entity-name", help="Topic name or broker id.")
+    ] = None,
+    entity_default: Annotated[
+        bool, typer.Option("--entity-default", help="The cluster-wide broker default (brokers only).")
+    ] = False,
+    topic: Annotated[str | None, typer.Option("--topic", help="Shortcut for --entity-type topics --entity-name X.")] = None,
+    broker: Annotated[str | None, typer.Option("--broker", help="Shortcut for --entity-type brokers --entity-name X.")] = None,
+    describe: Annotated[bool, typer.Option("--describe", help="Show configs.")] = False,
+    all_: Annotated[bool, typer.Option("--all", help="With --describe: include defaults and static configs.")] = False,
+    alter: Annotated[bool, typer.Option("--alter", help="Change configs.")] = False,
+    add_config: Annotated[
+        str | None,
+        typer.Option("--add-config", help="k1=v1,k2=[v1,v2],k3=v3 to set (repeatable)."),
+    ] = None,
+    delete_config: Annotated[
+        str | None, typer.Option("--delete-config", help="k1,k2 to remove (back to defaults).")
+    ] = None,
+    command_config: CommandConfigOption = None,
+) -> None:
+    """Describe or alter the configs of a topic or broker."""
+    with cli_errors():
+        if describe == alter:
+            fail("Command must include exactly one action: --describe or --alter")
+        kind, name = _entity(entity_type, entity_name, entity_default, topic, broker)
+        if alter and not (add_config or delete_config):
+            fail("--alter needs --add-config and/or --delete-config.")
+        if kind == "topics" and name is None and alter:
+            fail("--alter needs --entity-name (the topic to change).")
+        admin = admin_client(bootstrap_server, command_config)
+        if describe:
+            _describe(admin, kind, name, all_)
+        else:
+            _alter(admin, kind, name or "", parse_add_config(add_config or ""), _split_names(delete_config))
+
+
+def _entity(
+    entity_type: str | None,
+    entity_name: str | None,
+    entity_default: bool,
+    topic: str | None,
+    broker: str | None,
+) -> tuple[str, str | None]:
+    """Work out which resource the user means from Kafka's several ways of saying it."""
+    if topic is not None:
+        return "topics", topic
+    if broker is not None:
+        return "brokers", broker
+    if entity_type is None:
+        fail("Missing --entity-type (topics or brokers), or use --topic / --broker.")
+    kind = entity_type if entity_type in _ENTITY_TYPES else entity_type + "s"
+    if kind not in ("topics", "brokers"):
+        fail(f"Unsupported --entity-type '{entity_type}': use topics or brokers.")
+    if entity_default:
+        if kind != "brokers":
+            fail("--entity-default only applies to brokers.")
+        return kind, ""
+    return kind, entity_name
+
+
+def parse_add_config(text: str) -> dict[str, str]:
+    """Parse Kafka's `k1=v1,k2=[a,b],k3=v3` syntax (brackets protect commas in lists)."""
+    result: dict[str, str] = {}
+    items: list[str] = []
+    depth = 0
+    current = ""
+    for char in text:
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth = max(0, depth - 1)
+        if char == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += char
+    items.append(current)
+    for item in items:
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            fail(f"Invalid entry '{item}' in --add-config: expected key=value.")
+        value = value.strip()
+        if value.startswith("[") and value.endswith("]"):
+            value = value[1:-1]
+        result[key.strip()] = value
+    return result
+
+
+def _split_names(text: str | None) -> list[str]:
+    return [part.strip() for part in (text or "").split(",") if part.strip()]
+
+
+def _resource_type(kind: str) -> Any:
+    from confluent_kafka.admin import ResourceType
+
+    return ResourceType.TOPIC if kind == "topics" else ResourceType.BROKER
+
+
+def _describe(admin: Any, kind: str, name: str | None, all_: bool) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ConfigResource, ConfigSource
+
+    if name is not None:
+        names = [name]
+    elif kind == "topics":
+        names = sorted(admin.list_topics(timeout=10).topics)
+    else:
+        names = [str(b) for b in sorted(admin.list_topics(timeout=10).brokers)]
+    dynamic_source = {
+        "topics": ConfigSource.DYNAMIC_TOPIC_CONFIG,
+        "brokers": ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG if name == "" else ConfigSource.DYNAMIC_BROKER_CONFIG,
+    }[kind]
+    singular = _ENTITY_TYPES[kind]
+    for entity in names:
+        resource = ConfigResource(_resource_type(kind), entity)
+        future = admin.describe_configs([resource], request_timeout=30)[resource]
+        try:
+            entries = future.result()
+        except KafkaException as exc:
+            fail(describe_kafka_error(exc, entity if kind == "topics" else None))
+        label = f"default {singular}" if entity == "" else f"{singular} {entity}"
+        write_out(f"{'All' if all_ else 'Dynamic'} configs for {label} are:\n")
+        for entry in sorted(entries.values(), key=lambda e: e.name):
+            if not all_ and entry.source != dynamic_source:
+                continue
+            value = "null" if entry.is_sensitive or entry.value is None else entry.value
+            synonyms = ", ".join(
+                f"{syn.source.name}:{syn.name}={'null' if syn.is_sensitive or syn.value is None else syn.value}"
+                for syn in entry.synonyms.values()
+            )
+            sensitive = "true" if entry.is_sensitive else "false"
+            write_out(f"  {entry.name}={value} sensitive={sensitive} synonyms={{{synonyms}}}\n")
+
+
+def _alter(admin: Any, kind: str, name: str, add: dict[str, str], delete: list[str]) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    both = set(add) & set(delete)
+    if both:
+        fail(f"A config cannot be both added and deleted: {', '.join(sorted(both))}.")
+    if kind == "topics" and name not in admin.list_topics(timeout=10).topics:
+        fail(f"Topic '{name}' does not exist.")
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in add.items()]
+    entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in delete]
+    resource = ConfigResource(_resource_type(kind), name, incremental_configs=entries)
+    future = admin.incremental_alter_configs([resource], request_timeout=30)[resource]
+    try:
+        future.result()
+    except KafkaException as exc:
+        fail(describe_kafka_error(exc, name if kind == "topics" else None))
+    label = "default broker" if kind == "brokers" and name == "" else f"{_ENTITY_TYPES[kind]} {name}"
+    write_out(f"Completed updating config for {label}.\n")

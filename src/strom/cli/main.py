@@ -1,0 +1,86 @@
+"""The `strom` command: one sub-command per Kafka tool (kafka-topics → `strom topics`, ...)."""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+from strom.cli import (
+    configs,
+    console_consumer,
+    console_producer,
+    dump_log,
+    get_offsets,
+    perf_test,
+    topics,
+)
+from strom.cli.common import print_error
+from strom.cli.server import server_app
+
+app = typer.Typer(
+    name="strom",
+    help="Strom: a Kafka-compatible event streaming platform. Tools mirror Kafka's bin/*.sh scripts.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+app.add_typer(server_app, name="server")
+app.command("topics", no_args_is_help=True)(topics.topics)
+app.command("configs", no_args_is_help=True)(configs.configs)
+app.command("console-producer", no_args_is_help=True)(console_producer.console_producer)
+app.command("console-consumer", no_args_is_help=True)(console_consumer.console_consumer)
+app.command("get-offsets", no_args_is_help=True)(get_offsets.get_offsets)
+app.command("dump-log", no_args_is_help=True)(dump_log.dump_log)
+app.command(
+    "producer-perf-test",
+    no_args_is_help=True,
+    # Kafka's --producer-props takes several key=value words after one flag.
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)(perf_test.producer_perf_test)
+app.command("consumer-perf-test", no_args_is_help=True)(perf_test.consumer_perf_test)
+
+_PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+
+
+def _delegate(ctx: typer.Context, module: str, attribute: str, name: str) -> None:
+    """Run a tool that lives in another module, importing it only when asked for.
+
+    Those tools (demo, consumer-groups) are written separately and may pull in heavy
+    dependencies; a missing module is reported instead of breaking every other tool.
+    """
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        if exc.name and module.startswith(exc.name):
+            print_error(f"`strom {name}` is not available in this installation ({module} is missing).")
+            raise typer.Exit(1) from None
+        raise
+    target = getattr(mod, attribute, None)
+    if target is None:
+        print_error(f"`strom {name}` is not available: {module} has no '{attribute}'.")
+        raise typer.Exit(1)
+    if isinstance(target, typer.Typer):
+        sub = target
+    else:
+        sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+        sub.command(name)(target)
+    command = typer.main.get_command(sub)
+    command.main(args=list(ctx.args), prog_name=f"strom {name}", standalone_mode=True)
+
+
+@app.command("demo", context_settings=_PASSTHROUGH, add_help_option=False)
+def demo(ctx: typer.Context) -> None:
+    """End-to-end demo: broker, producers, Spark pipelines (see `strom demo --help`)."""
+    _delegate(ctx, "strom.cli.demo", "demo", "demo")
+
+
+@app.command("consumer-groups", context_settings=_PASSTHROUGH, add_help_option=False)
+def consumer_groups(ctx: typer.Context) -> None:
+    """List, describe and reset consumer groups (like kafka-consumer-groups.sh)."""
+    _delegate(ctx, "strom.cli.consumer_groups", "consumer_groups", "consumer-groups")
+
+
+if __name__ == "__main__":
+    app(prog_name="strom")

@@ -1,0 +1,111 @@
+"""Cluster metadata: the interface every metadata store implements.
+
+The broker only talks to `MetadataStore`; the embedded single-node store is
+the implementation today, a ZooKeeper-backed one (kazoo) comes with
+replication. Keeping topic IDs, partition assignments and topic configs here
+(not in the log directories) mirrors Kafka, where the controller owns them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class BrokerInfo:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass
+class PartitionState:
+    """Leader, epoch, replicas and ISR of one partition, as the controller records them."""
+
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+
+
+@dataclass
+class TopicMetadata:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionState] = field(default_factory=dict)
+    configs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_internal(self) -> bool:
+        return self.name.startswith("__")
+
+    @property
+    def replication_factor(self) -> int:
+        first = self.partitions.get(0)
+        return len(first.replicas) if first else 0
+
+
+# Callback(kind, topic) where kind is "created", "deleted", "partitions", "configs".
+MetadataListener = Callable[[str, TopicMetadata], None]
+
+
+class MetadataStore(ABC):
+    """What the broker needs from the cluster's source of truth."""
+
+    cluster_id: str
+
+    def __init__(self) -> None:
+        self._listeners: list[MetadataListener] = []
+
+    def add_listener(self, listener: MetadataListener) -> None:
+        self._listeners.append(listener)
+
+    def _notify(self, kind: str, topic: TopicMetadata) -> None:
+        for listener in self._listeners:
+            listener(kind, topic)
+
+    @abstractmethod
+    def register_broker(self, broker: BrokerInfo) -> None: ...
+
+    @abstractmethod
+    def live_brokers(self) -> list[BrokerInfo]: ...
+
+    @abstractmethod
+    def controller_id(self) -> int: ...
+
+    @abstractmethod
+    def topics(self) -> dict[str, TopicMetadata]: ...
+
+    def topic(self, name: str) -> TopicMetadata | None:
+        return self.topics().get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
+        for t in self.topics().values():
+            if t.topic_id == topic_id:
+                return t
+        return None
+
+    @abstractmethod
+    def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> TopicMetadata:
+        """Create a topic; `assignment` maps partition -> replica broker ids (first is leader)."""
+
+    @abstractmethod
+    def delete_topic(self, name: str) -> None: ...
+
+    @abstractmethod
+    def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata: ...
+
+    @abstractmethod
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata: ...
+
+    @abstractmethod
+    def allocate_producer_id_block(self, size: int) -> int:
+        """Reserve `size` producer ids; returns the first one. Never hands out an id twice."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (sessions, files)."""

@@ -1,0 +1,815 @@
+"""Broker and topic configuration with Kafka's key names, defaults and validation.
+
+The broker reads a Java-properties file in Kafka's ``server.properties`` format, so an
+operator can carry a Kafka configuration over unchanged. Keys are strict: a typo such as
+``log.segmnt.bytes`` fails at start-up instead of being silently ignored.
+
+Topic-level configs (``segment.bytes``, ``retention.ms``...) take their defaults from
+broker keys (``log.segment.bytes``, ``log.retention.*``...), exactly as Kafka's LogConfig
+does; :func:`describe_topic_configs` reports where each value comes from using the
+DescribeConfigs source and type codes that admin clients understand.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import re
+import socket
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "BROKER_CONFIGS",
+    "TOPIC_CONFIGS",
+    "BrokerConfig",
+    "ConfigDef",
+    "ConfigEntry",
+    "ConfigError",
+    "ConfigSource",
+    "ConfigSynonym",
+    "ConfigType",
+    "InvalidTopicName",
+    "TopicConfigDef",
+    "describe_topic_configs",
+    "effective_topic_configs",
+    "validate_topic_configs",
+    "validate_topic_name",
+]
+
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+SHORT_MIN, SHORT_MAX = -(2**15), 2**15 - 1
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+
+
+class ConfigError(ValueError):
+    """A configuration key is unknown or its value is invalid (Kafka's ConfigException)."""
+
+
+class InvalidTopicName(ConfigError):
+    """A topic name breaks Kafka's naming rules (maps to INVALID_TOPIC_EXCEPTION, code 17)."""
+
+
+class ConfigType(enum.IntEnum):
+    """Config value types with the codes DescribeConfigs v3+ puts on the wire."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class ConfigSource(enum.IntEnum):
+    """DescribeConfigs config sources (v1+), telling an admin where a value came from."""
+
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
+Validator = Callable[[Any], str | None]
+"""Returns None when the parsed value is acceptable, else the reason it is not."""
+
+
+# --------------------------------------------------------------------------- validators
+
+
+def at_least(lo: float) -> Validator:
+    def check(v: Any) -> str | None:
+        return None if v is None or v >= lo else f"must be at least {lo}"
+
+    return check
+
+
+def between(lo: float, hi: float) -> Validator:
+    def check(v: Any) -> str | None:
+        return None if v is None or lo <= v <= hi else f"must be between {lo} and {hi}"
+
+    return check
+
+
+def one_of(*choices: str) -> Validator:
+    def check(v: Any) -> str | None:
+        return None if v is None or v in choices else f"must be one of {', '.join(choices)}"
+
+    return check
+
+
+def list_of(*choices: str) -> Validator:
+    def check(v: Any) -> str | None:
+        bad = [x for x in (v or []) if x not in choices]
+        return f"each item must be one of {', '.join(choices)}" if bad else None
+
+    return check
+
+
+def _retention_ms(v: Any) -> str | None:
+    # Kafka rejects 0: it would delete every segment as soon as it rolls.
+    return None if v is None or v == -1 or v >= 1 else "must be unlimited (-1) or at least 1"
+
+
+# ------------------------------------------------------------------------ type handling
+
+_INT_RE = re.compile(r"[+-]?\d+\Z")
+
+
+def _parse(ctype: ConfigType, raw: str) -> tuple[Any, str | None]:
+    """Parse a string into the config type; returns (value, error reason or None)."""
+    text = raw.strip()
+    if ctype in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
+        if not _INT_RE.match(text):
+            return None, "must be an integer"
+        n = int(text)
+        lo, hi, what = {
+            ConfigType.INT: (INT_MIN, INT_MAX, "a 32-bit integer"),
+            ConfigType.SHORT: (SHORT_MIN, SHORT_MAX, "a 16-bit integer"),
+            ConfigType.LONG: (LONG_MIN, LONG_MAX, "a 64-bit integer"),
+        }[ctype]
+        return (n, None) if lo <= n <= hi else (None, f"must be {what}")
+    if ctype is ConfigType.BOOLEAN:
+        low = text.lower()
+        if low in ("true", "false"):
+            return low == "true", None
+        return None, "must be true or false"
+    if ctype is ConfigType.DOUBLE:
+        try:
+            d = float(text)
+        except ValueError:
+            return None, "must be a number"
+        if d != d or d in (float("inf"), float("-inf")):
+            return None, "must be a finite number"
+        return d, None
+    if ctype is ConfigType.LIST:
+        return [p.strip() for p in text.split(",") if p.strip()], None
+    return text, None
+
+
+def _format(ctype: ConfigType, value: Any) -> str | None:
+    """Render a parsed value the way Kafka shows it in DescribeConfigs."""
+    if value is None:
+        return None
+    if ctype is ConfigType.BOOLEAN:
+        return "true" if value else "false"
+    if ctype is ConfigType.LIST:
+        return ",".join(value)
+    return str(value)
+
+
+def _unknown(key: str, known: Iterable[str], what: str = "configuration") -> ConfigError:
+    near = difflib.get_close_matches(key, list(known), n=1)
+    hint = f" (did you mean '{near[0]}'?)" if near else ""
+    return ConfigError(f"Unknown {what} '{key}'{hint}")
+
+
+def _invalid(key: str, raw: str, reason: str) -> ConfigError:
+    return ConfigError(f"Invalid value '{raw}' for configuration '{key}': {reason}")
+
+
+# ------------------------------------------------------------------------ definitions
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    """One broker key: type, default (already parsed; None = unset/null) and validator."""
+
+    name: str
+    type: ConfigType
+    default: Any
+    doc: str
+    validator: Validator | None = None
+    sensitive: bool = False
+
+    def parse(self, raw: str) -> Any:
+        value, reason = _parse(self.type, raw)
+        if reason is None and self.validator is not None:
+            reason = self.validator(value)
+        if reason is not None:
+            raise _invalid(self.name, raw.strip(), reason)
+        return value
+
+
+T = ConfigType
+_BROKER_DEFS: list[ConfigDef] = [
+    # identity and listeners
+    ConfigDef("broker.id", T.INT, 0, "Id of this broker; unique in the cluster.", at_least(0)),
+    ConfigDef("node.id", T.INT, None, "Alias of broker.id (KRaft name)."),
+    ConfigDef("broker.rack", T.STRING, None, "Rack of the broker, for rack-aware replica placement."),
+    ConfigDef("cluster.id", T.STRING, None, "Cluster id; generated and stored by the metadata store if unset."),
+    ConfigDef("listeners", T.LIST, ["PLAINTEXT://127.0.0.1:9092"], "Addresses the broker binds to."),
+    ConfigDef("advertised.listeners", T.LIST, None, "Addresses given to clients in Metadata; defaults to listeners."),
+    ConfigDef(
+        "listener.security.protocol.map",
+        T.LIST,
+        ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"],
+        "Listener name to security protocol; only PLAINTEXT is served.",
+    ),
+    ConfigDef("inter.broker.listener.name", T.STRING, None, "Listener used between brokers."),
+    # storage
+    ConfigDef("log.dirs", T.LIST, None, "Directories holding partition logs; overrides log.dir."),
+    ConfigDef("log.dir", T.STRING, "./data", "Log directory used when log.dirs is unset."),
+    ConfigDef("num.partitions", T.INT, 1, "Partitions of an auto-created topic.", at_least(1)),
+    ConfigDef("default.replication.factor", T.INT, 1, "Replication factor of an auto-created topic.", at_least(1)),
+    ConfigDef("auto.create.topics.enable", T.BOOLEAN, True, "Create a topic on Metadata/Produce for an unknown name."),
+    ConfigDef("delete.topic.enable", T.BOOLEAN, True, "Allow DeleteTopics."),
+    ConfigDef("log.segment.bytes", T.INT, 1073741824, "Size at which a segment rolls.", at_least(14)),
+    ConfigDef("log.roll.ms", T.LONG, None, "Age at which a segment rolls; wins over log.roll.hours."),
+    ConfigDef("log.roll.hours", T.INT, 168, "Age in hours at which a segment rolls.", at_least(1)),
+    ConfigDef("log.roll.jitter.ms", T.LONG, None, "Random jitter subtracted from the roll time."),
+    ConfigDef("log.roll.jitter.hours", T.INT, 0, "Roll jitter in hours.", at_least(0)),
+    ConfigDef("log.index.size.max.bytes", T.INT, 10485760, "Maximum size of an offset/time index.", at_least(4)),
+    ConfigDef("log.index.interval.bytes", T.INT, 4096, "Bytes between sparse index entries.", at_least(0)),
+    ConfigDef("log.retention.ms", T.LONG, None, "Retention time; wins over minutes and hours; -1 = unlimited.", _retention_ms),
+    ConfigDef("log.retention.minutes", T.INT, None, "Retention time in minutes; wins over hours."),
+    ConfigDef("log.retention.hours", T.INT, 168, "Retention time in hours."),
+    ConfigDef("log.retention.bytes", T.LONG, -1, "Maximum partition size before old segments go; -1 = unlimited."),
+    ConfigDef("log.retention.check.interval.ms", T.LONG, 300000, "How often retention runs.", at_least(1)),
+    ConfigDef("log.flush.interval.messages", T.LONG, LONG_MAX, "Messages appended before an fsync.", at_least(1)),
+    ConfigDef("log.flush.interval.ms", T.LONG, None, "Time between fsyncs; defaults to log.flush.scheduler.interval.ms."),
+    ConfigDef("log.flush.scheduler.interval.ms", T.LONG, LONG_MAX, "How often the flusher checks logs."),
+    ConfigDef("log.flush.offset.checkpoint.interval.ms", T.INT, 60000, "How often recovery points are checkpointed.", at_least(0)),
+    ConfigDef("log.cleanup.policy", T.LIST, ["delete"], "delete and/or compact.", list_of("compact", "delete")),
+    ConfigDef(
+        "log.message.timestamp.type",
+        T.STRING,
+        "CreateTime",
+        "Timestamp kept in batches: CreateTime or LogAppendTime.",
+        one_of("CreateTime", "LogAppendTime"),
+    ),
+    ConfigDef("log.message.timestamp.difference.max.ms", T.LONG, LONG_MAX, "Maximum allowed CreateTime skew.", at_least(0)),
+    ConfigDef("log.message.downconversion.enable", T.BOOLEAN, True, "Down-convert batches for old fetch versions."),
+    ConfigDef("log.preallocate", T.BOOLEAN, False, "Preallocate segment files."),
+    ConfigDef("log.cleaner.enable", T.BOOLEAN, True, "Run the log cleaner for compacted topics."),
+    ConfigDef("log.cleaner.threads", T.INT, 1, "Log cleaner workers.", at_least(0)),
+    ConfigDef("log.cleaner.delete.retention.ms", T.LONG, 86400000, "How long tombstones survive compaction.", at_least(0)),
+    ConfigDef("log.cleaner.min.cleanable.ratio", T.DOUBLE, 0.5, "Dirty ratio that triggers compaction.", between(0, 1)),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", T.LONG, 0, "Minimum age before a record may be compacted.", at_least(0)),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", T.LONG, LONG_MAX, "Maximum age before a record must be compacted.", at_least(1)),
+    ConfigDef("log.segment.delete.delay.ms", T.LONG, 60000, "Delay before a deleted segment's file is removed.", at_least(0)),
+    ConfigDef("num.recovery.threads.per.data.dir", T.INT, 1, "Threads for log recovery at start-up.", at_least(1)),
+    ConfigDef(
+        "compression.type",
+        T.STRING,
+        "producer",
+        "Compression on disk; producer keeps the producer's codec.",
+        one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+    ),
+    # requests and sockets
+    ConfigDef("message.max.bytes", T.INT, 1048588, "Largest record batch accepted.", at_least(0)),
+    ConfigDef("socket.request.max.bytes", T.INT, 104857600, "Largest request frame accepted.", at_least(1)),
+    ConfigDef("socket.send.buffer.bytes", T.INT, 102400, "SO_SNDBUF; -1 = OS default."),
+    ConfigDef("socket.receive.buffer.bytes", T.INT, 102400, "SO_RCVBUF; -1 = OS default."),
+    ConfigDef("num.network.threads", T.INT, 3, "Accepted for compatibility; Strom uses one event loop.", at_least(1)),
+    ConfigDef("num.io.threads", T.INT, 8, "Accepted for compatibility; Strom uses one event loop.", at_least(1)),
+    ConfigDef("connections.max.idle.ms", T.LONG, 600000, "Idle connections are closed after this."),
+    ConfigDef("fetch.max.bytes", T.INT, 57671680, "Largest Fetch response.", at_least(1024)),
+    # replication
+    ConfigDef("min.insync.replicas", T.INT, 1, "ISR size needed for acks=all.", at_least(1)),
+    ConfigDef("unclean.leader.election.enable", T.BOOLEAN, False, "Allow an out-of-sync replica to become leader."),
+    ConfigDef("replica.lag.time.max.ms", T.LONG, 30000, "A follower not caught up for this long leaves the ISR."),
+    ConfigDef("replica.fetch.max.bytes", T.INT, 1048576, "Bytes a follower fetches per partition.", at_least(0)),
+    ConfigDef("replica.fetch.min.bytes", T.INT, 1, "Minimum bytes of a follower fetch response."),
+    ConfigDef("replica.fetch.wait.max.ms", T.INT, 500, "Longest wait of a follower fetch."),
+    ConfigDef("replica.socket.timeout.ms", T.INT, 30000, "Socket timeout of follower fetches."),
+    ConfigDef("replica.high.watermark.checkpoint.interval.ms", T.LONG, 5000, "How often the HW is checkpointed."),
+    ConfigDef("num.replica.fetchers", T.INT, 1, "Replica fetchers per source broker."),
+    ConfigDef("auto.leader.rebalance.enable", T.BOOLEAN, True, "Move leadership back to preferred replicas."),
+    ConfigDef("controlled.shutdown.enable", T.BOOLEAN, True, "Move leadership away before shutting down."),
+    ConfigDef("controller.socket.timeout.ms", T.INT, 30000, "Socket timeout of controller requests."),
+    # coordination store
+    ConfigDef("zookeeper.connect", T.STRING, "", "ZooKeeper connect string; empty = embedded single-node store."),
+    ConfigDef("zookeeper.session.timeout.ms", T.INT, 18000, "ZooKeeper session timeout."),
+    ConfigDef("zookeeper.connection.timeout.ms", T.INT, None, "Connect timeout; defaults to the session timeout."),
+    # group and transaction coordinators
+    ConfigDef("offsets.topic.num.partitions", T.INT, 50, "Partitions of __consumer_offsets.", at_least(1)),
+    ConfigDef("offsets.topic.replication.factor", T.SHORT, 3, "Replication of __consumer_offsets (capped to brokers).", at_least(1)),
+    ConfigDef("offsets.topic.segment.bytes", T.INT, 104857600, "Segment size of __consumer_offsets.", at_least(1)),
+    ConfigDef("offsets.retention.minutes", T.INT, 10080, "How long committed offsets of empty groups are kept.", at_least(1)),
+    ConfigDef("offsets.retention.check.interval.ms", T.LONG, 600000, "How often stale offsets are removed.", at_least(1)),
+    ConfigDef("group.initial.rebalance.delay.ms", T.INT, 3000, "Wait for more members before the first rebalance."),
+    ConfigDef("group.min.session.timeout.ms", T.INT, 6000, "Smallest session timeout a member may ask for."),
+    ConfigDef("group.max.session.timeout.ms", T.INT, 1800000, "Largest session timeout a member may ask for."),
+    ConfigDef("group.max.size", T.INT, INT_MAX, "Maximum members of a group.", at_least(1)),
+    ConfigDef("transaction.state.log.num.partitions", T.INT, 50, "Partitions of __transaction_state.", at_least(1)),
+    ConfigDef("transaction.state.log.replication.factor", T.SHORT, 3, "Replication of __transaction_state.", at_least(1)),
+    ConfigDef("transaction.state.log.min.isr", T.INT, 2, "min.insync.replicas of __transaction_state.", at_least(1)),
+    ConfigDef("transaction.state.log.segment.bytes", T.INT, 104857600, "Segment size of __transaction_state.", at_least(1)),
+    ConfigDef("transaction.max.timeout.ms", T.INT, 900000, "Largest transaction timeout a producer may ask for.", at_least(1)),
+    ConfigDef("transactional.id.expiration.ms", T.INT, 604800000, "Idle transactional ids expire after this.", at_least(1)),
+    ConfigDef("producer.id.expiration.ms", T.INT, 86400000, "Idle producer ids expire after this.", at_least(1)),
+]
+del T
+
+BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
+"""All broker keys Strom accepts, by name."""
+
+# Keys whose `get()` answers with the effective value Kafka derives from sibling keys.
+_ALIASES = {"node.id": "broker.id"}
+
+
+@dataclass(frozen=True)
+class TopicConfigDef:
+    """A topic key: type, validator and the broker keys its default comes from.
+
+    ``synonyms`` lists broker keys in Kafka's precedence order (``log.retention.ms``
+    before ``.minutes`` before ``.hours``); the first one is what ``BrokerConfig.get``
+    resolves to the effective value. An empty tuple means a fixed default.
+    """
+
+    name: str
+    type: ConfigType
+    doc: str
+    validator: Validator | None = None
+    synonyms: tuple[str, ...] = ()
+    default: Any = None
+
+    def parse(self, raw: str) -> Any:
+        value, reason = _parse(self.type, raw)
+        if reason is None and self.validator is not None:
+            reason = self.validator(value)
+        if reason is not None:
+            raise _invalid(self.name, raw.strip(), reason)
+        return value
+
+
+T = ConfigType
+_TOPIC_DEFS: list[TopicConfigDef] = [
+    TopicConfigDef("cleanup.policy", T.LIST, "delete and/or compact.", list_of("compact", "delete"), ("log.cleanup.policy",)),
+    TopicConfigDef(
+        "compression.type",
+        T.STRING,
+        "Compression on disk; producer keeps the producer's codec.",
+        one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"),
+        ("compression.type",),
+    ),
+    TopicConfigDef("delete.retention.ms", T.LONG, "How long tombstones survive compaction.", at_least(0), ("log.cleaner.delete.retention.ms",)),
+    TopicConfigDef("file.delete.delay.ms", T.LONG, "Delay before a deleted segment's file is removed.", at_least(0), ("log.segment.delete.delay.ms",)),
+    TopicConfigDef("flush.messages", T.LONG, "Messages appended before an fsync.", at_least(1), ("log.flush.interval.messages",)),
+    TopicConfigDef(
+        "flush.ms",
+        T.LONG,
+        "Time between fsyncs.",
+        at_least(0),
+        ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    ),
+    TopicConfigDef(
+        "follower.replication.throttled.replicas", T.LIST, "Replicas throttled on the follower side.", None, (), []
+    ),
+    TopicConfigDef("index.interval.bytes", T.INT, "Bytes between sparse index entries.", at_least(0), ("log.index.interval.bytes",)),
+    TopicConfigDef(
+        "leader.replication.throttled.replicas", T.LIST, "Replicas throttled on the leader side.", None, (), []
+    ),
+    TopicConfigDef(
+        "max.compaction.lag.ms", T.LONG, "Maximum age before a record must be compacted.", at_least(1), ("log.cleaner.max.compaction.lag.ms",)
+    ),
+    TopicConfigDef("max.message.bytes", T.INT, "Largest record batch accepted.", at_least(0), ("message.max.bytes",)),
+    TopicConfigDef(
+        "message.downconversion.enable", T.BOOLEAN, "Down-convert batches for old fetch versions.", None, ("log.message.downconversion.enable",)
+    ),
+    TopicConfigDef(
+        "message.timestamp.difference.max.ms",
+        T.LONG,
+        "Maximum allowed CreateTime skew.",
+        at_least(0),
+        ("log.message.timestamp.difference.max.ms",),
+    ),
+    TopicConfigDef(
+        "message.timestamp.type",
+        T.STRING,
+        "CreateTime or LogAppendTime.",
+        one_of("CreateTime", "LogAppendTime"),
+        ("log.message.timestamp.type",),
+    ),
+    TopicConfigDef(
+        "min.cleanable.dirty.ratio", T.DOUBLE, "Dirty ratio that triggers compaction.", between(0, 1), ("log.cleaner.min.cleanable.ratio",)
+    ),
+    TopicConfigDef(
+        "min.compaction.lag.ms", T.LONG, "Minimum age before a record may be compacted.", at_least(0), ("log.cleaner.min.compaction.lag.ms",)
+    ),
+    TopicConfigDef("min.insync.replicas", T.INT, "ISR size needed for acks=all.", at_least(1), ("min.insync.replicas",)),
+    TopicConfigDef("preallocate", T.BOOLEAN, "Preallocate segment files.", None, ("log.preallocate",)),
+    TopicConfigDef("retention.bytes", T.LONG, "Maximum partition size before old segments go; -1 = unlimited.", None, ("log.retention.bytes",)),
+    TopicConfigDef(
+        "retention.ms",
+        T.LONG,
+        "How long data is kept; -1 = unlimited.",
+        at_least(-1),
+        ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    ),
+    TopicConfigDef("segment.bytes", T.INT, "Size at which a segment rolls.", at_least(14), ("log.segment.bytes",)),
+    TopicConfigDef("segment.index.bytes", T.INT, "Maximum size of an offset/time index.", at_least(4), ("log.index.size.max.bytes",)),
+    TopicConfigDef("segment.jitter.ms", T.LONG, "Random jitter subtracted from the roll time.", at_least(0), ("log.roll.jitter.ms", "log.roll.jitter.hours")),
+    TopicConfigDef("segment.ms", T.LONG, "Age at which a segment rolls.", at_least(1), ("log.roll.ms", "log.roll.hours")),
+    TopicConfigDef(
+        "unclean.leader.election.enable",
+        T.BOOLEAN,
+        "Allow an out-of-sync replica to become leader.",
+        None,
+        ("unclean.leader.election.enable",),
+    ),
+]
+del T
+
+TOPIC_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in _TOPIC_DEFS}
+"""All topic-level keys Strom accepts (CreateTopics, AlterConfigs), by name."""
+
+
+# ------------------------------------------------------------------- properties parser
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(s: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\" and i + 1 < len(s):
+            nxt = s[i + 1]
+            if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", s[i + 2 : i + 6]):
+                out.append(chr(int(s[i + 2 : i + 6], 16)))
+                i += 6
+                continue
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _logical_lines(text: str) -> Iterable[tuple[int, str]]:
+    """Join backslash-continued lines like java.util.Properties; yields (line number, line)."""
+    pending: str | None = None
+    start = 0
+    for no, line in enumerate(text.splitlines(), 1):
+        stripped = line.lstrip(" \t\f")
+        if pending is None:
+            if not stripped or stripped[0] in "#!":
+                continue
+            start, pending = no, ""
+        pending += stripped
+        trailing = len(pending) - len(pending.rstrip("\\"))
+        if trailing % 2 == 1:  # odd backslashes: the line continues
+            pending = pending[:-1]
+            continue
+        yield start, pending
+        pending = None
+    if pending:
+        yield start, pending
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java-properties text into key → value (later keys win, as in Java)."""
+    props: dict[str, str] = {}
+    for _, line in _logical_lines(text):
+        n, i = len(line), 0
+        while i < n and line[i] not in "=: \t\f":
+            i += 2 if line[i] == "\\" else 1
+        key, j = line[:i], i
+        while j < n and line[j] in " \t\f":
+            j += 1
+        if j < n and line[j] in "=:":
+            j += 1
+        while j < n and line[j] in " \t\f":
+            j += 1
+        props[_unescape(key)] = _unescape(line[j:]).rstrip()
+    return props
+
+
+# ----------------------------------------------------------------------- config entries
+
+
+@dataclass(frozen=True)
+class ConfigSynonym:
+    """A DescribeConfigs synonym: another key that feeds this one, with its own source."""
+
+    name: str
+    value: str | None
+    source: int
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One row of a DescribeConfigs response (all fields any version needs)."""
+
+    name: str
+    value: str | None
+    source: int
+    is_default: bool
+    read_only: bool
+    is_sensitive: bool
+    config_type: int
+    documentation: str
+    synonyms: tuple[ConfigSynonym, ...] = field(default_factory=tuple)
+
+
+# ------------------------------------------------------------------------ BrokerConfig
+
+
+def _split_host_port(addr: str, key: str) -> tuple[str, int]:
+    """Split ``host:port`` / ``[v6]:port`` / ``NAME://host:port`` into (host, port)."""
+    rest = addr.split("://", 1)[1] if "://" in addr else addr
+    m = re.fullmatch(r"\[([^\]]*)\]:(\d+)|([^:\[\]]*):(\d+)", rest)
+    if not m:
+        raise ConfigError(f"Invalid value '{addr}' for configuration '{key}': expected [NAME://]host:port")
+    host = m.group(1) if m.group(1) is not None else m.group(3)
+    port = int(m.group(2) or m.group(4))
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"Invalid value '{addr}' for configuration '{key}': port must be 0..65535")
+    return host, port
+
+
+class BrokerConfig:
+    """Parsed broker configuration (``server.properties`` plus ``--override`` values).
+
+    ``get(key)`` returns typed values. For the time keys Kafka derives from siblings
+    (``log.retention.ms``, ``log.roll.ms``, ``log.roll.jitter.ms``,
+    ``log.flush.interval.ms``, ``zookeeper.connection.timeout.ms``) it returns the
+    effective value, so callers never redo the precedence rules.
+    """
+
+    def __init__(self, props: Mapping[str, str] | None = None) -> None:
+        self._raw: dict[str, str] = {}
+        self._values: dict[str, Any] = {}
+        for key, raw in (props or {}).items():
+            self._set(key, raw)
+        self._check()
+
+    # -- loading
+
+    @classmethod
+    def load(cls, path: str | None, overrides: Iterable[str] = ()) -> BrokerConfig:
+        """Read a properties file (or none) and apply ``key=value`` overrides on top."""
+        props: dict[str, str] = {}
+        if path is not None:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    props.update(parse_properties(f.read()))
+            except OSError as e:
+                raise ConfigError(f"Cannot read configuration file {path}: {e.strerror}") from e
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"Invalid override '{item}': expected key=value")
+            props[key.strip()] = value.strip()
+        return cls(props)
+
+    def _set(self, key: str, raw: str) -> None:
+        definition = BROKER_CONFIGS.get(key)
+        if definition is None:
+            raise _unknown(key, BROKER_CONFIGS)
+        self._values[key] = definition.parse(raw)
+        self._raw[key] = raw.strip()
+
+    def _check(self) -> None:
+        """Cross-key rules Kafka enforces at start-up."""
+        bid, nid = self._values.get("broker.id"), self._values.get("node.id")
+        if bid is not None and nid is not None and bid != nid:
+            raise ConfigError(f"broker.id ({bid}) and node.id ({nid}) must be equal when both are set")
+        if not self.get("listeners"):
+            raise ConfigError("Invalid value '' for configuration 'listeners': at least one listener is required")
+        self.listener_host_port()
+        host, _ = self.advertised_host_port()
+        if host == "0.0.0.0":
+            raise ConfigError(
+                "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0; "
+                "set advertised.listeners to a routable address"
+            )
+        lo, hi = self.get("group.min.session.timeout.ms"), self.get("group.max.session.timeout.ms")
+        if lo > hi:
+            raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
+
+    # -- access
+
+    def is_set(self, key: str) -> bool:
+        """True when the key was given explicitly (file or override), not defaulted."""
+        if key == "broker.id":
+            return "broker.id" in self._values or "node.id" in self._values
+        return key in self._values
+
+    def get(self, key: str) -> Any:
+        """Typed value of a broker key (effective value for derived time keys)."""
+        if key not in BROKER_CONFIGS:
+            raise _unknown(key, BROKER_CONFIGS)
+        key = _ALIASES.get(key, key)
+        v = self._values
+        if key == "broker.id":
+            return v.get("broker.id", v.get("node.id", 0))
+        if key == "log.retention.ms":
+            return self.retention_ms()
+        if key == "log.roll.ms":
+            return v["log.roll.ms"] if "log.roll.ms" in v else self.get_raw("log.roll.hours") * 3_600_000
+        if key == "log.roll.jitter.ms":
+            if "log.roll.jitter.ms" in v:
+                return v["log.roll.jitter.ms"]
+            return self.get_raw("log.roll.jitter.hours") * 3_600_000
+        if key == "log.flush.interval.ms":
+            if "log.flush.interval.ms" in v:
+                return v["log.flush.interval.ms"]
+            return self.get_raw("log.flush.scheduler.interval.ms")
+        if key == "zookeeper.connection.timeout.ms":
+            return v.get(key, self.get_raw("zookeeper.session.timeout.ms"))
+        if key == "advertised.listeners":
+            return v.get(key) or self.get("listeners")
+        if key == "log.dirs":
+            return self.log_dirs()
+        return self.get_raw(key)
+
+    __getitem__ = get
+
+    def get_raw(self, key: str) -> Any:
+        """The key's own typed value or its default, without derivation (None = unset)."""
+        if key in self._values:
+            return self._values[key]
+        return BROKER_CONFIGS[key].default
+
+    def retention_ms(self) -> int:
+        """Effective retention: log.retention.ms > .minutes > .hours; any negative = -1."""
+        v = self._values
+        if "log.retention.ms" in v:
+            ms = v["log.retention.ms"]
+        elif "log.retention.minutes" in v:
+            ms = v["log.retention.minutes"] * 60_000
+        else:
+            ms = self.get_raw("log.retention.hours") * 3_600_000
+        return -1 if ms < 0 else ms
+
+    def listener_host_port(self) -> tuple[str, int]:
+        """(host, port) to bind: the first listener whose security protocol is PLAINTEXT."""
+        host, port = self._first_plaintext(self.get("listeners"), "listeners")
+        return (host or "0.0.0.0", port)
+
+    def advertised_host_port(self) -> tuple[str, int]:
+        """(host, port) clients are told to connect to (Metadata brokers list)."""
+        key = "advertised.listeners" if self._values.get("advertised.listeners") else "listeners"
+        host, port = self._first_plaintext(self.get("advertised.listeners"), key)
+        if not host:
+            host = socket.gethostname()  # Kafka advertises the canonical host name here
+        return host, port
+
+    def _first_plaintext(self, listeners: list[str], key: str) -> tuple[str, int]:
+        protocols = {}
+        for pair in self.get("listener.security.protocol.map"):
+            name, _, proto = pair.partition(":")
+            protocols[name.strip().upper()] = proto.strip().upper()
+        for item in listeners:
+            if "://" not in item:  # bare host:port, as some tools write it
+                return _split_host_port(item, key)
+            name = item.split("://", 1)[0].upper()
+            if protocols.get(name, name) == "PLAINTEXT":
+                return _split_host_port(item, key)
+        raise ConfigError(f"Invalid value '{','.join(listeners)}' for configuration '{key}': no PLAINTEXT listener")
+
+    def log_dirs(self) -> list[str]:
+        """Data directories: log.dirs if set, else log.dir."""
+        dirs = self._values.get("log.dirs")
+        return list(dirs) if dirs else [self.get("log.dir")]
+
+    def items(self) -> list[ConfigEntry]:
+        """Broker resource rows for DescribeConfigs (static config, so all read-only).
+
+        Each entry carries name, value, is_default, is_sensitive, read_only plus
+        source, config_type and documentation.
+        """
+        out = []
+        for d in _BROKER_DEFS:
+            explicit = self.is_set(d.name)
+            shown = self.get(d.name) if d.name in ("broker.id", "node.id") else self.get_raw(d.name)
+            value = _format(d.type, shown)
+            source = ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG
+            out.append(
+                ConfigEntry(
+                    name=d.name,
+                    value=None if d.sensitive else value,
+                    source=int(source),
+                    is_default=not explicit,
+                    read_only=True,
+                    is_sensitive=d.sensitive,
+                    config_type=int(d.type),
+                    documentation=d.doc,
+                )
+            )
+        return out
+
+    def topic_defaults(self) -> dict[str, str]:
+        """Topic key → default string derived from this broker's config."""
+        return {name: self._topic_default_str(d) for name, d in TOPIC_CONFIGS.items()}
+
+    def topic_default(self, name: str) -> Any:
+        """Typed default of one topic key on this broker."""
+        d = TOPIC_CONFIGS[name]
+        return self.get(d.synonyms[0]) if d.synonyms else d.default
+
+    def _topic_default_str(self, d: TopicConfigDef) -> str:
+        return _format(d.type, self.topic_default(d.name)) or ""
+
+    def __repr__(self) -> str:
+        return f"BrokerConfig({self._raw!r})"
+
+
+# --------------------------------------------------------------------- topic functions
+
+
+def validate_topic_configs(props: Mapping[str, str | None]) -> dict[str, str]:
+    """Check topic overrides (CreateTopics/AlterConfigs) and return them normalised.
+
+    A None value means "no override" (fall back to the broker default) and is dropped.
+    """
+    out: dict[str, str] = {}
+    for key, raw in props.items():
+        d = TOPIC_CONFIGS.get(key)
+        if d is None:
+            raise _unknown(key, TOPIC_CONFIGS, "topic configuration")
+        if raw is None:
+            continue
+        value = d.parse(raw)
+        out[key] = _format(d.type, value) or ""
+    return out
+
+
+def effective_topic_configs(cfg: BrokerConfig, overrides: Mapping[str, str]) -> dict[str, Any]:
+    """Typed value of every topic key for a topic (Kafka's LogConfig): override or broker default."""
+    out: dict[str, Any] = {}
+    for name, d in TOPIC_CONFIGS.items():
+        raw = overrides.get(name)
+        out[name] = d.parse(raw) if raw is not None else cfg.topic_default(name)
+    return out
+
+
+def describe_topic_configs(
+    cfg: BrokerConfig, overrides: Mapping[str, str], keys: Iterable[str] | None = None
+) -> list[ConfigEntry]:
+    """DescribeConfigs entries of a topic resource, with sources and synonyms.
+
+    Source is DYNAMIC_TOPIC_CONFIG for an override, STATIC_BROKER_CONFIG when a broker
+    key feeding the default was set explicitly, DEFAULT_CONFIG otherwise.
+    """
+    names = list(TOPIC_CONFIGS) if keys is None else list(keys)
+    out: list[ConfigEntry] = []
+    for name in names:
+        d = TOPIC_CONFIGS.get(name)
+        if d is None:
+            continue  # Kafka answers unknown keys by omitting them
+        synonyms: list[ConfigSynonym] = []
+        if overrides.get(name) is not None:
+            synonyms.append(ConfigSynonym(name, overrides[name], int(ConfigSource.DYNAMIC_TOPIC_CONFIG)))
+        for syn in d.synonyms:
+            if cfg.is_set(syn):
+                bd = BROKER_CONFIGS[syn]
+                synonyms.append(ConfigSynonym(syn, _format(bd.type, cfg.get_raw(syn)), int(ConfigSource.STATIC_BROKER_CONFIG)))
+        for syn in d.synonyms:  # the last fallback: the first broker synonym with a default
+            bd = BROKER_CONFIGS[syn]
+            if bd.default is not None:
+                synonyms.append(ConfigSynonym(syn, _format(bd.type, bd.default), int(ConfigSource.DEFAULT_CONFIG)))
+                break
+        if synonyms and synonyms[0].source == ConfigSource.DYNAMIC_TOPIC_CONFIG:
+            source, value = ConfigSource.DYNAMIC_TOPIC_CONFIG, overrides[name]
+        else:
+            explicit = any(cfg.is_set(s) for s in d.synonyms)
+            source = ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG
+            value = cfg._topic_default_str(d)
+        out.append(
+            ConfigEntry(
+                name=name,
+                value=value,
+                source=int(source),
+                is_default=source == ConfigSource.DEFAULT_CONFIG,
+                read_only=False,
+                is_sensitive=False,
+                config_type=int(d.type),
+                documentation=d.doc,
+                synonyms=tuple(synonyms),
+            )
+        )
+    return out
+
+
+_TOPIC_NAME_RE = re.compile(r"[a-zA-Z0-9._-]+\Z")
+MAX_TOPIC_NAME_LENGTH = 249
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's topic naming rules; the name becomes a directory, hence the strict charset."""
+    if not name:
+        raise InvalidTopicName("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise InvalidTopicName("Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicName(
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, topic name: {name}"
+        )
+    if not _TOPIC_NAME_RE.match(name):
+        raise InvalidTopicName(
+            f"Topic name \"{name}\" is illegal, it contains a character other than "
+            "ASCII alphanumerics, '.', '_' and '-'"
+        )

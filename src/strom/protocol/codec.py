@@ -1,0 +1,127 @@
+"""Codec facade over kafka-python's message-definition driven encoder/decoder.
+
+Everything else in Strom goes through this module, so the library can be
+swapped (or a hot API hand-encoded) without touching handlers.
+"""
+
+from __future__ import annotations
+
+import inspect
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import kafka.protocol.admin as _admin
+import kafka.protocol.consumer as _consumer
+import kafka.protocol.metadata as _metadata
+import kafka.protocol.producer as _producer
+from kafka.protocol.api_message import ApiMessage
+
+_REQUESTS: dict[int, type[ApiMessage]] = {}
+_RESPONSES: dict[int, type[ApiMessage]] = {}
+for _mod in (_admin, _consumer, _metadata, _producer):
+    for _name, _cls in inspect.getmembers(_mod, inspect.isclass):
+        if issubclass(_cls, ApiMessage) and _cls is not ApiMessage and _cls.json is not None:
+            if _name.endswith("Request"):
+                _REQUESTS[_cls.API_KEY] = _cls
+            elif _name.endswith("Response"):
+                _RESPONSES[_cls.API_KEY] = _cls
+
+
+class MalformedRequest(Exception):
+    """The frame could not be parsed; Kafka closes the connection in this case."""
+
+
+@dataclass(slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    flexible: bool
+
+
+def request_class(api_key: int) -> type[ApiMessage] | None:
+    return _REQUESTS.get(api_key)
+
+
+def response_class(api_key: int) -> type[ApiMessage]:
+    return _RESPONSES[api_key]
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    cls = _REQUESTS.get(api_key)
+    return bool(cls and cls.flexible_version_q(version))
+
+
+def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
+    count, pos = read_uvarint(frame, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(frame, pos)
+        size, pos = read_uvarint(frame, pos)
+        pos += size
+        if pos > len(frame):
+            raise MalformedRequest("tagged field runs past the end of the frame")
+    return pos
+
+
+def read_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        if pos >= len(buf) or shift > 28:
+            raise MalformedRequest("bad unsigned varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+
+
+def parse_request_header(frame: memoryview) -> tuple[RequestHeader, int]:
+    """Parse request header v0-v2 by hand: it decides how the body is parsed."""
+    if len(frame) < 8:
+        raise MalformedRequest("frame shorter than a request header")
+    api_key, api_version, correlation_id = struct.unpack_from(">hhi", frame, 0)
+    pos = 8
+    client_id: str | None = None
+    if len(frame) >= 10:
+        (n,) = struct.unpack_from(">h", frame, pos)
+        pos += 2
+        if n >= 0:
+            if pos + n > len(frame):
+                raise MalformedRequest("client id runs past the end of the frame")
+            client_id = bytes(frame[pos : pos + n]).decode("utf-8", "replace")
+            pos += n
+    flexible = is_flexible(api_key, api_version)
+    if flexible:
+        pos = _skip_tagged_fields(frame, pos)
+    return RequestHeader(api_key, api_version, correlation_id, client_id, flexible), pos
+
+
+def decode_request(header: RequestHeader, body: memoryview) -> Any:
+    cls = _REQUESTS[header.api_key]
+    try:
+        return cls.decode(body, version=header.api_version)
+    except Exception as exc:  # the codec raises many types on garbage
+        raise MalformedRequest(f"cannot decode {cls.__name__} v{header.api_version}: {exc!r}") from exc
+
+
+def response_header(correlation_id: int, flexible: bool) -> bytes:
+    """Response header v0 (correlation id) or v1 (plus empty tagged fields)."""
+    if flexible:
+        return struct.pack(">ib", correlation_id, 0)
+    return struct.pack(">i", correlation_id)
+
+
+def encode_response(header: RequestHeader, response: ApiMessage) -> bytes:
+    """Encode a framed response; ApiVersions always uses response header v0."""
+    body = response.encode(version=header.api_version)
+    flexible = header.flexible and header.api_key != 18
+    head = response_header(header.correlation_id, flexible)
+    return struct.pack(">i", len(head) + len(body)) + head + bytes(body)
+
+
+def encode_response_body(api_key: int, version: int, response: ApiMessage) -> bytes:
+    return bytes(response.encode(version=version))

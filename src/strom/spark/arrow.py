@@ -1,0 +1,98 @@
+"""Fetched messages to Arrow record batches, and Arrow columns back to produce calls.
+
+Spark's Python data source accepts ``pyarrow.RecordBatch`` from ``read()``; building
+columns in bulk is 3-5x faster than yielding one tuple per row (measured in the spike).
+The batch schema must *equal* the Spark schema converted with
+``to_arrow_schema(..., timezone="UTC")``, so every column is built with the exact type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+HEADER_TYPE = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+
+
+def source_schema(include_headers: bool) -> StructType:
+    """The row schema of Spark's Kafka source, built by hand (DDL parsing fails on workers)."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        fields.append(StructField("headers", ArrayType(HEADER_TYPE)))
+    return StructType(fields)
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(source_schema(include_headers), timezone="UTC")
+
+
+_TS_TYPE = pa.timestamp("us", tz="UTC")
+_HEADER_ARROW = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+
+def _constant_string(value: str, n: int) -> pa.Array:
+    """A string column holding one value n times, built from buffers instead of n objects."""
+    raw = value.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
+
+
+def messages_to_batch(
+    msgs: list[Any], topic: str, partition: int, schema: pa.Schema, include_headers: bool
+) -> pa.RecordBatch:
+    """Convert confluent-kafka messages of one partition into a RecordBatch of ``schema``.
+
+    librdkafka reports timestamp types 0 (none), 1 (create), 2 (log append); Kafka and
+    Spark number them -1, 0, 1, so the column is ``type - 1``.
+    """
+    n = len(msgs)
+    ts_pairs = [m.timestamp() for m in msgs]
+    ts_arr = np.fromiter((t[1] for t in ts_pairs), dtype=np.int64, count=n)
+    ts_type = np.fromiter((t[0] for t in ts_pairs), dtype=np.int32, count=n) - 1
+    ts_arr = np.where(ts_arr < 0, 0, ts_arr) * 1000
+    columns: list[pa.Array] = [
+        pa.array([m.key() for m in msgs], type=pa.binary()),
+        pa.array([m.value() for m in msgs], type=pa.binary()),
+        _constant_string(topic, n),
+        pa.array(np.full(n, partition, dtype=np.int32)),
+        pa.array(np.fromiter((m.offset() for m in msgs), dtype=np.int64, count=n)),
+        pa.array(ts_arr, type=pa.int64()).view(_TS_TYPE),
+        pa.array(ts_type),
+    ]
+    if include_headers:
+        hdrs = []
+        for m in msgs:
+            h = m.headers()
+            hdrs.append([{"key": k, "value": v} for k, v in h] if h else [])
+        columns.append(pa.array(hdrs, type=_HEADER_ARROW))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def column_or_none(batch: pa.RecordBatch, name: str) -> list[Any] | None:
+    """A column as Python values, or None when the DataFrame has no such column."""
+    idx = batch.schema.get_field_index(name)
+    if idx < 0:
+        return None
+    return batch.column(idx).to_pylist()

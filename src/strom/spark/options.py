@@ -1,0 +1,308 @@
+"""Option parsing and validation for the `strom` Spark data source.
+
+Options mirror Spark's built-in Kafka source and sink, so a user moving from
+``format("kafka")`` keeps their option names. Everything is parsed once, on the
+driver, into small picklable dataclasses that travel to the executor tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+BOOTSTRAP = "kafka.bootstrap.servers"
+STRATEGIES = ("subscribe", "subscribepattern", "assign")
+
+# Kafka client options Spark's Kafka source refuses, with the reason it gives.
+_FORBIDDEN_SOURCE = {
+    "group.id": "user-specified consumer groups are not used to track offsets",
+    "auto.offset.reset": "use 'startingOffsets' instead; offsets are tracked by Spark's checkpoint",
+    "enable.auto.commit": "offsets are tracked by Spark's checkpoint, never committed to the broker",
+    "key.deserializer": "keys are always returned as binary; cast them in the query",
+    "value.deserializer": "values are always returned as binary; cast them in the query",
+    "interceptor.classes": "interceptors are not supported",
+}
+_FORBIDDEN_SINK = {
+    "key.serializer": "keys are written as binary or string; cast them in the query",
+    "value.serializer": "values are written as binary or string; cast them in the query",
+    "interceptor.classes": "interceptors are not supported",
+}
+
+# librdkafka spells some Java client settings differently or not at all.
+_CLIENT_RENAMES = {"isolation.level": "isolation.level"}
+# Java-only client settings that have no librdkafka meaning; dropped silently.
+_JAVA_ONLY = {"key.deserializer", "value.deserializer", "key.serializer", "value.serializer"}
+
+
+class StromOptionError(ValueError):
+    """An invalid or unsupported option; the message says which and why."""
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    """Spark passes options case-insensitively; normalise keys once."""
+    return {str(k).lower(): str(v) for k, v in options.items()}
+
+
+def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    low = raw.strip().lower()
+    if low in ("true", "1", "yes"):
+        return True
+    if low in ("false", "0", "no"):
+        return False
+    raise StromOptionError(f"Option '{name}' must be true or false, got {raw!r}")
+
+
+def _int(opts: Mapping[str, str], name: str, minimum: int = 1) -> int | None:
+    raw = opts.get(name.lower())
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise StromOptionError(f"Option '{name}' must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise StromOptionError(f"Option '{name}' must be >= {minimum}, got {value}")
+    return value
+
+
+def _duration_ms(opts: Mapping[str, str], name: str, default_ms: int) -> int:
+    """Parse Spark-style durations such as '15m', '30s', '500ms' or plain milliseconds."""
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default_ms
+    m = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|min|h|d)?\s*", raw.lower())
+    if not m:
+        raise StromOptionError(f"Option '{name}' must be a duration like '15m' or '30s', got {raw!r}")
+    scale = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+    return int(m.group(1)) * scale[m.group(2)]
+
+
+def client_config(opts: Mapping[str, str], forbidden: Mapping[str, str]) -> dict[str, str]:
+    """Collect ``kafka.*`` options into a librdkafka configuration, refusing forbidden keys."""
+    conf: dict[str, str] = {}
+    for key, value in opts.items():
+        if not key.startswith("kafka."):
+            continue
+        name = key[len("kafka.") :]
+        if name in forbidden:
+            raise StromOptionError(f"Kafka option '{name}' is not supported: {forbidden[name]}.")
+        if name in _JAVA_ONLY:
+            continue
+        conf[_CLIENT_RENAMES.get(name, name)] = value
+    for key in opts:
+        # Spark also refuses the bare (un-prefixed) forms, a frequent mistake.
+        if key in forbidden:
+            raise StromOptionError(f"Kafka option '{key}' is not supported: {forbidden[key]}.")
+    if "bootstrap.servers" not in conf:
+        raise StromOptionError(f"Option '{BOOTSTRAP}' must be specified.")
+    return conf
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Validated source options; picklable so read tasks receive them with the partition."""
+
+    client: dict[str, str]
+    strategy: str  # "subscribe" | "subscribepattern" | "assign"
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assign: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    starting: str = "latest"  # "earliest" | "latest" | JSON
+    ending: str = "latest"
+    starting_timestamp: int | None = None
+    starting_by_timestamp: str | None = None
+    ending_timestamp: int | None = None
+    ending_by_timestamp: str | None = None
+    timestamp_strategy: str = "error"
+    fail_on_data_loss: bool = True
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000
+    min_partitions: int | None = None
+    include_headers: bool = False
+    poll_timeout_ms: int = 120_000
+    fetch_batch: int = 10_000
+
+    @property
+    def read_committed(self) -> bool:
+        return self.client.get("isolation.level", "read_uncommitted") == "read_committed"
+
+    def consumer_config(self) -> dict[str, str | bool | int]:
+        """librdkafka consumer settings for assign()-only reading; no offsets are ever committed."""
+        conf: dict[str, Any] = {
+            "group.id": f"strom-spark-{uuid.uuid4().hex[:12]}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": True,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+            "max.partition.fetch.bytes": 16 * 1024 * 1024,
+            "queued.max.messages.kbytes": 256 * 1024,
+            "fetch.wait.max.ms": 100,
+            "topic.metadata.refresh.interval.ms": 30_000,
+        }
+        conf.update(self.client)
+        return conf
+
+
+def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    """Validate reader options the way Spark's Kafka source does and return them parsed."""
+    opts = _lower(raw)
+    client = client_config(opts, _FORBIDDEN_SOURCE)
+
+    given = [s for s in STRATEGIES if s in opts]
+    if len(given) != 1:
+        raise StromOptionError(
+            "Exactly one of the options 'subscribe', 'subscribePattern' or 'assign' must be "
+            f"specified, got {len(given)}."
+        )
+    strategy = given[0]
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assign: dict[str, tuple[int, ...]] = {}
+    if strategy == "subscribe":
+        topics = tuple(t.strip() for t in opts["subscribe"].split(",") if t.strip())
+        if not topics:
+            raise StromOptionError("No topics to subscribe to in option 'subscribe'.")
+    elif strategy == "subscribepattern":
+        pattern = opts["subscribepattern"].strip()
+        if not pattern:
+            raise StromOptionError("Pattern to subscribe is empty in option 'subscribePattern'.")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise StromOptionError(f"Option 'subscribePattern' is not a valid regex: {exc}") from None
+    else:
+        assign = _parse_assign(opts["assign"])
+
+    default_start = "latest" if streaming else "earliest"
+    starting = opts.get("startingoffsets", default_start).strip()
+    ending = opts.get("endingoffsets", "latest").strip()
+    if streaming:
+        for name in ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp"):
+            if name in opts:
+                raise StromOptionError(f"Option '{name}' is not supported for streaming queries.")
+    else:
+        if starting.lower() == "latest":
+            raise StromOptionError("Option 'startingOffsets' can't be 'latest' for batch queries.")
+        if ending.lower() == "earliest":
+            raise StromOptionError("Option 'endingOffsets' can't be 'earliest' for batch queries.")
+        _check_offsets_json(starting, "startingOffsets", forbid=-1)
+        _check_offsets_json(ending, "endingOffsets", forbid=-2)
+    if streaming:
+        _check_offsets_json(starting, "startingOffsets", forbid=None)
+
+    strategy_ts = opts.get("startingoffsetsbytimestampstrategy", "error").lower()
+    if strategy_ts not in ("error", "latest"):
+        raise StromOptionError("Option 'startingOffsetsByTimestampStrategy' must be 'error' or 'latest'.")
+
+    return SourceOptions(
+        client=client,
+        strategy=strategy,
+        topics=topics,
+        pattern=pattern,
+        assign=assign,
+        starting=starting,
+        ending=ending,
+        starting_timestamp=_int(opts, "startingTimestamp", minimum=0),
+        starting_by_timestamp=opts.get("startingoffsetsbytimestamp"),
+        ending_timestamp=_int(opts, "endingTimestamp", minimum=0),
+        ending_by_timestamp=opts.get("endingoffsetsbytimestamp"),
+        timestamp_strategy=strategy_ts,
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger"),
+        min_offsets_per_trigger=_int(opts, "minOffsetsPerTrigger"),
+        max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", 15 * 60_000),
+        min_partitions=_int(opts, "minPartitions"),
+        include_headers=_bool(opts, "includeHeaders", False),
+        poll_timeout_ms=_int(opts, "kafkaConsumer.pollTimeoutMs") or 120_000,
+    )
+
+
+def _parse_assign(text: str) -> dict[str, tuple[int, ...]]:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict) or not data:
+        raise StromOptionError(
+            'Option \'assign\' must be JSON like {"topicA":[0,1],"topicB":[2,4]}, got ' + repr(text)
+        )
+    out: dict[str, tuple[int, ...]] = {}
+    for topic, parts in data.items():
+        if not isinstance(parts, list) or not all(isinstance(p, int) and p >= 0 for p in parts):
+            raise StromOptionError(f"Option 'assign': partitions of topic {topic!r} must be a list of ints.")
+        out[str(topic)] = tuple(sorted(set(parts)))
+    return out
+
+
+def _check_offsets_json(text: str, name: str, forbid: int | None) -> None:
+    if text.lower() in ("earliest", "latest"):
+        return
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict):
+        raise StromOptionError(
+            f"Option '{name}' must be 'earliest', 'latest' or JSON like "
+            f'{{"topicA":{{"0":23,"1":-1}}}}, got {text!r}'
+        )
+    for topic, parts in data.items():
+        if not isinstance(parts, dict):
+            raise StromOptionError(f"Option '{name}': offsets of topic {topic!r} must be an object.")
+        for part, off in parts.items():
+            if not str(part).lstrip("-").isdigit() or not isinstance(off, int) or off < -2:
+                raise StromOptionError(f"Option '{name}': bad entry {topic}/{part} = {off!r}.")
+            if forbid is not None and off == forbid:
+                word = "latest (-1)" if forbid == -1 else "earliest (-2)"
+                raise StromOptionError(f"Option '{name}' can't use {word} for batch queries ({topic}/{part}).")
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Validated sink options; picklable so write tasks receive them."""
+
+    client: dict[str, str]
+    topic: str | None
+    delivery: str = "at-least-once"
+
+    def producer_config(self) -> dict[str, Any]:
+        """Idempotent producer by default: a retried request inside a task cannot duplicate."""
+        conf: dict[str, Any] = {
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "compression.type": "none",
+            "queue.buffering.max.kbytes": 256 * 1024,
+            "queue.buffering.max.messages": 500_000,
+            "delivery.report.only.error": True,
+        }
+        conf.update(self.client)
+        return conf
+
+
+def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
+    """Validate writer options the way Spark's Kafka sink does."""
+    opts = _lower(raw)
+    client = client_config(opts, _FORBIDDEN_SINK)
+    topic = opts.get("topic")
+    if topic is not None and not topic.strip():
+        raise StromOptionError("Option 'topic' must not be empty.")
+    delivery = opts.get("delivery", "at-least-once").lower()
+    if delivery not in ("at-least-once", "exactly-once"):
+        raise StromOptionError("Option 'delivery' must be 'at-least-once' or 'exactly-once'.")
+    if "transactional.id" in client:
+        raise StromOptionError(
+            "Option 'kafka.transactional.id' is not supported yet: the transactional "
+            "exactly-once sink arrives with broker transactions."
+        )
+    return SinkOptions(client=client, topic=topic.strip() if topic else None, delivery=delivery)

@@ -1,0 +1,327 @@
+"""The `strom` data source: batch reader, streaming reader and the shared read path.
+
+Where the code runs (see docs/spark.md): offset planning (``initialOffset``,
+``latestOffset``, ``partitions``) runs on the driver; ``read()`` runs in executor tasks,
+one or more per topic-partition range, so data never funnels through the driver.
+Readers are pickled to the tasks, so clients are created lazily and cached per Python
+worker process (Spark reuses workers across tasks and micro-batches).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from strom.spark.arrow import arrow_schema, messages_to_batch, source_schema
+from strom.spark.offsets import (
+    OffsetResolver,
+    PartitionOffsets,
+    from_json,
+    rate_limit,
+    report_data_loss,
+    split_ranges,
+    to_json,
+)
+from strom.spark.options import SourceOptions, StromOptionError, parse_sink_options, parse_source_options
+
+log = logging.getLogger("strom.spark")
+
+
+class OffsetRange(InputPartition):
+    """One Spark task: offsets [start, end) of one topic-partition."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+
+# ---------------------------------------------------------------------------------------
+# Read path (executor side)
+# ---------------------------------------------------------------------------------------
+
+_CONSUMERS: dict[tuple[tuple[str, str], ...], Any] = {}
+
+
+def _consumer(opts: SourceOptions) -> Any:
+    """A consumer per distinct configuration, reused by later tasks in this Python worker."""
+    from confluent_kafka import Consumer
+
+    conf = opts.consumer_config()
+    conf["group.id"] = "strom-spark-reader"  # never joined or committed; librdkafka insists on one
+    key = tuple(sorted((k, str(v)) for k, v in conf.items()))
+    consumer = _CONSUMERS.get(key)
+    if consumer is None:
+        consumer = Consumer(conf)
+        _CONSUMERS[key] = consumer
+    return consumer
+
+
+def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """Yield exactly the records with offsets in [start, end) of one partition.
+
+    librdkafka may deliver records before ``start`` (a compressed batch is fetched whole)
+    and offsets may have gaps (compaction, transaction markers), so offsets are filtered
+    explicitly and the end is detected by offset *or* by reaching the partition end.
+    """
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    topic, part, start, end = rng.topic, rng.partition, rng.start, rng.end
+    if end <= start:
+        return
+    schema = arrow_schema(opts.include_headers)
+    consumer = _consumer(opts)
+    tp = TopicPartition(topic, part)
+    try:
+        low, high = consumer.get_watermark_offsets(tp, timeout=15, cached=False)
+    except KafkaException as exc:
+        if exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION):
+            report_data_loss(opts.fail_on_data_loss, f"Topic-partition {topic}-{part} no longer exists.")
+            return
+        raise
+    if low > start:
+        report_data_loss(
+            opts.fail_on_data_loss,
+            f"Cannot fetch offset {start} of {topic}-{part}: the earliest available offset is {low}.",
+        )
+        start = low
+        if start >= end:
+            return
+    consumer.assign([TopicPartition(topic, part, start)])
+    try:
+        nxt = start
+        deadline = time.monotonic() + opts.poll_timeout_ms / 1000
+        while nxt < end:
+            msgs = consumer.consume(opts.fetch_batch, timeout=0.5)
+            good = []
+            eof = False
+            for m in msgs:
+                err = m.error()
+                if err is not None:
+                    if m.topic() != topic or m.partition() != part:
+                        continue
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        eof = True
+                        continue
+                    if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
+                        low, _ = consumer.get_watermark_offsets(tp, timeout=15, cached=False)
+                        report_data_loss(
+                            opts.fail_on_data_loss,
+                            f"Offset {nxt} of {topic}-{part} went out of range while reading; "
+                            f"the earliest available offset is now {low}.",
+                        )
+                        nxt = max(nxt, low)
+                        consumer.assign([TopicPartition(topic, part, nxt)])
+                        break
+                    if err.fatal() or not err.retriable():
+                        raise KafkaException(err)
+                    continue
+                off = m.offset()
+                if off < nxt or off >= end or m.partition() != part or m.topic() != topic:
+                    continue
+                good.append(m)
+            if good:
+                nxt = good[-1].offset() + 1
+                deadline = time.monotonic() + opts.poll_timeout_ms / 1000
+                yield messages_to_batch(good, topic, part, schema, opts.include_headers)
+            if nxt >= end:
+                break
+            if eof:
+                # Everything up to the partition end has been seen; if that end is at or past
+                # our range end, the missing offsets are gaps (compaction, control records).
+                _, high = consumer.get_watermark_offsets(tp, timeout=15, cached=False)
+                if high >= end:
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"Timed out reading {topic}-{part} offsets [{nxt}, {end}) after "
+                    f"{opts.poll_timeout_ms} ms (option kafkaConsumer.pollTimeoutMs)."
+                )
+    finally:
+        consumer.unassign()
+
+
+# ---------------------------------------------------------------------------------------
+# Batch reader
+# ---------------------------------------------------------------------------------------
+
+
+def _plan(opts: SourceOptions, start: PartitionOffsets, end: PartitionOffsets) -> list[OffsetRange]:
+    ranges = []
+    for tp, stop in sorted(end.items()):
+        begin = start.get(tp, 0)
+        if stop > begin:
+            ranges.append((tp[0], tp[1], begin, stop))
+    return [OffsetRange(*r) for r in split_ranges(ranges, opts.min_partitions)]
+
+
+class StromBatchReader(DataSourceReader):
+    """``spark.read.format("strom")``: offsets are resolved once at planning time."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        resolver = OffsetResolver(self.options)
+        try:
+            tps = resolver.discover()
+            start = resolver.resolve(tps, ending=False)
+            end = resolver.resolve(tps, ending=True)
+        finally:
+            resolver.close()
+        for tp in tps:
+            if end[tp] < start[tp]:
+                raise StromOptionError(
+                    f"Ending offset {end[tp]} of {tp[0]}-{tp[1]} is before its starting offset {start[tp]}."
+                )
+        return list(_plan(self.options, start, end))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, OffsetRange)
+        yield from read_range(self.options, partition)
+
+
+# ---------------------------------------------------------------------------------------
+# Streaming reader
+# ---------------------------------------------------------------------------------------
+
+
+class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("strom")`` with admission control and Trigger.AvailableNow.
+
+    The instance Spark keeps on the driver lives for the whole query run, so it holds the
+    metadata client and the trigger-delay clock. Progress lives only in Spark's checkpoint.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.resolver = OffsetResolver(options)
+        self._target: PartitionOffsets | None = None
+        self._latest: PartitionOffsets | None = None
+        self._last_trigger = time.monotonic()
+
+    def initialOffset(self) -> dict:
+        tps = self.resolver.discover()
+        return to_json(self.resolver.resolve(tps, ending=False))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self.resolver.latest(self.resolver.discover())
+
+    def _current_latest(self, start: PartitionOffsets) -> PartitionOffsets:
+        if self._target is not None:
+            latest = dict(self._target)
+            for tp, off in start.items():
+                latest.setdefault(tp, off)
+            return latest
+        tps = self.resolver.discover()
+        latest = self.resolver.latest(tps)
+        for tp in sorted(set(start) - set(latest)):
+            report_data_loss(self.options.fail_on_data_loss, f"Topic-partition {tp[0]}-{tp[1]} vanished.")
+        for tp, off in sorted(latest.items()):
+            if off < start.get(tp, 0):
+                report_data_loss(
+                    self.options.fail_on_data_loss,
+                    f"Offsets of {tp[0]}-{tp[1]} went backwards from {start[tp]} to {off} "
+                    "(was the topic deleted and recreated?).",
+                )
+        return latest
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = from_json(start)
+        latest = self._current_latest(begin)
+        self._latest = latest
+        if isinstance(limit, ReadAllAvailable):
+            return to_json(latest)
+        opts = self.options
+        if opts.min_offsets_per_trigger and self._target is None:
+            lag = sum(max(0, off - begin.get(tp, 0)) for tp, off in latest.items())
+            waited_ms = (time.monotonic() - self._last_trigger) * 1000
+            if lag < opts.min_offsets_per_trigger and waited_ms < opts.max_trigger_delay_ms:
+                return start
+        self._last_trigger = time.monotonic()
+        if isinstance(limit, ReadMaxRows):
+            return to_json(rate_limit(begin, latest, limit.max_rows))
+        return to_json(latest)
+
+    def reportLatestOffset(self) -> dict | None:
+        return to_json(self._latest) if self._latest is not None else None
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return list(_plan(self.options, from_json(start), from_json(end)))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, OffsetRange)
+        yield from read_range(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: progress is Spark's checkpoint, not broker-side group offsets."""
+
+    def stop(self) -> None:
+        self.resolver.close()
+
+
+# ---------------------------------------------------------------------------------------
+# The data source
+# ---------------------------------------------------------------------------------------
+
+
+class StromDataSource(DataSource):
+    """Format ``strom``: Spark's Kafka source and sink semantics over Strom topics."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "strom"
+
+    def schema(self) -> StructType:
+        raw = {str(k).lower(): str(v) for k, v in self.options.items()}
+        return source_schema(raw.get("includeheaders", "false").strip().lower() == "true")
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return StromBatchReader(parse_source_options(self.options, streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return StromStreamReader(parse_source_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from strom.spark.sink import StromBatchWriter
+
+        if overwrite:
+            raise StromOptionError(
+                "Save mode 'overwrite' is not supported by the strom sink: a topic is an append-only "
+                "log. Use mode('append'), or delete and recreate the topic first."
+            )
+        return StromBatchWriter(parse_sink_options(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from strom.spark.sink import StromStreamWriter
+
+        return StromStreamWriter(parse_sink_options(self.options), schema)

@@ -1,0 +1,488 @@
+"""LogSegment: one ``.log`` file plus its sparse ``.index`` and ``.timeindex``.
+
+Files are named after the segment's base offset (the offset of its first batch),
+zero-padded to 20 digits, e.g. ``00000000000000170410.log``.  Finding an offset
+means: pick the segment by base offset (done by the Log), look up the greatest
+index entry <= the offset, then scan batch headers forward from that position.
+Batches are appended and served whole, never decoded.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from kafka.errors import CorruptRecordError, KafkaStorageError
+
+from strom.protocol.record_batch import (
+    HEADER,
+    HEADER_SIZE,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    MIN_BATCH_LENGTH,
+    Buffer,
+    RecordBatchHeader,
+    compute_crc,
+    decode_records,
+)
+from strom.storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
+from strom.storage.log_config import INT_MAX, LogConfig
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+
+_SCAN_CHUNK = 16 * 1024
+_RECOVERY_WINDOW = 1024 * 1024
+try:
+    _IOV_MAX = max(16, os.sysconf("SC_IOV_MAX"))
+except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+    _IOV_MAX = 1024
+
+
+def filename_prefix(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+def segment_path(directory: str, base_offset: int, suffix: str) -> str:
+    return os.path.join(directory, filename_prefix(base_offset) + suffix)
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlice:
+    """A byte range of an open segment file, ready for ``os.sendfile``/``loop.sendfile``.
+
+    Holds the file object (not a bare fd) so a slice of a since-closed segment
+    fails loudly instead of reading whatever file reused the descriptor.
+    """
+
+    file: io.FileIO
+    position: int
+    size: int
+
+    def fileno(self) -> int:
+        return self.file.fileno()
+
+    def read(self) -> bytes:
+        """pread the range (copying); for tests, tools and non-sendfile transports."""
+        fd = self.file.fileno()
+        parts: list[bytes] = []
+        done = 0
+        while done < self.size:
+            chunk = os.pread(fd, self.size - done, self.position + done)
+            if not chunk:
+                raise KafkaStorageError(f"unexpected end of segment file at {self.position + done}")
+            parts.append(chunk)
+            done += len(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+class LogSegment:
+    """An append-only file of whole record batches with offset and time indexes."""
+
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        config: LogConfig,
+        now_ms: int | None = None,
+        active: bool = True,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = config.index_interval_bytes
+        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX)
+        fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._file = io.FileIO(fd, "r+", closefd=True)
+        self._fd = fd
+        self._size = os.fstat(fd).st_size
+        max_index = config.segment_index_bytes
+        self.offset_index = OffsetIndex(
+            segment_path(directory, base_offset, INDEX_SUFFIX), base_offset, max_index, writable=active
+        )
+        self.time_index = TimeIndex(
+            segment_path(directory, base_offset, TIME_INDEX_SUFFIX), base_offset, max_index, writable=active
+        )
+        self.created_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        self._bytes_since_last_index_entry = 0
+        ts, off = self.time_index.last_entry
+        self._max_timestamp_so_far = ts
+        self._offset_of_max_timestamp = off
+        self._rolling_based_timestamp: int | None = None
+        self._next_offset: int | None = base_offset if self._size == 0 else None
+        self.deleted = False
+
+    # -- basic properties --------------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def file(self) -> io.FileIO:
+        return self._file
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base={self.base_offset}, size={self._size})"
+
+    @property
+    def max_timestamp_so_far(self) -> int:
+        return self._max_timestamp_so_far
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        return self._offset_of_max_timestamp
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Largest batch timestamp, falling back to file mtime (Kafka) when no batch has one."""
+        if self._max_timestamp_so_far >= 0:
+            return self._max_timestamp_so_far
+        return self.last_modified_ms
+
+    @property
+    def last_modified_ms(self) -> int:
+        return int(os.fstat(self._fd).st_mtime * 1000)
+
+    def next_offset(self) -> int:
+        """Offset the next appended batch would get (= base offset when empty)."""
+        if self._next_offset is None:
+            last_offset, pos = self.offset_index.last_entry
+            nxt = last_offset + 1 if self.offset_index.entries else self.base_offset
+            for header in self._scan(pos):
+                nxt = max(nxt, header.next_offset)
+            self._next_offset = nxt
+        return self._next_offset
+
+    def can_convert_to_relative(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= INT_MAX
+
+    # -- rolling -----------------------------------------------------------------------------------
+
+    def _first_batch_timestamp(self) -> int | None:
+        if self._rolling_based_timestamp is None and self._size >= HEADER_SIZE:
+            header = RecordBatchHeader(0, HEADER.unpack_from(os.pread(self._fd, HEADER_SIZE, 0)))
+            self._rolling_based_timestamp = header.max_timestamp
+        return self._rolling_based_timestamp
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        """Kafka's rule: age measured from the first batch's timestamp if it has one, else creation."""
+        first = self._first_batch_timestamp()
+        if first is not None and first >= 0 and message_timestamp >= 0:
+            return message_timestamp - first
+        return now_ms - self.created_ms
+
+    def should_roll(
+        self, config: LogConfig, incoming_bytes: int, max_timestamp: int, max_offset: int, now_ms: int
+    ) -> str | None:
+        """Return why the segment must roll before this append (for logging), or None."""
+        if self._size > 0 and self._size > config.segment_bytes - incoming_bytes:
+            return "segment.bytes"
+        if self._size > 0 and self.time_waited_for_roll(now_ms, max_timestamp) > (
+            config.segment_ms - config.segment_jitter_ms
+        ):
+            return "segment.ms"
+        if self.offset_index.is_full():
+            return "offset index full"
+        if self.time_index.is_full():
+            return "time index full"
+        if not self.can_convert_to_relative(max_offset):
+            return "relative offset overflow"
+        return None
+
+    # -- append ------------------------------------------------------------------------------------
+
+    def append(self, buffers: Sequence[Buffer], batches: Sequence[tuple[int, int, int]]) -> None:
+        """Write ``buffers`` (whole batches, possibly split header/body) at the end of the file.
+
+        ``batches`` describes the written batches as (last_offset, max_timestamp, size)
+        so index entries can be added without re-parsing.  Bytes are written once,
+        straight from the caller's buffers (pwritev), never concatenated.
+        """
+        start = self._size
+        pos = start
+        try:
+            for i in range(0, len(buffers), _IOV_MAX):
+                group = list(buffers[i : i + _IOV_MAX])
+                want = sum(len(b) for b in group)
+                written = os.pwritev(self._fd, group, pos)
+                if written != want:  # rare: partial write, finish it piece by piece
+                    self._finish_partial_write(group, written, pos)
+                pos += want
+        except OSError as exc:
+            try:
+                os.ftruncate(self._fd, start)
+            except OSError:
+                pass
+            raise KafkaStorageError(f"error appending to {self.log_path}: {exc}") from exc
+        pos = start
+        for last_offset, max_timestamp, size in batches:
+            if max_timestamp > self._max_timestamp_so_far:
+                self._max_timestamp_so_far = max_timestamp
+                self._offset_of_max_timestamp = last_offset
+            if self._bytes_since_last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(last_offset, pos)
+                self.time_index.maybe_append(self._max_timestamp_so_far, self._offset_of_max_timestamp)
+                self._bytes_since_last_index_entry = 0
+            pos += size
+            self._bytes_since_last_index_entry += size
+        if self._rolling_based_timestamp is None and start == 0 and batches:
+            self._rolling_based_timestamp = batches[0][1]
+        self._size = pos
+        if batches:
+            self._next_offset = batches[-1][0] + 1
+
+    def _finish_partial_write(self, group: list[Buffer], written: int, pos: int) -> None:
+        skip = written
+        for buf in group:
+            view = memoryview(buf)
+            if skip >= len(view):
+                skip -= len(view)
+                continue
+            view = view[skip:]
+            at = pos + written
+            skip = 0
+            while len(view):
+                n = os.pwrite(self._fd, view, at)
+                view = view[n:]
+                at += n
+                written += n
+
+    def append_records(self, records: Buffer) -> None:
+        """Append already-offset-assigned batches from one buffer (followers, tools, tests)."""
+        from strom.protocol.record_batch import iter_batches
+
+        view = memoryview(records)
+        batches = [(h.last_offset, h.max_timestamp, h.size) for h in iter_batches(view)]
+        self.append([view], batches)
+
+    # -- scanning and lookup -----------------------------------------------------------------------
+
+    def _scan(self, start: int, end: int | None = None) -> Iterator[RecordBatchHeader]:
+        """Yield batch headers from file position ``start`` using chunked preads (no payload reads)."""
+        limit = self._size if end is None else min(end, self._size)
+        fd = self._fd
+        buf = b""
+        buf_start = start
+        pos = start
+        while pos + HEADER_SIZE <= limit:
+            off = pos - buf_start
+            if off < 0 or off + HEADER_SIZE > len(buf):
+                buf = os.pread(fd, max(HEADER_SIZE, min(_SCAN_CHUNK, limit - pos)), pos)
+                buf_start = pos
+                off = 0
+                if len(buf) < HEADER_SIZE:
+                    return
+            header = RecordBatchHeader(pos, HEADER.unpack_from(buf, off))
+            if header.batch_length < MIN_BATCH_LENGTH or header.magic != MAGIC_V2:
+                raise CorruptRecordError(f"corrupt batch header at position {pos} of {self.log_path}")
+            yield header
+            pos = header.end
+
+    def translate_offset(self, offset: int, starting_position: int = 0) -> RecordBatchHeader | None:
+        """Header (with file position) of the first batch whose last offset is >= ``offset``."""
+        _, pos = self.offset_index.lookup(offset)
+        for header in self._scan(max(pos, starting_position)):
+            if header.last_offset >= offset:
+                return header
+        return None
+
+    def read(
+        self,
+        start_offset: int,
+        max_size: int,
+        max_position: int | None = None,
+        min_one_message: bool = True,
+    ) -> tuple[FileSlice, RecordBatchHeader] | None:
+        """Whole batches from the one containing ``start_offset``, ending at or before ``max_position``.
+
+        At most ``max_size`` bytes, except that with ``min_one_message`` the first batch
+        is returned whole even if larger.  Returns the slice and the first batch header.
+        """
+        first = self.translate_offset(start_offset)
+        if first is None:
+            return None
+        limit_pos = self._size if max_position is None else min(max_position, self._size)
+        start = first.position
+        if start >= limit_pos:
+            return None
+        limit = min(limit_pos, start + max(0, max_size))
+        if first.end > limit:
+            if min_one_message and first.end <= limit_pos:
+                return FileSlice(self._file, start, first.size), first
+            return None
+        if limit == limit_pos:
+            end = limit_pos
+        else:
+            _, index_pos = self.offset_index.lookup_by_position(limit)
+            end = max(index_pos, first.end)
+            for header in self._scan(end, limit_pos):
+                if header.end > limit:
+                    break
+                end = header.end
+        return FileSlice(self._file, start, end - start), first
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int = 0) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at/after ``start_offset`` with timestamp >= target."""
+        if self._max_timestamp_so_far < timestamp and self._max_timestamp_so_far >= 0:
+            return None
+        # Strictly-lower entry: everything up to its offset is older than the target.
+        _, index_offset = self.time_index.lookup(timestamp - 1)
+        _, pos = self.offset_index.lookup(max(index_offset, start_offset))
+        for header in self._scan(pos):
+            if header.last_offset < start_offset or header.max_timestamp < timestamp:
+                continue
+            if header.timestamp_type == LOG_APPEND_TIME:
+                return max(header.base_offset, start_offset), header.max_timestamp
+            data = os.pread(self._fd, header.size, header.position)
+            for record in decode_records(data):
+                if record.offset >= start_offset and record.timestamp >= timestamp:
+                    return record.offset, record.timestamp
+        return None
+
+    # -- recovery ----------------------------------------------------------------------------------
+
+    def recover(self) -> int:
+        """Validate every batch (length, magic, CRC, offsets), rebuild both indexes, cut a bad tail.
+
+        Returns the number of bytes truncated.  Called for segments past the recovery
+        point after an unclean shutdown and for segments with a missing/corrupt index.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._max_timestamp_so_far = NO_TIMESTAMP
+        self._offset_of_max_timestamp = self.base_offset
+        self._bytes_since_last_index_entry = 0
+        self._rolling_based_timestamp = None
+        file_size = os.fstat(self._fd).st_size
+        fd = self._fd
+        pos = 0
+        next_offset = self.base_offset
+        window = b""
+        window_start = 0
+        while pos + LOG_OVERHEAD <= file_size:
+            off = pos - window_start
+            if off + HEADER_SIZE > len(window):
+                window = os.pread(fd, min(_RECOVERY_WINDOW, file_size - pos), pos)
+                window_start = pos
+                off = 0
+            if len(window) - off < HEADER_SIZE:
+                break
+            header = RecordBatchHeader(pos, HEADER.unpack_from(window, off))
+            size = header.size
+            if (
+                header.magic != MAGIC_V2
+                or header.batch_length < MIN_BATCH_LENGTH
+                or pos + size > file_size
+                or header.base_offset < next_offset
+                or header.last_offset_delta < 0
+                or not self.can_convert_to_relative(header.last_offset)
+            ):
+                break
+            if off + size <= len(window):
+                crc_ok = compute_crc(memoryview(window), off, size) == header.crc
+            else:
+                data = os.pread(fd, size, pos)
+                crc_ok = len(data) == size and compute_crc(data, 0, size) == header.crc
+            if not crc_ok:
+                break
+            if header.max_timestamp > self._max_timestamp_so_far:
+                self._max_timestamp_so_far = header.max_timestamp
+                self._offset_of_max_timestamp = header.last_offset
+            if self._bytes_since_last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(header.last_offset, pos)
+                self.time_index.maybe_append(
+                    self._max_timestamp_so_far, self._offset_of_max_timestamp, skip_full_check=True
+                )
+                self._bytes_since_last_index_entry = 0
+            if self._rolling_based_timestamp is None:
+                self._rolling_based_timestamp = header.max_timestamp
+            self._bytes_since_last_index_entry += size
+            next_offset = header.next_offset
+            pos += size
+        truncated = file_size - pos
+        if truncated:
+            os.ftruncate(fd, pos)
+        self._size = pos
+        self._next_offset = next_offset
+        return truncated
+
+    def sanity_check(self) -> None:
+        """Cheap index checks at load; raises CorruptIndexError so the loader rebuilds."""
+        self.offset_index.sanity_check(self._size)
+        self.time_index.sanity_check()
+
+    # -- truncation, lifecycle ---------------------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove batches whose base offset is >= the batch containing ``offset``; return bytes removed."""
+        header = self.translate_offset(offset)
+        if header is None:
+            return 0
+        pos = header.position
+        self.offset_index.truncate_to_position(pos)
+        self.time_index.truncate_to(header.base_offset)
+        removed = self._size - pos
+        os.ftruncate(self._fd, pos)
+        self._size = pos
+        self._next_offset = header.base_offset
+        ts, off = self.time_index.last_entry
+        self._max_timestamp_so_far, self._offset_of_max_timestamp = ts, off
+        self._bytes_since_last_index_entry = 0
+        if pos == 0:
+            self._rolling_based_timestamp = None
+            self.created_ms = int(time.time() * 1000)
+        return removed
+
+    def on_become_inactive(self) -> None:
+        """Called at roll/close: record the final max timestamp and trim preallocated indexes."""
+        if self._max_timestamp_so_far >= 0:
+            self.time_index.maybe_append(
+                self._max_timestamp_so_far, self._offset_of_max_timestamp, skip_full_check=True
+            )
+        self.offset_index.trim_to_valid_size()
+        self.time_index.trim_to_valid_size()
+
+    def make_active(self) -> None:
+        """Preallocate indexes again when a loaded segment becomes the active one."""
+        self.offset_index.resize(self.offset_index.max_index_size)
+        self.time_index.resize(self.time_index.max_index_size)
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        if self._file.closed:
+            return
+        if not self.deleted:
+            self.on_become_inactive()
+        self.offset_index.close()
+        self.time_index.close()
+        self._file.close()
+
+    def change_suffix(self, new_suffix: str) -> None:
+        """Rename all three files with an extra suffix (``.deleted``); open handles stay valid."""
+        new_log_path = segment_path(self.directory, self.base_offset, LOG_SUFFIX + new_suffix)
+        os.replace(self.log_path, new_log_path)
+        self.log_path = new_log_path
+        self.offset_index.rename(segment_path(self.directory, self.base_offset, INDEX_SUFFIX + new_suffix))
+        self.time_index.rename(segment_path(self.directory, self.base_offset, TIME_INDEX_SUFFIX + new_suffix))
+
+    def delete_files(self) -> None:
+        """Close and unlink; in-flight sendfiles on the old handle fail with EBADF."""
+        self.deleted = True
+        if not self._file.closed:
+            self._file.close()
+        self.offset_index.delete()
+        self.time_index.delete()
+        try:
+            os.unlink(self.log_path)
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,35 @@
+"""Shared fixtures: real broker subprocesses on loopback."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.support.broker import BrokerProcess
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker per test module (start-up is cheap, but isolation between modules matters)."""
+    b = BrokerProcess(tmp_path_factory.mktemp("broker"))
+    b.start()
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture
+def broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., BrokerProcess]]:
+    """Start brokers with custom config overrides: `broker_factory(**{"log.segment.bytes": 4096})`."""
+    started: list[BrokerProcess] = []
+
+    def make(overrides: dict[str, object] | None = None, start: bool = True) -> BrokerProcess:
+        b = BrokerProcess(tmp_path_factory.mktemp("broker"), overrides)
+        started.append(b)
+        return b.start() if start else b
+
+    yield make
+    for b in started:
+        b.close()

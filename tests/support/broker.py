@@ -1,0 +1,100 @@
+"""Runs a real Strom broker as a subprocess on a free loopback port for tests and benchmarks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BrokerProcess:
+    """One broker process. Cleans up by pid; never by name."""
+
+    def __init__(self, data_dir: str | os.PathLike[str] | None = None, overrides: dict[str, object] | None = None,
+                 port: int | None = None) -> None:
+        self._owned_tmp = None
+        if data_dir is None:
+            self._owned_tmp = tempfile.TemporaryDirectory(prefix="strom-test-")
+            data_dir = self._owned_tmp.name
+        self.data_dir = str(Path(data_dir) / "data")
+        self.log_path = Path(data_dir) / "broker.log"
+        self.port = port or free_port()
+        self.overrides = dict(overrides or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
+        opts = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}", "log.dirs": self.data_dir,
+                "group.initial.rebalance.delay.ms": 0, **self.overrides}
+        cmd = [sys.executable, "-m", "strom.broker.main"]
+        for k, v in opts.items():
+            cmd += ["--override", f"{k}={v}"]
+        logf = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
+        self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT)
+        logf.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.kill9()
+        raise RuntimeError(f"broker did not listen within {timeout}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return self.kill9()
+
+    def kill9(self) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        return self.proc.wait(10)
+
+    def restart(self) -> BrokerProcess:
+        self.stop()
+        return self.start()
+
+    def close(self) -> None:
+        self.stop()
+        if self._owned_tmp is not None:
+            self._owned_tmp.cleanup()
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
