@@ -33,3 +33,14 @@ def broker_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callabl
     yield make
     for b in started:
         b.close()
+
+
+@pytest.fixture(scope="session")
+def hostile_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker shared by fuzz examples (hypothesis re-runs the test body many times)."""
+    b = BrokerProcess(tmp_path_factory.mktemp("hostile"))
+    b.start()
+    try:
+        yield b
+    finally:
+        b.close()

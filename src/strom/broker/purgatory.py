@@ -224,6 +224,7 @@ class TimerDriver:
         self._handle_ms: int | None = None
         self._saved_executor: Callable[[Callable[[], None]], object] | None = None
         self._running = False
+        self._advancing = False
 
     def start(self) -> None:
         if self._running:
@@ -257,6 +258,8 @@ class TimerDriver:
         self._handle_ms = None
 
     def _on_schedule(self, expiration_ms: int) -> None:
+        if self._advancing:
+            return  # _fire re-arms once the whole advance is done
         if self._handle_ms is None or expiration_ms < self._handle_ms:
             self._arm(expiration_ms)
 
@@ -281,5 +284,9 @@ class TimerDriver:
             return
         # asyncio may run a handle up to its clock resolution early; the bucket we
         # armed for is due, so advance at least to its expiration.
-        self.timer.advance_clock(max(self.timer.clock(), target_ms))
+        self._advancing = True
+        try:
+            self.timer.advance_clock(max(self.timer.clock(), target_ms))
+        finally:
+            self._advancing = False
         self._reschedule()

@@ -8,9 +8,9 @@ The batch schema must *equal* the Spark schema converted with
 
 from __future__ import annotations
 
+from array import array
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from pyspark.sql.types import (
     ArrayType,
@@ -55,7 +55,7 @@ _HEADER_ARROW = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())
 def _constant_string(value: str, n: int) -> pa.Array:
     """A string column holding one value n times, built from buffers instead of n objects."""
     raw = value.encode()
-    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+    offsets = array("i", range(0, (n + 1) * len(raw), len(raw))) if raw else array("i", bytes(4 * (n + 1)))
     return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
 
 
@@ -69,17 +69,14 @@ def messages_to_batch(
     """
     n = len(msgs)
     ts_pairs = [m.timestamp() for m in msgs]
-    ts_arr = np.fromiter((t[1] for t in ts_pairs), dtype=np.int64, count=n)
-    ts_type = np.fromiter((t[0] for t in ts_pairs), dtype=np.int32, count=n) - 1
-    ts_arr = np.where(ts_arr < 0, 0, ts_arr) * 1000
     columns: list[pa.Array] = [
         pa.array([m.key() for m in msgs], type=pa.binary()),
         pa.array([m.value() for m in msgs], type=pa.binary()),
         _constant_string(topic, n),
-        pa.array(np.full(n, partition, dtype=np.int32)),
-        pa.array(np.fromiter((m.offset() for m in msgs), dtype=np.int64, count=n)),
-        pa.array(ts_arr, type=pa.int64()).view(_TS_TYPE),
-        pa.array(ts_type),
+        pa.array([partition] * n, type=pa.int32()),
+        pa.array([m.offset() for m in msgs], type=pa.int64()),
+        pa.array([t[1] * 1000 if t[1] > 0 else 0 for t in ts_pairs], type=pa.int64()).view(_TS_TYPE),
+        pa.array([t[0] - 1 for t in ts_pairs], type=pa.int32()),
     ]
     if include_headers:
         hdrs = []

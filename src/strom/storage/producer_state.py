@@ -1,0 +1,285 @@
+"""ProducerStateManager: idempotent-producer bookkeeping for one partition.
+
+For every producer id the leader remembers the epoch and the sequence ranges
+(with their assigned offsets) of the last five batches, which is exactly what
+``max.in.flight.requests.per.connection <= 5`` needs: a retried batch whose
+range is remembered is a duplicate and gets its original offsets back; any other
+gap is OUT_OF_ORDER_SEQUENCE_NUMBER.
+
+Choice (as Kafka 3.x after KIP-360): an unknown producer id is accepted with any
+sequence, because its state may legitimately have been removed by retention or
+expiration; UNKNOWN_PRODUCER_ID is not returned.
+
+State is persisted as ``<20-digit offset>.snapshot`` files (own format, CRC-32C)
+at roll and close; recovery loads the newest snapshot <= the log end and replays
+batch headers after it.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import crc32c
+from kafka.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
+
+from strom.protocol.record_batch import NO_SEQUENCE, RecordBatchHeader
+
+SNAPSHOT_SUFFIX = ".snapshot"
+NUM_BATCHES_TO_RETAIN = 5
+NO_PRODUCER_EPOCH = -1
+INT_MAX = 2**31 - 1
+
+_SNAP_MAGIC = b"SPS1"
+_SNAP_HEAD = struct.Struct(">4shIi")  # magic, version, crc(body), entry count
+_SNAP_ENTRY = struct.Struct(">qhiqqb")  # pid, epoch, coordinator epoch, last ts, txn first offset, n
+_SNAP_BATCH = struct.Struct(">iiqqq")  # first seq, last seq, first offset, last offset, timestamp
+
+
+class CorruptSnapshotError(Exception):
+    """A snapshot file failed its CRC/format check; the loader falls back to an older one."""
+
+
+@dataclass(slots=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class ProducerStateEntry:
+    producer_id: int
+    producer_epoch: int = NO_PRODUCER_EPOCH
+    batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    @property
+    def last_offset(self) -> int:
+        return self.batches[-1].last_offset if self.batches else -1
+
+    def find_duplicate(self, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        for batch in self.batches:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        return None
+
+
+def _in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (last_seq == INT_MAX and next_seq == 0)
+
+
+class ProducerStateManager:
+    """Per-partition map producer id -> ProducerStateEntry, with snapshots in the log directory."""
+
+    def __init__(self, directory: str, producer_id_expiration_ms: int = 86_400_000) -> None:
+        self.directory = directory
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producers: dict[int, ProducerStateEntry] = {}
+        self.map_end_offset = 0  # state reflects every batch below this offset
+
+    # -- validation (before anything is written) ---------------------------------------------------
+
+    def check_batches(self, headers: Iterable[RecordBatchHeader]) -> BatchMetadata | None:
+        """Classify the idempotent batches of one append, in order.
+
+        Returns the original metadata of the first duplicate batch (the caller then
+        writes nothing and answers with the original offsets), None if all are new.
+        Raises InvalidProducerEpochError / OutOfOrderSequenceNumberError.  Batches of
+        the same producer within one append are checked against each other.
+        """
+        staged: dict[int, tuple[int, int]] = {}  # pid -> (epoch, last seq) after earlier batches here
+        for h in headers:
+            pid = h.producer_id
+            if pid < 0:
+                continue
+            entry = self.producers.get(pid)
+            epoch = h.producer_epoch
+            if pid in staged:
+                cur_epoch, cur_last = staged[pid]
+            elif entry is not None:
+                cur_epoch, cur_last = entry.producer_epoch, entry.last_seq
+            else:
+                cur_epoch, cur_last = NO_PRODUCER_EPOCH, NO_SEQUENCE
+            if cur_epoch != NO_PRODUCER_EPOCH and epoch < cur_epoch:
+                raise InvalidProducerEpochError(
+                    f"producer {pid} epoch {epoch} is older than current epoch {cur_epoch}"
+                )
+            if h.is_control:
+                staged[pid] = (epoch, cur_last if epoch == cur_epoch else NO_SEQUENCE)
+                continue
+            if entry is not None and pid not in staged and epoch == entry.producer_epoch:
+                dup = entry.find_duplicate(h.base_sequence, h.last_sequence)
+                if dup is not None:
+                    return dup
+            if epoch != cur_epoch:
+                if h.base_sequence != 0 and cur_epoch != NO_PRODUCER_EPOCH:
+                    raise OutOfOrderSequenceNumberError(
+                        f"producer {pid} bumped epoch to {epoch} but sent sequence {h.base_sequence}; "
+                        f"a new epoch must start at sequence 0"
+                    )
+            elif cur_last != NO_SEQUENCE and not _in_sequence(cur_last, h.base_sequence):
+                raise OutOfOrderSequenceNumberError(
+                    f"producer {pid} epoch {epoch}: out of order sequence {h.base_sequence}, "
+                    f"expected {(cur_last + 1) & INT_MAX}"
+                )
+            staged[pid] = (epoch, h.last_sequence)
+        return None
+
+    # -- update (after the write, and during replay) -----------------------------------------------
+
+    def update(self, h: RecordBatchHeader) -> None:
+        """Apply one batch whose offsets are final (header fields must hold the assigned offsets)."""
+        pid = h.producer_id
+        if h.next_offset > self.map_end_offset:
+            self.map_end_offset = h.next_offset
+        if pid < 0:
+            return
+        entry = self.producers.get(pid)
+        if entry is None:
+            entry = ProducerStateEntry(pid)
+            self.producers[pid] = entry
+        if h.producer_epoch != entry.producer_epoch:
+            entry.producer_epoch = h.producer_epoch
+            entry.batches.clear()
+        entry.last_timestamp = max(entry.last_timestamp, h.max_timestamp)
+        if h.is_control:
+            entry.current_txn_first_offset = -1
+            return
+        if h.base_sequence >= 0:
+            entry.batches.append(
+                BatchMetadata(h.base_sequence, h.last_sequence, h.base_offset, h.last_offset, h.max_timestamp)
+            )
+        if h.is_transactional and entry.current_txn_first_offset < 0:
+            entry.current_txn_first_offset = h.base_offset
+
+    def first_unstable_offset(self) -> int | None:
+        """Smallest first offset of an ongoing transaction (bounds the last stable offset)."""
+        offsets = [e.current_txn_first_offset for e in self.producers.values() if e.current_txn_first_offset >= 0]
+        return min(offsets) if offsets else None
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget producers idle for producer.id.expiration.ms with no open transaction."""
+        cutoff = now_ms - self.producer_id_expiration_ms
+        expired = [
+            pid
+            for pid, e in self.producers.items()
+            if e.current_txn_first_offset < 0 and e.last_timestamp < cutoff
+        ]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
+
+    def reset(self, offset: int = 0) -> None:
+        self.producers.clear()
+        self.map_end_offset = offset
+
+    # -- snapshots ---------------------------------------------------------------------------------
+
+    def snapshot_path(self, offset: int) -> str:
+        return os.path.join(self.directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
+
+    def snapshot_offsets(self) -> list[int]:
+        offsets = []
+        for name in os.listdir(self.directory):
+            if name.endswith(SNAPSHOT_SUFFIX):
+                stem = name[: -len(SNAPSHOT_SUFFIX)]
+                if stem.isdigit():
+                    offsets.append(int(stem))
+        return sorted(offsets)
+
+    def take_snapshot(self, offset: int | None = None, fsync: bool = False) -> str:
+        """Write state as of ``offset`` (default: map end) atomically; returns the path."""
+        offset = self.map_end_offset if offset is None else offset
+        parts: list[bytes] = []
+        for e in self.producers.values():
+            parts.append(
+                _SNAP_ENTRY.pack(
+                    e.producer_id,
+                    e.producer_epoch,
+                    e.coordinator_epoch,
+                    e.last_timestamp,
+                    e.current_txn_first_offset,
+                    len(e.batches),
+                )
+            )
+            for b in e.batches:
+                parts.append(_SNAP_BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp))
+        body = b"".join(parts)
+        data = _SNAP_HEAD.pack(_SNAP_MAGIC, 1, crc32c.crc32c(body), len(self.producers)) + body
+        path = self.snapshot_path(offset)
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return path
+
+    @staticmethod
+    def read_snapshot(path: str) -> dict[int, ProducerStateEntry]:
+        with open(path, "rb") as f:
+            data = f.read()
+        if len(data) < _SNAP_HEAD.size:
+            raise CorruptSnapshotError(f"snapshot {path} is truncated")
+        magic, version, crc, count = _SNAP_HEAD.unpack_from(data, 0)
+        body = memoryview(data)[_SNAP_HEAD.size :]
+        if magic != _SNAP_MAGIC or version != 1 or crc32c.crc32c(body) != crc:
+            raise CorruptSnapshotError(f"snapshot {path} failed its magic/version/CRC check")
+        out: dict[int, ProducerStateEntry] = {}
+        pos = _SNAP_HEAD.size
+        try:
+            for _ in range(count):
+                pid, epoch, coord_epoch, last_ts, txn_first, n = _SNAP_ENTRY.unpack_from(data, pos)
+                pos += _SNAP_ENTRY.size
+                entry = ProducerStateEntry(pid, epoch, last_timestamp=last_ts, coordinator_epoch=coord_epoch)
+                entry.current_txn_first_offset = txn_first
+                for _ in range(n):
+                    entry.batches.append(BatchMetadata(*_SNAP_BATCH.unpack_from(data, pos)))
+                    pos += _SNAP_BATCH.size
+                out[pid] = entry
+        except struct.error as exc:
+            raise CorruptSnapshotError(f"snapshot {path} is malformed: {exc}") from exc
+        return out
+
+    def load_latest_snapshot(self, max_offset: int) -> int | None:
+        """Load the newest valid snapshot <= ``max_offset``; delete newer/corrupt ones. Returns its offset."""
+        self.delete_snapshots_after(max_offset)
+        for offset in reversed(self.snapshot_offsets()):
+            try:
+                self.producers = self.read_snapshot(self.snapshot_path(offset))
+            except (CorruptSnapshotError, OSError):
+                self._unlink(offset)
+                continue
+            self.map_end_offset = offset
+            return offset
+        self.reset()
+        return None
+
+    def delete_snapshots_after(self, offset: int) -> None:
+        for snap in self.snapshot_offsets():
+            if snap > offset:
+                self._unlink(snap)
+
+    def delete_snapshots_before(self, offset: int) -> None:
+        for snap in self.snapshot_offsets():
+            if snap < offset:
+                self._unlink(snap)
+
+    def _unlink(self, offset: int) -> None:
+        try:
+            os.unlink(self.snapshot_path(offset))
+        except FileNotFoundError:
+            pass
