@@ -104,7 +104,8 @@ def admin(bootstrap: str) -> Any:
 def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, str] | None = None) -> str:
     from confluent_kafka.admin import NewTopic
 
-    fs = admin(bootstrap).create_topics([NewTopic(name, partitions, 1, config=config or {})], request_timeout=30)
+    client = admin(bootstrap)  # must outlive the futures
+    fs = client.create_topics([NewTopic(name, partitions, 1, config=config or {})], request_timeout=30)
     for f in fs.values():
         f.result(timeout=30)
     wait_for_partitions(bootstrap, name, partitions)
@@ -133,7 +134,10 @@ def produce(
     from confluent_kafka import Producer
 
     errors: list[str] = []
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, **conf})
+    base: dict[str, Any] = {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
+    if os.environ.get("STROM_SPARK_TEST_ONE_PER_BATCH"):  # brokers whose high watermark counts batches
+        base["batch.num.messages"] = 1
+    p = Producer({**base, **conf})
     n = 0
     for key, value, part, headers in records:
         kwargs: dict[str, Any] = {}
@@ -163,7 +167,8 @@ def latest_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
-    fs = admin(bootstrap).list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)})
+    client = admin(bootstrap)
+    fs = client.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)})
     return {tp.partition: f.result().offset for tp, f in fs.items()}
 
 
@@ -173,3 +178,10 @@ def strom_reader(spark: Any, bootstrap: str, stream: bool = False, **options: st
     for k, v in options.items():
         r = r.option(k, v)
     return r.load()
+
+
+def sink_options() -> dict[str, str]:
+    """Extra sink options for development brokers (see STROM_SPARK_TEST_ONE_PER_BATCH)."""
+    if os.environ.get("STROM_SPARK_TEST_ONE_PER_BATCH"):
+        return {"kafka.batch.num.messages": "1"}
+    return {}

@@ -40,6 +40,7 @@ from strom.broker.timing_wheel import Timer
 from strom.cluster.embedded import EmbeddedMetadataStore
 from strom.cluster.metadata import BrokerInfo, MetadataStore
 from strom.config import BrokerConfig
+from strom.storage.log_config import LogConfig
 from strom.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -77,12 +78,16 @@ class KafkaServer:
         log_dirs = cfg.log_dirs()
         loop = asyncio.get_running_loop()
         started = time.monotonic()
-        self.log_manager = LogManager(log_dirs, cfg.topic_defaults())
-        await loop.run_in_executor(None, self.log_manager.load_logs)
-        log.info("loaded logs in %.2f s", time.monotonic() - started)
         if cfg.get("zookeeper.connect"):
             raise NotImplementedError("zookeeper.connect is not supported yet; leave it empty for a single node")
         self.metadata = EmbeddedMetadataStore(log_dirs[0], self.broker_id, cfg.get("cluster.id") or None)
+        self.log_manager = LogManager(log_dirs, cfg.topic_defaults())
+        topic_configs = {
+            name: LogConfig.from_props({**cfg.topic_defaults(), **t.configs})
+            for name, t in self.metadata.topics().items()
+        }
+        await loop.run_in_executor(None, self.log_manager.load_logs, topic_configs)
+        log.info("loaded logs in %.2f s", time.monotonic() - started)
         adv_host, adv_port = cfg.advertised_host_port()
         timer = Timer(tick_ms=1, wheel_size=20)
         self._timer_driver = TimerDriver(timer, loop)
@@ -102,12 +107,11 @@ class KafkaServer:
         self._schedule("retention", cfg.get("log.retention.check.interval.ms"), self._retention)
         self._schedule("checkpoint", cfg.get("log.flush.offset.checkpoint.interval.ms"), self._checkpoint)
         self._schedule("flush", cfg.get("log.flush.scheduler.interval.ms"), self._flush)
-        self._schedule("delete", 1000, self._delete_pending)
 
     def _drop_orphan_logs(self) -> None:
         """Logs of topics that no longer exist (deleted while we were down) are removed."""
         hosted = set(self.replica_manager.partitions)
-        for topic, partition in list(self.log_manager.all_partitions()):
+        for topic, partition in list(self.log_manager.all_logs()):
             if (topic, partition) not in hosted:
                 log.info("removing log of deleted topic partition %s-%d", topic, partition)
                 self.log_manager.delete_log(topic, partition)
@@ -134,9 +138,6 @@ class KafkaServer:
     async def _flush(self) -> None:
         await asyncio.get_running_loop().run_in_executor(
             None, self.log_manager.flush_dirty, int(time.time() * 1000))
-
-    async def _delete_pending(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self.log_manager.delete_pending)
 
     async def run_until_stopped(self) -> None:
         await self._stopped.wait()

@@ -25,19 +25,21 @@ _ENTITY_TYPES = {"topics": "topic", "brokers": "broker", "broker-loggers": "brok
 
 def configs(
     bootstrap_server: BootstrapOption = "127.0.0.1:9092",
-    entity_type: Annotated[
-        str | None, typer.Option("--entity-type", help="topics or brokers.")
-    ] = None,
-    entity_name: Annotated[
-        str | None, typer.Option("--entity-name", help="Topic name or broker id.")
-    ] = None,
+    entity_type: Annotated[str | None, typer.Option("--entity-type", help="topics or brokers.")] = None,
+    entity_name: Annotated[str | None, typer.Option("--entity-name", help="Topic name or broker id.")] = None,
     entity_default: Annotated[
         bool, typer.Option("--entity-default", help="The cluster-wide broker default (brokers only).")
     ] = False,
-    topic: Annotated[str | None, typer.Option("--topic", help="Shortcut for --entity-type topics --entity-name X.")] = None,
-    broker: Annotated[str | None, typer.Option("--broker", help="Shortcut for --entity-type brokers --entity-name X.")] = None,
+    topic: Annotated[
+        str | None, typer.Option("--topic", help="Shortcut for --entity-type topics --entity-name X.")
+    ] = None,
+    broker: Annotated[
+        str | None, typer.Option("--broker", help="Shortcut for --entity-type brokers --entity-name X.")
+    ] = None,
     describe: Annotated[bool, typer.Option("--describe", help="Show configs.")] = False,
-    all_: Annotated[bool, typer.Option("--all", help="With --describe: include defaults and static configs.")] = False,
+    all_: Annotated[
+        bool, typer.Option("--all", help="With --describe: include defaults and static configs.")
+    ] = False,
     alter: Annotated[bool, typer.Option("--alter", help="Change configs.")] = False,
     add_config: Annotated[
         str | None,
@@ -55,13 +57,13 @@ def configs(
         kind, name = _entity(entity_type, entity_name, entity_default, topic, broker)
         if alter and not (add_config or delete_config):
             fail("--alter needs --add-config and/or --delete-config.")
-        if kind == "topics" and name is None and alter:
-            fail("--alter needs --entity-name (the topic to change).")
         admin = admin_client(bootstrap_server, command_config)
         if describe:
             _describe(admin, kind, name, all_)
         else:
-            _alter(admin, kind, name or "", parse_add_config(add_config or ""), _split_names(delete_config))
+            if name is None:
+                fail("--alter needs --entity-name.")
+            _alter(admin, kind, name, parse_add_config(add_config or ""), _split_names(delete_config))
 
 
 def _entity(
@@ -82,9 +84,8 @@ def _entity(
     if kind not in ("topics", "brokers"):
         fail(f"Unsupported --entity-type '{entity_type}': use topics or brokers.")
     if entity_default:
-        if kind != "brokers":
-            fail("--entity-default only applies to brokers.")
-        return kind, ""
+        # Kafka addresses the cluster-wide default as broker "", which librdkafka refuses.
+        fail("--entity-default is not supported yet; name a broker with --entity-name <id>.")
     return kind, entity_name
 
 
@@ -138,10 +139,9 @@ def _describe(admin: Any, kind: str, name: str | None, all_: bool) -> None:
         names = sorted(admin.list_topics(timeout=10).topics)
     else:
         names = [str(b) for b in sorted(admin.list_topics(timeout=10).brokers)]
-    dynamic_source = {
-        "topics": ConfigSource.DYNAMIC_TOPIC_CONFIG,
-        "brokers": ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG if name == "" else ConfigSource.DYNAMIC_BROKER_CONFIG,
-    }[kind]
+    dynamic_source = (
+        ConfigSource.DYNAMIC_TOPIC_CONFIG if kind == "topics" else ConfigSource.DYNAMIC_BROKER_CONFIG
+    )
     singular = _ENTITY_TYPES[kind]
     for entity in names:
         resource = ConfigResource(_resource_type(kind), entity)
@@ -150,8 +150,7 @@ def _describe(admin: Any, kind: str, name: str | None, all_: bool) -> None:
             entries = future.result()
         except KafkaException as exc:
             fail(describe_kafka_error(exc, entity if kind == "topics" else None))
-        label = f"default {singular}" if entity == "" else f"{singular} {entity}"
-        write_out(f"{'All' if all_ else 'Dynamic'} configs for {label} are:\n")
+        write_out(f"{'All' if all_ else 'Dynamic'} configs for {singular} {entity} are:\n")
         for entry in sorted(entries.values(), key=lambda e: e.name):
             if not all_ and entry.source != dynamic_source:
                 continue
@@ -181,5 +180,4 @@ def _alter(admin: Any, kind: str, name: str, add: dict[str, str], delete: list[s
         future.result()
     except KafkaException as exc:
         fail(describe_kafka_error(exc, name if kind == "topics" else None))
-    label = "default broker" if kind == "brokers" and name == "" else f"{_ENTITY_TYPES[kind]} {name}"
-    write_out(f"Completed updating config for {label}.\n")
+    write_out(f"Completed updating config for {_ENTITY_TYPES[kind]} {name}.\n")

@@ -87,7 +87,9 @@ class MessageFormatter:
             if headers:
                 columns.append(
                     self.headers_separator.join(
-                        k.encode() + self.headers_key_separator + (self.null_literal if v is None else bytes(v))
+                        k.encode()
+                        + self.headers_key_separator
+                        + (self.null_literal if v is None else bytes(v))
                         for k, v in headers
                     )
                 )

@@ -74,7 +74,9 @@ class LineFormat:
             fail("headers.separator and headers.key.separator must differ.")
         return fmt
 
-    def parse(self, line: bytes, number: int) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
+    def parse(
+        self, line: bytes, number: int
+    ) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]]]:
         """Split one line into (key, value, headers); raises ValueError on a malformed line."""
         headers: list[tuple[str, bytes | None]] = []
         rest = line
@@ -88,8 +90,12 @@ class LineFormat:
             if head and head != self.null_marker:
                 for item in head.split(self.headers_separator):
                     hkey, hsep, hvalue = item.partition(self.headers_key_separator)
-                    if not hkey:
-                        raise ValueError(f"Empty header key on line number {number}: '{_show(line)}'")
+                    if not hsep and not self.ignore_error:
+                        raise ValueError(
+                            f"No header key separator found in pair '{_show(item)}' on line number {number}"
+                        )
+                    if hkey == self.null_marker:
+                        raise ValueError(f"Header keys cannot be the null marker, on line number {number}")
                     value = hvalue if hsep else None
                     if value is not None and value == self.null_marker:
                         value = None
@@ -191,7 +197,9 @@ def _run(config: dict[str, Any], topic: str, fmt: LineFormat, stream: BinaryIO, 
         outcome.failed += 1
         # One line per failure is useful; thousands of identical lines are not.
         if outcome.reported < 5:
-            print_error(f"Could not deliver a record to '{topic}': {describe_kafka_error(KafkaException(err), topic)}")
+            print_error(
+                f"Could not deliver a record to '{topic}': {describe_kafka_error(KafkaException(err), topic)}"
+            )
             outcome.reported += 1
 
     try:
@@ -233,7 +241,9 @@ def _check_topic(producer: Any, topic: str) -> None:
     """
     metadata = producer.list_topics(topic, timeout=10)
     info = metadata.topics.get(topic)
-    if info is None or (info.error is not None and info.error.name() in ("UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC")):
+    if info is None or (
+        info.error is not None and info.error.name() in ("UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC")
+    ):
         fail(f"Topic '{topic}' does not exist (and the broker did not create it).")
 
 

@@ -37,7 +37,9 @@ def parse_time(text: str) -> Any:
     try:
         stamp = int(word)
     except ValueError:
-        fail(f"Invalid --time '{text}': use earliest, latest, max-timestamp, -1, -2, -3 or a timestamp in ms.")
+        fail(
+            f"Invalid --time '{text}': use earliest, latest, max-timestamp, -1, -2, -3 or a timestamp in ms."
+        )
     if stamp < 0:
         fail(f"Invalid --time '{text}': negative values other than -1, -2 and -3 mean nothing.")
     return OffsetSpec.for_timestamp(stamp)
@@ -127,4 +129,3 @@ def _print_offsets(
         rows.append((tp.topic, tp.partition, offset))
     for name, pid, offset in sorted(rows):
         write_out(f"{name}:{pid}:{offset}\n")
-

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Annotated
 
@@ -38,4 +39,9 @@ def start(
             if exc.name and (exc.name == "strom.broker.main" or "strom.broker.main".startswith(exc.name)):
                 fail("The broker is not available in this installation (strom.broker.main is missing).")
             raise
-        run(str(properties) if properties is not None else None, overrides)
+        try:
+            run(str(properties) if properties is not None else None, overrides)
+        except OSError as exc:
+            if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
+                fail(f"The broker could not open its listener: {exc.strerror}.")
+            raise

@@ -33,7 +33,8 @@ def topics(
     alter: Annotated[bool, typer.Option("--alter", help="Increase the partition count.")] = False,
     delete: Annotated[bool, typer.Option("--delete", help="Delete a topic.")] = False,
     topic: Annotated[
-        str | None, typer.Option("--topic", help="Topic name (a regular expression for list/describe/delete).")
+        str | None,
+        typer.Option("--topic", help="Topic name (a regular expression for list/describe/delete)."),
     ] = None,
     partitions: Annotated[int | None, typer.Option("--partitions", help="Number of partitions.")] = None,
     replication_factor: Annotated[

@@ -34,7 +34,9 @@ class OffsetCheckpointFile:
 
     def write(self, offsets: Mapping[TopicPartition, int]) -> None:
         lines = [str(CHECKPOINT_VERSION), str(len(offsets))]
-        lines.extend(f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items()))
+        lines.extend(
+            f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items())
+        )
         data = ("\n".join(lines) + "\n").encode()
         tmp = self.path + ".tmp"
         with open(tmp, "wb") as f:

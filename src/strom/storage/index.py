@@ -40,10 +40,7 @@ class AbstractIndex:
         self._length = 0
         self._entries = 0
         self._map(length)
-        self._entries = length // self._entry_size
-        # A preallocated file left by a crash ends in zero entries; they are not data.
-        while self._entries > 0 and self._is_zero_entry(self._entries - 1):
-            self._entries -= 1
+        self._entries = self._count_non_zero_entries(length // self._entry_size)
         if writable:
             self.resize(self.max_index_size)
 
@@ -88,6 +85,23 @@ class AbstractIndex:
 
     def is_full(self) -> bool:
         return self._entries >= self.max_entries
+
+    def _count_non_zero_entries(self, slots: int) -> int:
+        """A preallocated file left by a crash ends in all-zero slots; they are not data.
+
+        Binary search for the start of that zero tail (a real entry is never all zero
+        after slot 0), so reopening a 10 MiB index costs ~20 probes, not a full scan.
+        """
+        if slots == 0 or not self._is_zero_entry(slots - 1):
+            return slots
+        lo, hi = 0, slots - 1  # answer in [lo, hi]: first zero slot of the tail
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._is_zero_entry(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
     def _is_zero_entry(self, n: int) -> bool:
         assert self._mm is not None

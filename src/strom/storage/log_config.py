@@ -56,7 +56,9 @@ class LogConfig:
     preallocate: bool = False
 
     @classmethod
-    def from_props(cls, props: Mapping[str, str | int] | None = None, base: LogConfig | None = None) -> LogConfig:
+    def from_props(
+        cls, props: Mapping[str, str | int] | None = None, base: LogConfig | None = None
+    ) -> LogConfig:
         """Build from topic-level keys (``"segment.bytes": "1024"``), overriding ``base`` or defaults.
 
         Unknown keys are ignored: broker-level and non-storage topic keys share the map.

@@ -166,7 +166,9 @@ class ProducerStateManager:
 
     def first_unstable_offset(self) -> int | None:
         """Smallest first offset of an ongoing transaction (bounds the last stable offset)."""
-        offsets = [e.current_txn_first_offset for e in self.producers.values() if e.current_txn_first_offset >= 0]
+        offsets = [
+            e.current_txn_first_offset for e in self.producers.values() if e.current_txn_first_offset >= 0
+        ]
         return min(offsets) if offsets else None
 
     def remove_expired_producers(self, now_ms: int) -> int:
@@ -215,7 +217,9 @@ class ProducerStateManager:
                 )
             )
             for b in e.batches:
-                parts.append(_SNAP_BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp))
+                parts.append(
+                    _SNAP_BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp)
+                )
         body = b"".join(parts)
         data = _SNAP_HEAD.pack(_SNAP_MAGIC, 1, crc32c.crc32c(body), len(self.producers)) + body
         path = self.snapshot_path(offset)

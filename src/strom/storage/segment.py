@@ -284,6 +284,11 @@ class LogSegment:
             yield header
             pos = header.end
 
+    def batches_from(self, offset: int) -> Iterator[RecordBatchHeader]:
+        """Headers of batches from (at most one index interval before) ``offset`` to the end."""
+        _, pos = self.offset_index.lookup(offset)
+        return self._scan(pos)
+
     def translate_offset(self, offset: int, starting_position: int = 0) -> RecordBatchHeader | None:
         """Header (with file position) of the first batch whose last offset is >= ``offset``."""
         _, pos = self.offset_index.lookup(offset)

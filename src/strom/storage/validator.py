@@ -69,7 +69,9 @@ class LogValidator:
     @staticmethod
     def _check_client_batch(h: RecordBatchHeader) -> None:
         if h.last_offset_delta < 0:
-            raise InvalidRecordError(f"record batch has an invalid offset range (lastOffsetDelta {h.last_offset_delta})")
+            raise InvalidRecordError(
+                f"record batch has an invalid offset range (lastOffsetDelta {h.last_offset_delta})"
+            )
         if h.records_count <= 0:
             raise InvalidRecordError(f"invalid reported record count {h.records_count}")
         if h.records_count != h.last_offset_delta + 1:

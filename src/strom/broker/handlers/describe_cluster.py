@@ -19,4 +19,4 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeClusterResponse:
                for b in store.live_brokers()]
     return DescribeClusterResponse(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
                                    cluster_id=store.cluster_id, controller_id=store.controller_id(),
-                                   brokers=brokers, authorized_operations=-2147483648)
+                                   brokers=brokers, authorized_operations=None)

@@ -29,12 +29,12 @@ def topic_response(topic: TopicMetadata) -> Any:
         for p in sorted(topic.partitions.values(), key=lambda p: p.partition)
     ]
     return Topic(error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.is_internal,
-                 partitions=parts, authorized_operations=-2147483648)
+                 partitions=parts, authorized_operations=None)
 
 
 def _error_topic(name: str | None, error_code: int, topic_id: uuid.UUID = ZERO_UUID) -> Any:
     return Topic(error_code=error_code, name=name, topic_id=topic_id, is_internal=False, partitions=[],
-                 authorized_operations=-2147483648)
+                 authorized_operations=None)
 
 
 async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
@@ -73,4 +73,4 @@ async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
                for b in store.live_brokers()]
     return MetadataResponse(throttle_time_ms=0, brokers=brokers, cluster_id=store.cluster_id,
                             controller_id=store.controller_id(), topics=topics,
-                            authorized_operations=-2147483648, error_code=0)
+                            authorized_operations=None, error_code=0)

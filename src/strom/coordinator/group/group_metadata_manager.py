@@ -1,0 +1,354 @@
+"""GroupMetadataManager: the group cache and its durable copy in ``__consumer_offsets``.
+
+Each group lives in one partition of ``__consumer_offsets`` (Kafka's
+``Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions``); the broker leading
+that partition is the group's coordinator. Every offset commit and every completed
+rebalance is appended there as a keyed record, so the topic can be compacted down
+to the latest offset per (group, topic, partition) and the latest metadata per
+group. Becoming leader of a partition means replaying it to rebuild the cache
+(``load_partition``); losing it means forgetting its groups (``unload_partition``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import kafka.errors as Errors
+
+from strom.coordinator.group.group_metadata import GroupMetadata, GroupState, OffsetAndMetadata, now_ms
+from strom.coordinator.group.member_metadata import MemberMetadata
+from strom.coordinator.group.records import (
+    GroupMetadataKey,
+    GroupMetadataRecord,
+    MemberRecord,
+    OffsetKey,
+    SchemaError,
+    group_metadata_key,
+    group_metadata_value,
+    offset_commit_key,
+    offset_commit_value,
+    read_group_metadata_value,
+    read_key,
+    read_offset_commit_value,
+)
+from strom.protocol.record_batch import build_batch, decode_records, iter_batches
+
+log = logging.getLogger(__name__)
+
+GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
+TopicPartition = tuple[str, int]
+
+NONE = 0
+UNKNOWN_SERVER_ERROR = Errors.UnknownError.errno
+COORDINATOR_NOT_AVAILABLE = Errors.CoordinatorNotAvailableError.errno
+NOT_COORDINATOR = Errors.NotCoordinatorError.errno
+REBALANCE_IN_PROGRESS = Errors.RebalanceInProgressError.errno
+INVALID_COMMIT_OFFSET_SIZE = Errors.InvalidCommitOffsetSizeError.errno
+_LOAD_CHUNK = 1024 * 1024
+
+
+def java_string_hashcode(s: str) -> int:
+    """Java's String.hashCode (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def kafka_abs(n: int) -> int:
+    """Kafka's Utils.abs: like Math.abs but Integer.MIN_VALUE maps to 0, never negative."""
+    return 0 if n == -(1 << 31) else abs(n)
+
+
+def partition_for(group_id: str, num_partitions: int) -> int:
+    return kafka_abs(java_string_hashcode(group_id)) % num_partitions
+
+
+def _map_append_error(exc: BaseException, for_offsets: bool) -> int:
+    """Kafka's translation of log append failures into coordinator errors."""
+    errno = getattr(exc, "errno", None)
+    if errno in (Errors.UnknownTopicOrPartitionError.errno, Errors.NotEnoughReplicasError.errno,
+                 Errors.NotEnoughReplicasAfterAppendError.errno):
+        return COORDINATOR_NOT_AVAILABLE
+    if errno in (Errors.NotLeaderForPartitionError.errno, Errors.KafkaStorageError.errno):
+        return NOT_COORDINATOR
+    if errno == Errors.RequestTimedOutError.errno:
+        return REBALANCE_IN_PROGRESS
+    if errno in (Errors.MessageSizeTooLargeError.errno, Errors.RecordListTooLargeError.errno):
+        return INVALID_COMMIT_OFFSET_SIZE if for_offsets else UNKNOWN_SERVER_ERROR
+    if not isinstance(exc, Errors.KafkaError):
+        log.error("unexpected error appending to %s", GROUP_METADATA_TOPIC_NAME, exc_info=exc)
+    return UNKNOWN_SERVER_ERROR
+
+
+class GroupMetadataManager:
+    """Owns the groups of the ``__consumer_offsets`` partitions this broker leads.
+
+    ``replica_manager`` needs ``append_records(topic, partition, bytes, acks)`` and
+    ``get_partition(topic, partition).log`` (a storage Log) — the broker's
+    ReplicaManager in production, a small stand-in in unit tests.
+    """
+
+    def __init__(self, broker_id: int, replica_manager: Any, num_partitions: int = 50,
+                 retention_ms: int = 7 * 24 * 3600 * 1000, max_metadata_size: int = 4096) -> None:
+        self.broker_id = broker_id
+        self.replica_manager = replica_manager
+        self.num_partitions = num_partitions
+        self.retention_ms = retention_ms
+        self.max_metadata_size = max_metadata_size
+        self.groups: dict[str, GroupMetadata] = {}
+        self.owned_partitions: set[int] = set()
+        self.loading_partitions: set[int] = set()
+
+    # -- ownership ---------------------------------------------------------------
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.num_partitions)
+
+    def is_partition_owned(self, partition: int) -> bool:
+        return partition in self.owned_partitions
+
+    def is_group_local(self, group_id: str) -> bool:
+        return self.partition_for(group_id) in self.owned_partitions
+
+    def is_group_loading(self, group_id: str) -> bool:
+        return self.partition_for(group_id) in self.loading_partitions
+
+    def get_group(self, group_id: str) -> GroupMetadata | None:
+        return self.groups.get(group_id)
+
+    def add_group(self, group: GroupMetadata) -> GroupMetadata:
+        return self.groups.setdefault(group.group_id, group)
+
+    def remove_group(self, group: GroupMetadata) -> None:
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+
+    def groups_in_partition(self, partition: int) -> list[GroupMetadata]:
+        return [g for g in self.groups.values() if self.partition_for(g.group_id) == partition]
+
+    # -- writing -----------------------------------------------------------------
+    async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]], timestamp: int) -> None:
+        partition = self.partition_for(group_id)
+        if partition not in self.owned_partitions:
+            raise Errors.NotLeaderForPartitionError(f"{GROUP_METADATA_TOPIC_NAME}-{partition} is not led here")
+        batch = build_batch((k, v, (), timestamp) for k, v in records)
+        result = self.replica_manager.append_records(GROUP_METADATA_TOPIC_NAME, partition, batch, -1)
+        if inspect.isawaitable(result):
+            await result
+
+    @staticmethod
+    def group_record(group: GroupMetadata, assignments: dict[str, bytes]) -> GroupMetadataRecord:
+        members = [
+            MemberRecord(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                         m.session_timeout_ms,
+                         m.metadata(group.protocol_name) if group.protocol_name else b"",
+                         assignments.get(m.member_id, b""))
+            for m in group.members.values()
+        ]
+        return GroupMetadataRecord(group.protocol_type or "", group.generation_id, group.protocol_name,
+                                   group.leader_id, group.current_state_timestamp, members)
+
+    async def store_group(self, group: GroupMetadata, assignments: dict[str, bytes]) -> int:
+        """Persist a completed generation (members, subscriptions, assignments); returns an error code."""
+        record = self.group_record(group, assignments)
+        try:
+            await self._append(group.group_id, [(group_metadata_key(group.group_id), group_metadata_value(record))],
+                               now_ms())
+        except Exception as exc:  # noqa: BLE001 - every failure maps to a protocol error
+            code = _map_append_error(exc, for_offsets=False)
+            log.warning("storing metadata of group %s failed: %s (error %d)", group.group_id, exc, code)
+            return code
+        return NONE
+
+    def validate_offset_metadata(self, off: OffsetAndMetadata) -> bool:
+        return len((off.metadata or "").encode("utf-8")) <= self.max_metadata_size
+
+    async def store_offsets(self, group: GroupMetadata, offsets: dict[TopicPartition, OffsetAndMetadata]
+                            ) -> dict[TopicPartition, int]:
+        """Append one batch with all the commits, then apply them to the cache; per-partition errors."""
+        errors: dict[TopicPartition, int] = {}
+        valid = {}
+        for tp, off in offsets.items():
+            if self.validate_offset_metadata(off):
+                valid[tp] = off
+            else:
+                errors[tp] = Errors.OffsetMetadataTooLargeError.errno
+        if not valid:
+            return errors
+        records = [(offset_commit_key(group.group_id, tp[0], tp[1]), offset_commit_value(off))
+                   for tp, off in valid.items()]
+        for tp in valid:
+            group.pending_offset_commits[tp] = group.pending_offset_commits.get(tp, 0) + 1
+        code = NONE
+        try:
+            await self._append(group.group_id, records, now_ms())
+        except Exception as exc:  # noqa: BLE001
+            code = _map_append_error(exc, for_offsets=True)
+            log.warning("storing offsets of group %s failed: %s (error %d)", group.group_id, exc, code)
+        finally:
+            for tp in valid:
+                left = group.pending_offset_commits.get(tp, 1) - 1
+                if left > 0:
+                    group.pending_offset_commits[tp] = left
+                else:
+                    group.pending_offset_commits.pop(tp, None)
+        if code == NONE and not group.is_in(GroupState.DEAD):
+            group.offsets.update(valid)
+        for tp in valid:
+            errors[tp] = code
+        return errors
+
+    async def delete_offsets(self, group: GroupMetadata, partitions: list[TopicPartition]) -> int:
+        """Tombstone committed offsets (OffsetDelete, expiry) and drop them from the cache."""
+        if not partitions:
+            return NONE
+        removed = group.remove_offsets(partitions)
+        if not removed:
+            return NONE
+        try:
+            await self._append(group.group_id, [(offset_commit_key(group.group_id, *tp), None) for tp in removed],
+                               now_ms())
+        except Exception as exc:  # noqa: BLE001
+            log.warning("tombstoning offsets of group %s failed: %s", group.group_id, exc)
+            return _map_append_error(exc, for_offsets=True)
+        return NONE
+
+    async def delete_group(self, group: GroupMetadata) -> int:
+        """Tombstone a dead group's metadata and all its offsets, then forget it."""
+        records: list[tuple[bytes, bytes | None]] = [
+            (offset_commit_key(group.group_id, *tp), None) for tp in group.offsets]
+        records.append((group_metadata_key(group.group_id), None))
+        group.offsets.clear()
+        self.remove_group(group)
+        try:
+            await self._append(group.group_id, records, now_ms())
+        except Exception as exc:  # noqa: BLE001
+            log.warning("tombstoning group %s failed: %s", group.group_id, exc)
+            return _map_append_error(exc, for_offsets=False)
+        return NONE
+
+    # -- loading -----------------------------------------------------------------
+    def _read_records(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
+        plog = self.replica_manager.get_partition(GROUP_METADATA_TOPIC_NAME, partition).log
+        offset = plog.log_start_offset
+        end = plog.log_end_offset
+        while offset < end:
+            data = plog.read(offset, _LOAD_CHUNK, end, True).to_bytes()
+            if not data:
+                break
+            next_offset = offset
+            for header in iter_batches(data):
+                next_offset = header.next_offset
+                if header.is_control or header.next_offset <= offset:
+                    continue
+                for rec in decode_records(data, header.position):
+                    if rec.offset >= offset:
+                        yield rec.key, rec.value
+            if next_offset <= offset:
+                break
+            offset = next_offset
+
+    def load_partition(self, partition: int, on_group_loaded: Callable[[GroupMetadata], None]) -> int:
+        """Replay one partition of ``__consumer_offsets`` into the cache; returns groups loaded.
+
+        The latest record per key wins, tombstones delete, exactly what compaction
+        would leave behind, so a compacted and an uncompacted log load the same.
+        """
+        self.loading_partitions.add(partition)
+        try:
+            offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+            metadata: dict[str, GroupMetadataRecord | None] = {}
+            for key, value in self._read_records(partition):
+                if key is None:
+                    continue
+                try:
+                    k = read_key(key)
+                    if isinstance(k, OffsetKey):
+                        per_group = offsets.setdefault(k.group, {})
+                        if value is None:
+                            per_group.pop((k.topic, k.partition), None)
+                        else:
+                            per_group[(k.topic, k.partition)] = read_offset_commit_value(value)
+                    elif isinstance(k, GroupMetadataKey):
+                        metadata[k.group] = None if value is None else read_group_metadata_value(value)
+                except SchemaError as exc:
+                    log.warning("skipping unreadable record in %s-%d: %s", GROUP_METADATA_TOPIC_NAME, partition, exc)
+            loaded = 0
+            for group_id in set(offsets) | set(metadata):
+                if self.partition_for(group_id) != partition:
+                    continue
+                rec = metadata.get(group_id)
+                group_offsets = offsets.get(group_id, {})
+                if rec is None and not group_offsets:
+                    continue  # deleted group, or nothing left of it
+                group = self._rebuild_group(group_id, rec, group_offsets)
+                self.groups[group_id] = group
+                loaded += 1
+                on_group_loaded(group)
+            self.owned_partitions.add(partition)
+            log.info("loaded %d groups from %s-%d", loaded, GROUP_METADATA_TOPIC_NAME, partition)
+            return loaded
+        finally:
+            self.loading_partitions.discard(partition)
+
+    @staticmethod
+    def _rebuild_group(group_id: str, rec: GroupMetadataRecord | None,
+                       offsets: dict[TopicPartition, OffsetAndMetadata]) -> GroupMetadata:
+        group = GroupMetadata(group_id)
+        group.offsets = dict(offsets)
+        if rec is None:
+            latest = max((o.commit_timestamp for o in offsets.values()), default=now_ms())
+            group.current_state_timestamp = latest
+            return group
+        group.protocol_type = rec.protocol_type or None
+        group.generation_id = rec.generation
+        group.protocol_name = rec.protocol
+        for m in rec.members:
+            member = MemberMetadata(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                    m.rebalance_timeout_ms, m.session_timeout_ms, rec.protocol_type,
+                                    [(rec.protocol or "", m.subscription)])
+            member.assignment = m.assignment
+            group.add(member)
+        group.leader_id = rec.leader if rec.leader in group.members else next(iter(group.members), None)
+        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+        group.current_state_timestamp = rec.current_state_timestamp if rec.current_state_timestamp >= 0 \
+            else now_ms()
+        group.subscribed_topics = group.compute_subscribed_topics()
+        return group
+
+    def unload_partition(self, partition: int) -> list[GroupMetadata]:
+        """Forget the groups of a partition this broker no longer leads."""
+        self.owned_partitions.discard(partition)
+        gone = self.groups_in_partition(partition)
+        for group in gone:
+            del self.groups[group.group_id]
+        return gone
+
+    # -- expiry ------------------------------------------------------------------
+    async def cleanup_group_metadata(self, now: int | None = None) -> int:
+        """Expire offsets per offsets.retention.minutes; empty groups without offsets die."""
+        now = now_ms() if now is None else now
+        removed = 0
+        for group in list(self.groups.values()):
+            if not self.is_group_local(group.group_id):
+                continue
+            expired = group.remove_expired_offsets(now, self.retention_ms)
+            records: list[tuple[bytes, bytes | None]] = [
+                (offset_commit_key(group.group_id, *tp), None) for tp in expired]
+            if group.is_in(GroupState.EMPTY) and not group.has_offsets():
+                group.transition_to(GroupState.DEAD)
+                self.remove_group(group)
+                records.append((group_metadata_key(group.group_id), None))
+            if records:
+                removed += len(expired)
+                try:
+                    await self._append(group.group_id, records, now)
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("expiring offsets of group %s failed: %s", group.group_id, exc)
+        if removed:
+            log.info("removed %d expired offsets", removed)
+        return removed

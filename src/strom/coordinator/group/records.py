@@ -1,0 +1,241 @@
+"""Key and value schemas of the records in ``__consumer_offsets``.
+
+Byte-compatible with Kafka's own (OffsetCommitKey/Value, GroupMetadataKey/Value
+from its message definitions), so ``kafka-console-consumer --formatter`` style
+tools and Kafka's own coordinator could read a Strom log. Every key starts with
+an int16 version that tells the record kind:
+
+* versions 0 and 1 — OffsetCommitKey: group, topic, partition.
+  Value (v0-v3; we write v3, or v1 when an expire timestamp is set):
+  offset, [leader_epoch v3+], metadata, commit_timestamp, [expire_timestamp v1].
+* version 2 — GroupMetadataKey: group.
+  Value (v0-v3; we write v3): protocol_type, generation, protocol, leader,
+  [current_state_timestamp v2+], members[member_id, [group_instance_id v3+],
+  client_id, client_host, [rebalance_timeout v1+], session_timeout, subscription,
+  assignment].
+
+A null value is a tombstone: the offset or the group was deleted, and the log
+cleaner eventually drops the key altogether.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from strom.coordinator.group.group_metadata import OffsetAndMetadata
+
+OFFSET_COMMIT_KEY_VERSION = 1
+GROUP_METADATA_KEY_VERSION = 2
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+
+
+class SchemaError(ValueError):
+    """A record of ``__consumer_offsets`` that does not follow any known schema version."""
+
+
+class _Writer:
+    __slots__ = ("buf",)
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def i16(self, v: int) -> _Writer:
+        self.buf += _I16.pack(v)
+        return self
+
+    def i32(self, v: int) -> _Writer:
+        self.buf += _I32.pack(v)
+        return self
+
+    def i64(self, v: int) -> _Writer:
+        self.buf += _I64.pack(v)
+        return self
+
+    def string(self, v: str | None) -> _Writer:
+        if v is None:
+            return self.i16(-1)
+        raw = v.encode("utf-8")
+        if len(raw) > 32767:
+            raise SchemaError("string longer than 32767 bytes")
+        self.i16(len(raw))
+        self.buf += raw
+        return self
+
+    def bytes_(self, v: bytes | None) -> _Writer:
+        if v is None:
+            return self.i32(-1)
+        self.i32(len(v))
+        self.buf += v
+        return self
+
+    def done(self) -> bytes:
+        return bytes(self.buf)
+
+
+class _Reader:
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+        self.pos = 0
+
+    def _take(self, s: struct.Struct) -> int:
+        if self.pos + s.size > len(self.buf):
+            raise SchemaError("record truncated")
+        (v,) = s.unpack_from(self.buf, self.pos)
+        self.pos += s.size
+        return v
+
+    def i16(self) -> int:
+        return self._take(_I16)
+
+    def i32(self) -> int:
+        return self._take(_I32)
+
+    def i64(self) -> int:
+        return self._take(_I64)
+
+    def string(self) -> str | None:
+        n = self.i16()
+        if n < 0:
+            return None
+        if self.pos + n > len(self.buf):
+            raise SchemaError("string runs past the record")
+        v = self.buf[self.pos:self.pos + n].decode("utf-8")
+        self.pos += n
+        return v
+
+    def bytes_(self) -> bytes | None:
+        n = self.i32()
+        if n < 0:
+            return None
+        if self.pos + n > len(self.buf):
+            raise SchemaError("bytes run past the record")
+        v = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        return v
+
+
+# -- keys ----------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class OffsetKey:
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadataKey:
+    group: str
+
+
+def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
+    return _Writer().i16(OFFSET_COMMIT_KEY_VERSION).string(group).string(topic).i32(partition).done()
+
+
+def group_metadata_key(group: str) -> bytes:
+    return _Writer().i16(GROUP_METADATA_KEY_VERSION).string(group).done()
+
+
+def read_key(key: bytes) -> OffsetKey | GroupMetadataKey:
+    r = _Reader(key)
+    version = r.i16()
+    if version in (0, 1):
+        group, topic, partition = r.string(), r.string(), r.i32()
+        if group is None or topic is None:
+            raise SchemaError("null group or topic in offset commit key")
+        return OffsetKey(group, topic, partition)
+    if version == 2:
+        group = r.string()
+        if group is None:
+            raise SchemaError("null group in group metadata key")
+        return GroupMetadataKey(group)
+    raise SchemaError(f"unknown key version {version} in __consumer_offsets")
+
+
+# -- offset values -------------------------------------------------------------
+def offset_commit_value(off: OffsetAndMetadata) -> bytes:
+    if off.expire_timestamp >= 0:
+        return (_Writer().i16(1).i64(off.offset).string(off.metadata).i64(off.commit_timestamp)
+                .i64(off.expire_timestamp).done())
+    return (_Writer().i16(3).i64(off.offset).i32(off.leader_epoch).string(off.metadata)
+            .i64(off.commit_timestamp).done())
+
+
+def read_offset_commit_value(value: bytes) -> OffsetAndMetadata:
+    r = _Reader(value)
+    version = r.i16()
+    if not 0 <= version <= 4:
+        raise SchemaError(f"unknown offset commit value version {version}")
+    if version >= 4:
+        raise SchemaError("flexible offset commit values (v4) are not supported")
+    offset = r.i64()
+    leader_epoch = r.i32() if version >= 3 else -1
+    metadata = r.string() or ""
+    commit_ts = r.i64()
+    expire_ts = r.i64() if version == 1 else -1
+    return OffsetAndMetadata(offset, leader_epoch, metadata, commit_ts, expire_ts)
+
+
+# -- group metadata values -----------------------------------------------------
+@dataclass(slots=True)
+class MemberRecord:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(slots=True)
+class GroupMetadataRecord:
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int
+    members: list[MemberRecord] = field(default_factory=list)
+
+
+def group_metadata_value(rec: GroupMetadataRecord) -> bytes:
+    w = (_Writer().i16(3).string(rec.protocol_type).i32(rec.generation).string(rec.protocol)
+         .string(rec.leader).i64(rec.current_state_timestamp).i32(len(rec.members)))
+    for m in rec.members:
+        (w.string(m.member_id).string(m.group_instance_id).string(m.client_id).string(m.client_host)
+         .i32(m.rebalance_timeout_ms).i32(m.session_timeout_ms).bytes_(m.subscription).bytes_(m.assignment))
+    return w.done()
+
+
+def read_group_metadata_value(value: bytes) -> GroupMetadataRecord:
+    r = _Reader(value)
+    version = r.i16()
+    if not 0 <= version <= 3:
+        raise SchemaError(f"unsupported group metadata value version {version}")
+    protocol_type = r.string() or ""
+    generation = r.i32()
+    protocol = r.string()
+    leader = r.string()
+    state_ts = r.i64() if version >= 2 else -1
+    count = r.i32()
+    if count < 0 or count > len(value):
+        raise SchemaError(f"invalid member count {count}")
+    members = []
+    for _ in range(count):
+        member_id = r.string() or ""
+        instance = r.string() if version >= 3 else None
+        client_id = r.string() or ""
+        client_host = r.string() or ""
+        rebalance = r.i32() if version >= 1 else -1
+        session = r.i32()
+        if rebalance < 0:
+            rebalance = session
+        members.append(MemberRecord(member_id, instance, client_id, client_host, rebalance, session,
+                                    r.bytes_() or b"", r.bytes_() or b""))
+    return GroupMetadataRecord(protocol_type, generation, protocol, leader, state_ts, members)

@@ -1,0 +1,162 @@
+"""Idempotent producer state: duplicates, sequence gaps, epochs, snapshots and reopen."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from kafka.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
+
+from strom.protocol.record_batch import build_batch, parse_header
+from strom.storage.log import Log
+from strom.storage.log_config import LogConfig
+from strom.storage.producer_state import ProducerStateManager
+
+
+def idem(pid: int, epoch: int, seq: int, n: int = 1, ts: int = 1_000) -> bytes:
+    return build_batch(
+        [(None, b"m%d" % (seq + i), [], ts) for i in range(n)],
+        producer_id=pid,
+        producer_epoch=epoch,
+        base_sequence=seq,
+    )
+
+
+def open_log(tmp_path: str, **props: str) -> Log:
+    return Log(os.path.join(tmp_path, "idem-0"), LogConfig.from_props(props), now_ms=0)
+
+
+def test_duplicate_returns_original_offsets_and_writes_nothing(tmp_path: str) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(build_batch([(None, b"plain", [], 1)]), 0)
+    first = log.append_as_leader(idem(1, 0, 0, n=3), 0)
+    second = log.append_as_leader(idem(1, 0, 3, n=2), 0)
+    assert (first.first_offset, first.last_offset) == (1, 3)
+    assert (second.first_offset, second.last_offset) == (4, 5)
+    size = log.size_in_bytes
+    retry = log.append_as_leader(idem(1, 0, 0, n=3), 0)
+    assert retry.duplicate and (retry.first_offset, retry.last_offset) == (1, 3)
+    retry = log.append_as_leader(idem(1, 0, 3, n=2), 0)
+    assert retry.duplicate and (retry.first_offset, retry.last_offset) == (4, 5)
+    assert log.size_in_bytes == size and log.log_end_offset == 6
+    log.close()
+
+
+def test_only_last_five_batches_are_remembered(tmp_path: str) -> None:
+    log = open_log(tmp_path)
+    for seq in range(7):
+        log.append_as_leader(idem(9, 0, seq), 0)
+    assert log.append_as_leader(idem(9, 0, 2), 0).duplicate
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        log.append_as_leader(idem(9, 0, 1), 0)  # sixth-from-last: no longer a known duplicate
+    log.close()
+
+
+def test_out_of_order_sequence(tmp_path: str) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(idem(5, 0, 0, n=2), 0)
+    leo = log.log_end_offset
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        log.append_as_leader(idem(5, 0, 3), 0)  # expected 2
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        log.append_as_leader(idem(5, 0, 2) + idem(5, 0, 4), 0)  # gap inside one request
+    assert log.log_end_offset == leo
+    log.append_as_leader(idem(5, 0, 2) + idem(5, 0, 3), 0)  # in order inside one request
+    assert log.log_end_offset == leo + 2
+    log.close()
+
+
+def test_epoch_rules(tmp_path: str) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(idem(3, 2, 0, n=4), 0)
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_as_leader(idem(3, 1, 4), 0)  # stale epoch
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        log.append_as_leader(idem(3, 3, 4), 0)  # new epoch must restart at 0
+    info = log.append_as_leader(idem(3, 3, 0), 0)
+    assert info.first_offset == 4
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_as_leader(idem(3, 2, 4), 0)
+    log.close()
+
+
+def test_unknown_producer_accepts_any_sequence(tmp_path: str) -> None:
+    """Kafka 3.x (KIP-360): state may have expired, so a new producer id may start mid-sequence."""
+    log = open_log(tmp_path)
+    info = log.append_as_leader(idem(77, 0, 42), 0)
+    assert not info.duplicate
+    log.append_as_leader(idem(77, 0, 43), 0)
+    log.close()
+
+
+def test_sequence_wraps_at_int_max(tmp_path: str) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(idem(8, 0, 2**31 - 2, n=2), 0)
+    log.append_as_leader(idem(8, 0, 0), 0)
+    assert log.log_end_offset == 3
+    log.close()
+
+
+def test_state_survives_close_and_reopen(tmp_path: str) -> None:
+    log = open_log(tmp_path, **{"segment.bytes": "300"})
+    for seq in range(0, 12, 2):
+        log.append_as_leader(idem(11, 0, seq, n=2), 0)
+    assert len(log.segments) > 1
+    log.close()
+    assert any(name.endswith(".snapshot") for name in os.listdir(log.directory))
+    log = open_log(tmp_path, **{"segment.bytes": "300"})
+    dup = log.append_as_leader(idem(11, 0, 10, n=2), 0)
+    assert dup.duplicate and (dup.first_offset, dup.last_offset) == (10, 11)
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        log.append_as_leader(idem(11, 0, 13), 0)
+    assert log.append_as_leader(idem(11, 0, 12), 0).first_offset == 12
+    log.close()
+
+
+def test_state_rebuilt_by_replay_without_snapshots(tmp_path: str) -> None:
+    log = open_log(tmp_path)
+    log.append_as_leader(idem(21, 1, 0, n=2), 0)
+    log.append_as_leader(idem(21, 1, 2), 0)
+    directory = log.directory
+    log.close()
+    for name in os.listdir(directory):
+        if name.endswith(".snapshot"):
+            os.unlink(os.path.join(directory, name))
+    log = open_log(tmp_path)
+    assert log.producer_state.producers[21].last_seq == 2
+    assert log.append_as_leader(idem(21, 1, 2), 0).duplicate
+    with pytest.raises(InvalidProducerEpochError):
+        log.append_as_leader(idem(21, 0, 3), 0)
+    log.close()
+
+
+def test_snapshot_round_trip_and_corruption(tmp_path: str) -> None:
+    mgr = ProducerStateManager(str(tmp_path))
+    for seq, offset in ((0, 0), (1, 1), (2, 2)):
+        h = parse_header(idem(4, 6, seq))
+        h.base_offset = offset
+        mgr.update(h)
+    path = mgr.take_snapshot(3)
+    assert os.path.basename(path) == "00000000000000000003.snapshot"
+    again = ProducerStateManager(str(tmp_path))
+    assert again.load_latest_snapshot(10) == 3
+    entry = again.producers[4]
+    assert entry.producer_epoch == 6 and entry.last_seq == 2 and entry.last_offset == 2
+    assert [b.first_offset for b in entry.batches] == [0, 1, 2]
+    mgr.take_snapshot(5)
+    with open(mgr.snapshot_path(5), "r+b") as f:
+        f.seek(20)
+        f.write(b"\xff")
+    third = ProducerStateManager(str(tmp_path))
+    assert third.load_latest_snapshot(10) == 3  # corrupt newer snapshot skipped and removed
+    assert not os.path.exists(mgr.snapshot_path(5))
+    assert third.load_latest_snapshot(2) is None  # snapshots beyond the log end are dropped
+    assert third.snapshot_offsets() == []
+
+
+def test_expiration(tmp_path: str) -> None:
+    mgr = ProducerStateManager(str(tmp_path), producer_id_expiration_ms=1_000)
+    mgr.update(parse_header(idem(1, 0, 0, ts=5_000)))
+    mgr.update(parse_header(idem(2, 0, 0, ts=9_000)))
+    assert mgr.remove_expired_producers(now_ms=9_500) == 1
+    assert set(mgr.producers) == {2}
