@@ -152,15 +152,25 @@ def _describe(admin: Any, kind: str, name: str | None, all_: bool) -> None:
             fail(describe_kafka_error(exc, entity if kind == "topics" else None))
         write_out(f"{'All' if all_ else 'Dynamic'} configs for {singular} {entity} are:\n")
         for entry in sorted(entries.values(), key=lambda e: e.name):
-            if not all_ and entry.source != dynamic_source:
+            if not all_ and _source(entry.source) != dynamic_source:
                 continue
             value = "null" if entry.is_sensitive or entry.value is None else entry.value
             synonyms = ", ".join(
-                f"{syn.source.name}:{syn.name}={'null' if syn.is_sensitive or syn.value is None else syn.value}"
+                f"{_source(syn.source).name}:{syn.name}={'null' if syn.is_sensitive or syn.value is None else syn.value}"
                 for syn in entry.synonyms.values()
             )
             sensitive = "true" if entry.is_sensitive else "false"
             write_out(f"  {entry.name}={value} sensitive={sensitive} synonyms={{{synonyms}}}\n")
+
+
+def _source(value: Any) -> Any:
+    """confluent-kafka reports a config's source as an int or as a ConfigSource."""
+    from confluent_kafka.admin import ConfigSource
+
+    try:
+        return ConfigSource(value)
+    except ValueError:
+        return ConfigSource.UNKNOWN_CONFIG
 
 
 def _alter(admin: Any, kind: str, name: str, add: dict[str, str], delete: list[str]) -> None:

@@ -209,6 +209,8 @@ def _consume(
         fail(f"Invalid consumer configuration: {exc.args[0].str()}")
     out: BinaryIO = sys.stdout.buffer
     count = 0
+    joined: list[bool] = []
+    warned = False
     try:
         ensure_reachable(consumer, config["bootstrap.servers"])
         partitions = topic_partitions(consumer, topic, config["bootstrap.servers"])
@@ -219,9 +221,9 @@ def _consume(
                 partitions = [partition]
             consumer.assign([TopicPartition(topic, p, start) for p in partitions])
         else:
-            consumer.subscribe([topic])
+            consumer.subscribe([topic], on_assign=lambda _c, _parts: joined.append(True))
         idle_limit = timeout_ms / 1000.0 if timeout_ms is not None else None
-        last_seen = time.monotonic()
+        last_seen = started = time.monotonic()
         try:
             while max_messages is None or count < max_messages:
                 wait = 0.5
@@ -240,6 +242,9 @@ def _consume(
                     count += 1
                     last_seen = time.monotonic()
                 out.flush()
+                if group is not None and not joined and not warned and time.monotonic() - started > 15:
+                    print_warning(f"Still waiting to join consumer group '{group}' after 15 s.")
+                    warned = True
         finally:
             # Reported on every exit, Ctrl-C included, like Kafka's tool.
             sys.stderr.write(f"Processed a total of {count} messages\n")

@@ -509,7 +509,13 @@ class Dumper:
 
 
 def _whole(raw: bytes, entry_size: int) -> bytes:
-    return raw[: len(raw) - len(raw) % entry_size]
+    """Whole entries only, without the zero-filled tail of a preallocated index.
+
+    Stripping the zero bytes first keeps a 10 MB preallocated index fast to read.
+    """
+    whole = len(raw) - len(raw) % entry_size
+    used = len(raw[:whole].rstrip(b"\0"))
+    return raw[: -(-used // entry_size) * entry_size]
 
 
 def _trim_padding(entries: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -27,7 +27,7 @@ import kafka.errors as Errors
 from strom.broker.purgatory import DelayedOperationPurgatory
 from strom.broker.timing_wheel import Timer
 from strom.coordinator.group.delayed import DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin
-from strom.coordinator.group.group_metadata import GroupMetadata, GroupState, OffsetAndMetadata, now_ms
+from strom.coordinator.group.group_metadata import GroupMetadata, GroupState, OffsetAndMetadata
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
 from strom.coordinator.group.member_metadata import JoinGroupResult, MemberMetadata, SyncGroupResult
 
@@ -153,8 +153,10 @@ class GroupCoordinator:
         else:
             self._do_current_member_join(group, member_id, group_instance_id, client_id, client_host,
                                          rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols, future)
-        result = await future
-        return result
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            # This join may have been the last one the rebalance was waiting for.
+            self.rebalance_purgatory.check_and_complete(("group", group.group_id))
+        return await future
 
     def _group_is_over_capacity(self, group: GroupMetadata) -> bool:
         return group.size >= self.config.max_size
@@ -304,7 +306,7 @@ class GroupCoordinator:
                 # told to skip assignment (KIP-814) but still gets the members for older clients.
                 result = self._join_result(group, new_member_id)
                 result.skip_assignment = group.is_leader(new_member_id)
-                future.set_result(result)
+                asyncio.get_running_loop().create_task(self._persist_then_reply(group, result, future))
                 return
             self._park_join(group, member, future)
             self._maybe_prepare_rebalance(group, f"static member {instance_id} changed its protocols")
@@ -314,6 +316,15 @@ class GroupCoordinator:
         else:  # PreparingRebalance: it simply takes part in the ongoing join
             self._park_join(group, member, future)
             self.rebalance_purgatory.check_and_complete(("group", group.group_id))
+
+    async def _persist_then_reply(self, group: GroupMetadata, result: JoinGroupResult,
+                                  future: asyncio.Future[JoinGroupResult]) -> None:
+        """Record a static member's new member id so a coordinator restart still knows it."""
+        error = await self.manager.store_group(group, {m.member_id: m.assignment for m in group.members.values()})
+        if error:
+            log.warning("could not persist static member replacement in group %s: error %d", group.group_id, error)
+        if not future.done():
+            future.set_result(result)
 
     def _maybe_prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
         if group.can_rebalance():
@@ -466,12 +477,10 @@ class GroupCoordinator:
         self._remove_member_and_update_group(group, member, "session timeout")
 
     def _remove_member_and_update_group(self, group: GroupMetadata, member: MemberMetadata, reason: str) -> None:
+        group.remove(member.member_id)  # first: it keeps the count of members awaiting join right
         member.complete_join(JoinGroupResult(member.member_id, UNKNOWN_MEMBER_ID))
         member.complete_sync(SyncGroupResult(UNKNOWN_MEMBER_ID))
         self._remove_heartbeat(member)
-        if member.is_awaiting_join:
-            group.num_members_awaiting_join -= 1
-        group.remove(member.member_id)
         if group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             self._maybe_prepare_rebalance(group, f"removing member {member.member_id} ({reason})")
         elif group.is_in(GroupState.PREPARING_REBALANCE):
@@ -706,10 +715,26 @@ class GroupCoordinator:
 
     # -- partition ownership -------------------------------------------------------
     def on_election(self, partition: int) -> None:
-        """This broker became leader of an ``__consumer_offsets`` partition: load its groups."""
+        """This broker became leader of an ``__consumer_offsets`` partition: load its groups (blocking)."""
         if self.manager.is_partition_owned(partition):
             return
         self.manager.load_partition(partition, self._on_group_loaded)
+
+    async def load_partition(self, partition: int) -> None:
+        """Like on_election, but reads the log in a worker thread; meanwhile requests for
+        the partition's groups get COORDINATOR_LOAD_IN_PROGRESS and clients retry."""
+        if self.manager.is_partition_owned(partition):
+            return
+        self.manager.loading_partitions.add(partition)  # callers may have marked it already
+        try:
+            records = await asyncio.get_running_loop().run_in_executor(None, self.manager.read_partition, partition)
+        except Exception:
+            log.exception("loading %s-%d failed", GROUP_METADATA_TOPIC_NAME, partition)
+            return
+        finally:
+            self.manager.loading_partitions.discard(partition)
+        if self.active:
+            self.manager.replay(partition, records, self._on_group_loaded)
 
     def _on_group_loaded(self, group: GroupMetadata) -> None:
         # Members recovered from the log get a full session to reconnect and heartbeat.

@@ -252,48 +252,58 @@ class GroupMetadataManager:
                 break
             offset = next_offset
 
-    def load_partition(self, partition: int, on_group_loaded: Callable[[GroupMetadata], None]) -> int:
-        """Replay one partition of ``__consumer_offsets`` into the cache; returns groups loaded.
+    def read_partition(self, partition: int) -> list[tuple[bytes | None, bytes | None]]:
+        """All (key, value) records of one partition, in offset order; blocking file I/O."""
+        return list(self._read_records(partition))
 
-        The latest record per key wins, tombstones delete, exactly what compaction
-        would leave behind, so a compacted and an uncompacted log load the same.
-        """
+    def load_partition(self, partition: int, on_group_loaded: Callable[[GroupMetadata], None]) -> int:
+        """Read and replay one partition in one go (unit tests; the broker reads off the loop)."""
         self.loading_partitions.add(partition)
         try:
-            offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
-            metadata: dict[str, GroupMetadataRecord | None] = {}
-            for key, value in self._read_records(partition):
-                if key is None:
-                    continue
-                try:
-                    k = read_key(key)
-                    if isinstance(k, OffsetKey):
-                        per_group = offsets.setdefault(k.group, {})
-                        if value is None:
-                            per_group.pop((k.topic, k.partition), None)
-                        else:
-                            per_group[(k.topic, k.partition)] = read_offset_commit_value(value)
-                    elif isinstance(k, GroupMetadataKey):
-                        metadata[k.group] = None if value is None else read_group_metadata_value(value)
-                except SchemaError as exc:
-                    log.warning("skipping unreadable record in %s-%d: %s", GROUP_METADATA_TOPIC_NAME, partition, exc)
-            loaded = 0
-            for group_id in set(offsets) | set(metadata):
-                if self.partition_for(group_id) != partition:
-                    continue
-                rec = metadata.get(group_id)
-                group_offsets = offsets.get(group_id, {})
-                if rec is None and not group_offsets:
-                    continue  # deleted group, or nothing left of it
-                group = self._rebuild_group(group_id, rec, group_offsets)
-                self.groups[group_id] = group
-                loaded += 1
-                on_group_loaded(group)
-            self.owned_partitions.add(partition)
-            log.info("loaded %d groups from %s-%d", loaded, GROUP_METADATA_TOPIC_NAME, partition)
-            return loaded
+            records = self.read_partition(partition)
         finally:
             self.loading_partitions.discard(partition)
+        return self.replay(partition, records, on_group_loaded)
+
+    def replay(self, partition: int, records: list[tuple[bytes | None, bytes | None]],
+               on_group_loaded: Callable[[GroupMetadata], None]) -> int:
+        """Rebuild the groups of one partition from its records; returns groups loaded.
+
+        The latest record per key wins and tombstones delete, exactly what compaction
+        would leave behind, so a compacted and an uncompacted log load the same.
+        """
+        offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        metadata: dict[str, GroupMetadataRecord | None] = {}
+        for key, value in records:
+            if key is None:
+                continue
+            try:
+                k = read_key(key)
+                if isinstance(k, OffsetKey):
+                    per_group = offsets.setdefault(k.group, {})
+                    if value is None:
+                        per_group.pop((k.topic, k.partition), None)
+                    else:
+                        per_group[(k.topic, k.partition)] = read_offset_commit_value(value)
+                elif isinstance(k, GroupMetadataKey):
+                    metadata[k.group] = None if value is None else read_group_metadata_value(value)
+            except SchemaError as exc:
+                log.warning("skipping unreadable record in %s-%d: %s", GROUP_METADATA_TOPIC_NAME, partition, exc)
+        loaded = 0
+        for group_id in set(offsets) | set(metadata):
+            if self.partition_for(group_id) != partition:
+                continue
+            rec = metadata.get(group_id)
+            group_offsets = offsets.get(group_id, {})
+            if rec is None and not group_offsets:
+                continue  # deleted group, or nothing left of it
+            group = self._rebuild_group(group_id, rec, group_offsets)
+            self.groups[group_id] = group
+            loaded += 1
+            on_group_loaded(group)
+        self.owned_partitions.add(partition)
+        log.info("loaded %d groups from %s-%d", loaded, GROUP_METADATA_TOPIC_NAME, partition)
+        return loaded
 
     @staticmethod
     def _rebuild_group(group_id: str, rec: GroupMetadataRecord | None,
