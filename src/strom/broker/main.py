@@ -31,8 +31,13 @@ async def _serve(config: BrokerConfig) -> None:
     try:
         await server.startup()
         host, _ = config.advertised_host_port()
-        print(f"Strom broker {config.get('broker.id')} listening on {host}:{server.port} "
-              f"(data in {', '.join(config.log_dirs())})", flush=True)
+        bootstrap = f"{host}:{server.port}"
+        print(f"Strom broker {config.get('broker.id')} listening on {bootstrap} "
+              f"(data in {', '.join(config.log_dirs())})\n"
+              f"  create a topic:  strom topics --bootstrap-server {bootstrap} --create --topic demo --partitions 3\n"
+              f"  produce:         strom console-producer --bootstrap-server {bootstrap} --topic demo\n"
+              f"  consume:         strom console-consumer --bootstrap-server {bootstrap} --topic demo --from-beginning\n"
+              f"  stop:            Ctrl-C", flush=True)
         await server.run_until_stopped()
     finally:
         await server.shutdown()
