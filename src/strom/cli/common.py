@@ -37,7 +37,6 @@ CommandConfigOption = Annotated[
     typer.Option(
         "--command-config",
         help="Properties file with extra client settings (librdkafka/Kafka key names).",
-        exists=False,
         dir_okay=False,
     ),
 ]
@@ -119,6 +118,8 @@ def describe_kafka_error(exc: BaseException, topic: str | None = None) -> str:
     err = exc.args[0] if exc.args else exc
     name = err.name() if hasattr(err, "name") else ""
     text = err.str() if hasattr(err, "str") else str(err)
+    # kafka-python style exception text ("[Error 37] InvalidPartitionsError: ...") adds nothing.
+    text = re.sub(r"^\[Error -?\d+\] \w+: ", "", text)
     subject = f"Topic '{topic}'" if topic else "The topic"
     if name == "TOPIC_ALREADY_EXISTS":
         return f"{subject} already exists."

@@ -6,6 +6,7 @@ coordinator and commits nothing; with --group it subscribes and commits like Kaf
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -207,6 +208,8 @@ def _consume(
         consumer = Consumer(config)
     except KafkaException as exc:
         fail(f"Invalid consumer configuration: {exc.args[0].str()}")
+    # SIGTERM (kill, container stop) ends the tool like Ctrl-C: summary printed, consumer closed.
+    signal.signal(signal.SIGTERM, _interrupt)
     out: BinaryIO = sys.stdout.buffer
     count = 0
     joined: list[bool] = []
@@ -255,6 +258,10 @@ def _consume(
         except (KafkaException, RuntimeError):
             pass
     return count
+
+
+def _interrupt(_signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _handle_error(err: Any, topic: str) -> None:

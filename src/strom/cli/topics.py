@@ -144,6 +144,11 @@ def _list(admin: Any, pattern: str | None, exclude_internal: bool) -> None:
         write_out(name + "\n")
 
 
+def _topic_id(uuid: Any) -> str:
+    """Kafka prints topic ids in URL-safe base64; librdkafka's string uses '+' and '/'."""
+    return str(uuid).replace("+", "-").replace("/", "_").rstrip("=")
+
+
 def _node_id(node: Any) -> str:
     return "none" if node is None or node.id < 0 else str(node.id)
 
@@ -186,7 +191,7 @@ def _describe(admin: Any, pattern: str | None, exclude_internal: bool, if_exists
         parts = sorted(desc.partitions, key=lambda p: p.id)
         rf = len(parts[0].replicas) if parts else 0
         write_out(
-            f"Topic: {name}\tTopicId: {desc.topic_id}\tPartitionCount: {len(parts)}\t"
+            f"Topic: {name}\tTopicId: {_topic_id(desc.topic_id)}\tPartitionCount: {len(parts)}\t"
             f"ReplicationFactor: {rf}\tConfigs: {configs_by_topic.get(name, '')}\n"
         )
         for p in parts:

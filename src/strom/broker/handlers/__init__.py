@@ -18,5 +18,7 @@ def error_code_of(exc: BaseException) -> int:
 
 
 def error_message_of(exc: BaseException) -> str:
-    text = str(exc)
-    return text or type(exc).__name__
+    """The human sentence only: kafka-python's str() prefixes '[Error N] ClassName:'."""
+    if exc.args and isinstance(exc.args[0], str) and exc.args[0]:
+        return exc.args[0]
+    return getattr(exc, "description", None) or type(exc).__name__
