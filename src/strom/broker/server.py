@@ -20,17 +20,28 @@ from strom.broker.handlers import (
     api_versions,
     create_partitions,
     create_topics,
+    delete_groups,
     delete_records,
     delete_topics,
     describe_cluster,
     describe_configs,
+    describe_groups,
     describe_log_dirs,
     fetch,
+    find_coordinator,
+    heartbeat,
     incremental_alter_configs,
     init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
     list_offsets,
     metadata,
+    offset_commit,
+    offset_delete,
+    offset_fetch,
     produce,
+    sync_group,
 )
 from strom.broker.network import SocketServer
 from strom.broker.producer_id_manager import ProducerIdManager
@@ -40,6 +51,9 @@ from strom.broker.timing_wheel import Timer
 from strom.cluster.embedded import EmbeddedMetadataStore
 from strom.cluster.metadata import BrokerInfo, MetadataStore
 from strom.config import BrokerConfig
+from strom.coordinator.group.group_coordinator import GroupCoordinator
+from strom.coordinator.group.startup import create_group_coordinator, sync_ownership
+from strom.storage.cleaner import LogCleaner, cleaner_backoff_ms
 from strom.storage.log_config import LogConfig
 from strom.storage.log_manager import LogManager
 
@@ -49,6 +63,9 @@ HANDLER_MODULES = [
     api_versions, metadata, produce, fetch, list_offsets, create_topics, delete_topics, create_partitions,
     describe_configs, alter_configs, incremental_alter_configs, describe_cluster, delete_records,
     describe_log_dirs, init_producer_id,
+    # group coordinator
+    find_coordinator, join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch,
+    offset_delete, list_groups, describe_groups, delete_groups,
 ]
 
 
@@ -98,6 +115,8 @@ class KafkaServer:
         self.producer_id_manager = ProducerIdManager(self.metadata)
         self.replica_manager.load_partitions()
         self._drop_orphan_logs()
+        self.group_coordinator: GroupCoordinator = create_group_coordinator(self, timer)
+        sync_ownership(self, self.group_coordinator)
         host, port = cfg.listener_host_port()
         self.socket_server = SocketServer(self, host, port, cfg.get("socket.request.max.bytes"))
         await self.socket_server.start()
@@ -107,6 +126,11 @@ class KafkaServer:
         self._schedule("retention", cfg.get("log.retention.check.interval.ms"), self._retention)
         self._schedule("checkpoint", cfg.get("log.flush.offset.checkpoint.interval.ms"), self._checkpoint)
         self._schedule("flush", cfg.get("log.flush.scheduler.interval.ms"), self._flush)
+        self._schedule("group-metadata-expiry", cfg.get("offsets.retention.check.interval.ms"),
+                       self.group_coordinator.cleanup_group_metadata)
+        self.log_cleaner = LogCleaner(log_dirs)
+        if cfg.get("log.cleaner.enable"):
+            self._schedule("log-cleaner", cleaner_backoff_ms(cfg), self._clean_logs)
 
     def _drop_orphan_logs(self) -> None:
         """Logs of topics that no longer exist (deleted while we were down) are removed."""
@@ -132,6 +156,10 @@ class KafkaServer:
         await asyncio.get_running_loop().run_in_executor(
             None, self.log_manager.cleanup_logs, int(time.time() * 1000))
 
+    async def _clean_logs(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(
+            None, self.log_cleaner.clean_logs, self.log_manager.all_logs())
+
     async def _checkpoint(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.log_manager.checkpoint)
 
@@ -152,6 +180,8 @@ class KafkaServer:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if hasattr(self, "group_coordinator"):
+            self.group_coordinator.shutdown()
         if hasattr(self, "_timer_driver"):
             self._timer_driver.stop()
         if hasattr(self, "log_manager"):

@@ -292,12 +292,14 @@ def consumer_groups(
     offsets: Annotated[bool, typer.Option("--offsets", help="Describe offsets and lag (the default).")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", help="With --members: show each member's partitions.")
                        ] = False,
-    to_earliest: Annotated[bool, typer.Option("--to-earliest")] = False,
-    to_latest: Annotated[bool, typer.Option("--to-latest")] = False,
-    to_current: Annotated[bool, typer.Option("--to-current")] = False,
-    to_offset: Annotated[int | None, typer.Option("--to-offset")] = None,
+    to_earliest: Annotated[bool, typer.Option("--to-earliest", help="Reset to the log start offset.")] = False,
+    to_latest: Annotated[bool, typer.Option("--to-latest", help="Reset to the log end offset.")] = False,
+    to_current: Annotated[bool, typer.Option("--to-current", help="Keep the committed offsets.")] = False,
+    to_offset: Annotated[int | None, typer.Option("--to-offset", help="Reset to this offset (clamped to the log).")
+                         ] = None,
     to_datetime: Annotated[str | None, typer.Option("--to-datetime", help="YYYY-MM-DDTHH:mm:SS.sss[zone]")] = None,
-    shift_by: Annotated[int | None, typer.Option("--shift-by")] = None,
+    shift_by: Annotated[int | None, typer.Option("--shift-by", help="Move the committed offsets by N (may be < 0).")
+                        ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show the new offsets (default).")] = False,
     execute: Annotated[bool, typer.Option("--execute", help="Apply the new offsets.")] = False,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for the broker.")] = 30.0,

@@ -612,6 +612,44 @@ class Log:
             f"hw={self.high_watermark}, segments={len(self._segments)})"
         )
 
+    # --- used by LogCleaner ---
+
+    def replace_segment(self, old: LogSegment, cleaned_path: str) -> LogSegment | None:
+        """Swap a compacted copy in for an inactive segment; None if the segment went away meanwhile.
+
+        Crash-safe order: drop the old indexes (a restart rebuilds missing ones), then
+        atomically rename ``<base>.log.cleaned`` over ``<base>.log``, then index the new
+        file. Offsets keep their values; the old file stays readable through open
+        FileSlices until it is closed after file.delete.delay.ms.
+        """
+        with self._lock:
+            try:
+                i = next(k for k, seg in enumerate(self._segments) if seg is old)
+            except StopIteration:
+                i = -1
+            if self.closed or i < 0 or old is self._segments[-1] or old.deleted:
+                os.unlink(cleaned_path)
+                return None
+            for index in (old.offset_index, old.time_index):
+                try:
+                    os.unlink(index.path)
+                except FileNotFoundError:
+                    pass
+            os.replace(cleaned_path, old.log_path)
+            _fsync_dir(self.directory)
+            new = LogSegment(self.directory, old.base_offset, self.config, old.created_ms, active=False)
+            new.recover()
+            new.on_become_inactive()
+            new.flush()
+            self._segments[i] = new
+            old.deleted = True  # its paths now name the new files: never rename or unlink through it
+            delay = self.config.file_delete_delay_ms
+            if delay <= 0:
+                old.close()
+            else:
+                DELETE_SCHEDULER.schedule(delay / 1000.0, old.close)
+            return new
+
 
 def _fsync_dir(path: str) -> None:
     try:

@@ -256,9 +256,10 @@ class GroupCoordinator:
         if group.is_in(GroupState.PREPARING_REBALANCE) and group.generation_id == 0:
             group.new_member_added = True
         group.add(member)
-        self._maybe_prepare_rebalance(group, f"adding new member {member_id}")
         # A new member that disconnects before the join completes must not block the group forever.
+        # (Scheduled first: completing the join below replaces it with the session timeout.)
         self._complete_and_schedule_next_heartbeat(group, member, NEW_MEMBER_JOIN_TIMEOUT_MS)
+        self._maybe_prepare_rebalance(group, f"adding new member {member_id}")
 
     def _update_member_and_rebalance(self, group: GroupMetadata, member: MemberMetadata,
                                      protocols: list[tuple[str, bytes]], rebalance_timeout_ms: int,
@@ -340,9 +341,9 @@ class GroupCoordinator:
                                                  max(group.rebalance_timeout_ms() - delay, 0))
         else:
             op = DelayedJoin(self, group, group.rebalance_timeout_ms())
-        group.transition_to(GroupState.PREPARING_REBALANCE)
         log.info("preparing to rebalance group %s in state %s with old generation %d (reason: %s)",
                  group.group_id, group.state, group.generation_id, reason)
+        group.transition_to(GroupState.PREPARING_REBALANCE)
         self.rebalance_purgatory.try_complete_else_watch(op, [("group", group.group_id)])
 
     def _reset_and_propagate_assignment_error(self, group: GroupMetadata, error: int) -> None:

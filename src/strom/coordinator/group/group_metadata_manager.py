@@ -302,7 +302,8 @@ class GroupMetadataManager:
             loaded += 1
             on_group_loaded(group)
         self.owned_partitions.add(partition)
-        log.info("loaded %d groups from %s-%d", loaded, GROUP_METADATA_TOPIC_NAME, partition)
+        if loaded:
+            log.info("loaded %d groups from %s-%d", loaded, GROUP_METADATA_TOPIC_NAME, partition)
         return loaded
 
     @staticmethod

@@ -32,7 +32,7 @@ def create_group_coordinator(server: KafkaServer, timer: Timer) -> GroupCoordina
         server.broker_id, server.replica_manager,
         num_partitions=_num_partitions(server),
         retention_ms=cfg.get("offsets.retention.minutes") * 60_000,
-        max_metadata_size=_get(server, "offset.metadata.max.bytes", 4096),
+        max_metadata_size=cfg.get("offset.metadata.max.bytes"),
     )
     config = GroupConfig(
         min_session_timeout_ms=cfg.get("group.min.session.timeout.ms"),
@@ -48,14 +48,6 @@ def create_group_coordinator(server: KafkaServer, timer: Timer) -> GroupCoordina
 
     server.metadata.add_listener(on_metadata_change)
     return coordinator
-
-
-def _get(server: KafkaServer, key: str, default: int) -> int:
-    try:
-        value = server.config.get(key)
-    except Exception:  # noqa: BLE001 - key not defined in this broker's config schema
-        return default
-    return default if value is None else int(value)
 
 
 def _num_partitions(server: KafkaServer) -> int:

@@ -1,0 +1,21 @@
+"""DeleteGroups: remove empty groups and their committed offsets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin.groups import DeleteGroupsResponse
+
+from strom.broker.request import RequestContext
+from strom.protocol.api_keys import ApiKey
+
+API_KEY = ApiKey.DELETE_GROUPS
+VERSIONS = (0, 2)
+Result = DeleteGroupsResponse.DeletableGroupResult
+
+
+async def handle(ctx: RequestContext, request: Any) -> DeleteGroupsResponse:
+    names = list(dict.fromkeys(request.groups_names or []))
+    results = await ctx.server.group_coordinator.handle_delete_groups(names)
+    return DeleteGroupsResponse(throttle_time_ms=0,
+                                results=[Result(group_id=g, error_code=results[g]) for g in names])

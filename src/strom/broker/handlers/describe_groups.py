@@ -1,0 +1,34 @@
+"""DescribeGroups: state, protocol and members (client id, host, assignment) of groups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin.groups import DescribeGroupsResponse
+
+from strom.broker.request import RequestContext
+from strom.protocol.api_keys import ApiKey
+
+API_KEY = ApiKey.DESCRIBE_GROUPS
+VERSIONS = (0, 5)
+Described = DescribeGroupsResponse.DescribedGroup
+Member = Described.DescribedGroupMember
+# READ (3), DELETE (6) and DESCRIBE (8): what a group ACL could grant, all allowed without authorization.
+# The codec takes the bitfield as a set of bit numbers; None encodes "not requested" (INT32_MIN).
+GROUP_OPERATIONS = {3, 6, 8}
+
+
+async def handle(ctx: RequestContext, request: Any) -> DescribeGroupsResponse:
+    coordinator = ctx.server.group_coordinator
+    include_ops = ctx.version >= 3 and request.include_authorized_operations
+    groups = []
+    for group_id in request.groups or []:
+        s = coordinator.handle_describe_group(group_id)
+        groups.append(Described(
+            error_code=s.error_code, error_message=None, group_id=group_id, group_state=s.state,
+            protocol_type=s.protocol_type, protocol_data=s.protocol,
+            members=[Member(member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+                            client_host=m.client_host, member_metadata=meta, member_assignment=assignment)
+                     for m, meta, assignment in s.members],
+            authorized_operations=set(GROUP_OPERATIONS) if include_ops else None))
+    return DescribeGroupsResponse(throttle_time_ms=0, groups=groups)

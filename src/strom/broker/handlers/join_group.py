@@ -1,0 +1,38 @@
+"""JoinGroup: a member (re)joins; parked until the join phase of the rebalance completes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer.group import JoinGroupResponse
+
+from strom.broker.request import RequestContext
+from strom.protocol.api_keys import ApiKey
+
+API_KEY = ApiKey.JOIN_GROUP
+VERSIONS = (0, 9)
+Member = JoinGroupResponse.JoinGroupResponseMember
+
+
+async def handle(ctx: RequestContext, request: Any) -> JoinGroupResponse:
+    v = ctx.version
+    result = await ctx.server.group_coordinator.handle_join_group(
+        group_id=request.group_id,
+        member_id=request.member_id or "",
+        group_instance_id=request.group_instance_id if v >= 5 else None,
+        require_known_member_id=v >= 4,
+        client_id=ctx.header.client_id or "",
+        client_host="/" + ctx.client_host,
+        rebalance_timeout_ms=request.rebalance_timeout_ms if v >= 1 else -1,
+        session_timeout_ms=request.session_timeout_ms,
+        protocol_type=request.protocol_type or "",
+        protocols=[(p.name, bytes(p.metadata or b"")) for p in request.protocols or []],
+    )
+    return JoinGroupResponse(
+        throttle_time_ms=0, error_code=result.error_code, generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        # Before v7 the protocol name is not nullable.
+        protocol_name=result.protocol_name if result.protocol_name is not None or v >= 7 else "",
+        leader=result.leader_id, skip_assignment=result.skip_assignment, member_id=result.member_id,
+        members=[Member(member_id=mid, group_instance_id=iid, metadata=meta) for mid, iid, meta in result.members],
+    )

@@ -1,0 +1,27 @@
+"""ListGroups: the groups this broker coordinates (v4 filters by state, v5 by type)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin.groups import ListGroupsResponse
+
+from strom.broker.request import RequestContext
+from strom.protocol.api_keys import ApiKey
+
+API_KEY = ApiKey.LIST_GROUPS
+VERSIONS = (0, 5)
+Listed = ListGroupsResponse.ListedGroup
+CLASSIC = "classic"
+
+
+async def handle(ctx: RequestContext, request: Any) -> ListGroupsResponse:
+    v = ctx.version
+    states = set(request.states_filter or []) if v >= 4 else set()
+    types = {t.lower() for t in request.types_filter or []} if v >= 5 else set()
+    error, groups = ctx.server.group_coordinator.handle_list_groups(states or None)
+    if types and CLASSIC not in types:
+        groups = []
+    return ListGroupsResponse(throttle_time_ms=0, error_code=error, groups=[
+        Listed(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=str(g.state),
+               group_type=CLASSIC) for g in groups])

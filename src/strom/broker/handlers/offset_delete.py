@@ -1,0 +1,26 @@
+"""OffsetDelete: drop a group's committed offsets for partitions it no longer consumes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.consumer.group import OffsetDeleteResponse
+
+from strom.broker.request import RequestContext
+from strom.protocol.api_keys import ApiKey
+
+API_KEY = ApiKey.OFFSET_DELETE
+VERSIONS = (0, 0)
+Topic = OffsetDeleteResponse.OffsetDeleteResponseTopic
+Part = Topic.OffsetDeleteResponsePartition
+
+
+async def handle(ctx: RequestContext, request: Any) -> OffsetDeleteResponse:
+    partitions = [(t.name, p.partition_index) for t in request.topics or [] for p in t.partitions or []]
+    error, results = await ctx.server.group_coordinator.handle_delete_offsets(request.group_id, partitions)
+    topics: dict[str, list[Any]] = {}
+    if not error:
+        for (topic, part), code in results.items():
+            topics.setdefault(topic, []).append(Part(partition_index=part, error_code=code))
+    return OffsetDeleteResponse(error_code=error, throttle_time_ms=0,
+                                topics=[Topic(name=t, partitions=ps) for t, ps in topics.items()])
