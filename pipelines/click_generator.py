@@ -41,7 +41,7 @@ class Generator:
     """Produces (key, value, event) triples; ``event`` is None for malformed records."""
 
     seed: int = 7
-    users: int = 40
+    users: int = 400
     concurrent_sessions: int = 8
     late_fraction: float = 0.05
     malformed_fraction: float = 0.02

@@ -331,6 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         reporter.say("clickstream: stopping queries (progress is checkpointed; rerun to resume)")
         for q in queries:
+            # Stop between triggers when possible: interrupting a running micro-batch is safe
+            # (it is replayed from the checkpoint) but noisy.
+            deadline = time.monotonic() + 30
+            while q.isActive and q.status.get("isTriggerActive") and time.monotonic() < deadline:
+                time.sleep(0.05)
             try:
                 q.stop()
             except Exception as exc:  # stopping mid-batch may report the interrupted batch

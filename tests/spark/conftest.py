@@ -134,10 +134,7 @@ def produce(
     from confluent_kafka import Producer
 
     errors: list[str] = []
-    base: dict[str, Any] = {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
-    if os.environ.get("STROM_SPARK_TEST_ONE_PER_BATCH"):  # brokers whose high watermark counts batches
-        base["batch.num.messages"] = 1
-    p = Producer({**base, **conf})
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, **conf})
     n = 0
     for key, value, part, headers in records:
         kwargs: dict[str, Any] = {}
@@ -179,9 +176,3 @@ def strom_reader(spark: Any, bootstrap: str, stream: bool = False, **options: st
         r = r.option(k, v)
     return r.load()
 
-
-def sink_options() -> dict[str, str]:
-    """Extra sink options for development brokers (see STROM_SPARK_TEST_ONE_PER_BATCH)."""
-    if os.environ.get("STROM_SPARK_TEST_ONE_PER_BATCH"):
-        return {"kafka.batch.num.messages": "1"}
-    return {}

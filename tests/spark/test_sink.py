@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.spark.conftest import create_topic, produce, sink_options, strom_reader, unique
+from tests.spark.conftest import create_topic, produce, strom_reader, unique
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -31,7 +31,6 @@ def test_stream_sink_round_trip_keys_headers_partitions(spark: Any, bootstrap: s
         out.writeStream.format("strom")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", dst)
-        .options(**sink_options())
         .option("checkpointLocation", str(workdir / "ckpt"))
         .trigger(availableNow=True)
         .start()
@@ -55,7 +54,7 @@ def test_batch_sink_topic_column_and_string_values(spark: Any, bootstrap: str) -
     b = create_topic(bootstrap, unique("sink-b"), 1)
     rows = [(a if i % 2 else b, f"key{i}", f"value{i}") for i in range(50)]
     df = spark.createDataFrame(rows, "topic string, key string, value string")
-    df.write.format("strom").option("kafka.bootstrap.servers", bootstrap).options(**sink_options()).mode("append").save()
+    df.write.format("strom").option("kafka.bootstrap.servers", bootstrap).mode("append").save()
     got_a = strom_reader(spark, bootstrap, subscribe=a).selectExpr("cast(key as string) k", "cast(value as string) v")
     got_b = strom_reader(spark, bootstrap, subscribe=b).selectExpr("cast(key as string) k", "cast(value as string) v")
     assert sorted(tuple(r) for r in got_a.collect()) == sorted((k, v) for t, k, v in rows if t == a)

@@ -60,7 +60,12 @@ def _constant_string(value: str, n: int) -> pa.Array:
 
 
 def messages_to_batch(
-    msgs: list[Any], topic: str, partition: int, schema: pa.Schema, include_headers: bool
+    msgs: list[Any],
+    topic: str,
+    partition: int,
+    schema: pa.Schema,
+    include_headers: bool,
+    offsets: list[int] | None = None,
 ) -> pa.RecordBatch:
     """Convert confluent-kafka messages of one partition into a RecordBatch of ``schema``.
 
@@ -74,7 +79,7 @@ def messages_to_batch(
         pa.array([m.value() for m in msgs], type=pa.binary()),
         _constant_string(topic, n),
         pa.array([partition] * n, type=pa.int32()),
-        pa.array([m.offset() for m in msgs], type=pa.int64()),
+        pa.array(offsets if offsets is not None else [m.offset() for m in msgs], type=pa.int64()),
         pa.array([t[1] * 1000 if t[1] > 0 else 0 for t in ts_pairs], type=pa.int64()).view(_TS_TYPE),
         pa.array([t[0] - 1 for t in ts_pairs], type=pa.int32()),
     ]

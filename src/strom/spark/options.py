@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,8 +31,6 @@ _FORBIDDEN_SINK = {
     "interceptor.classes": "interceptors are not supported",
 }
 
-# librdkafka spells some Java client settings differently or not at all.
-_CLIENT_RENAMES = {"isolation.level": "isolation.level"}
 # Java-only client settings that have no librdkafka meaning; dropped silently.
 _JAVA_ONLY = {"key.deserializer", "value.deserializer", "key.serializer", "value.serializer"}
 
@@ -95,7 +92,7 @@ def client_config(opts: Mapping[str, str], forbidden: Mapping[str, str]) -> dict
             raise StromOptionError(f"Kafka option '{name}' is not supported: {forbidden[name]}.")
         if name in _JAVA_ONLY:
             continue
-        conf[_CLIENT_RENAMES.get(name, name)] = value
+        conf[name] = value
     for key in opts:
         # Spark also refuses the bare (un-prefixed) forms, a frequent mistake.
         if key in forbidden:
@@ -137,7 +134,8 @@ class SourceOptions:
     def consumer_config(self) -> dict[str, str | bool | int]:
         """librdkafka consumer settings for assign()-only reading; no offsets are ever committed."""
         conf: dict[str, Any] = {
-            "group.id": f"strom-spark-{uuid.uuid4().hex[:12]}",
+            # Never joined or committed (Strom tracks no groups for Spark); librdkafka wants one.
+            "group.id": "strom-spark-reader",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "error",

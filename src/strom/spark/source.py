@@ -70,7 +70,6 @@ def _consumer(opts: SourceOptions) -> Any:
     from confluent_kafka import Consumer
 
     conf = opts.consumer_config()
-    conf["group.id"] = "strom-spark-reader"  # never joined or committed; librdkafka insists on one
     key = tuple(sorted((k, str(v)) for k, v in conf.items()))
     consumer = _CONSUMERS.get(key)
     if consumer is None:
@@ -94,13 +93,21 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
     schema = arrow_schema(opts.include_headers)
     consumer = _consumer(opts)
     tp = TopicPartition(topic, part)
-    try:
-        low, high = consumer.get_watermark_offsets(tp, timeout=15, cached=False)
-    except KafkaException as exc:
-        if exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION):
-            report_data_loss(opts.fail_on_data_loss, f"Topic-partition {topic}-{part} no longer exists.")
-            return
-        raise
+    unknown = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION)
+    for attempt in range(8):
+        try:
+            low, _ = consumer.get_watermark_offsets(tp, timeout=15, cached=False)
+            break
+        except KafkaException as exc:
+            if exc.args[0].code() not in unknown:
+                raise
+            # The driver saw this partition when planning; a reused consumer's metadata may
+            # simply be older (new partition or topic). Refresh before calling it lost.
+            time.sleep(0.25 * attempt)
+            consumer.list_topics(topic=topic, timeout=10)
+    else:
+        report_data_loss(opts.fail_on_data_loss, f"Topic-partition {topic}-{part} no longer exists.")
+        return
     if low > start:
         report_data_loss(
             opts.fail_on_data_loss,
@@ -115,37 +122,48 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
         deadline = time.monotonic() + opts.poll_timeout_ms / 1000
         while nxt < end:
             msgs = consumer.consume(opts.fetch_batch, timeout=0.5)
-            good = []
-            eof = False
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    if m.topic() != topic or m.partition() != part:
+            if not msgs:
+                good: list[Any] = []
+                offsets: list[int] = []
+                eof = False
+            elif not [m for m in msgs if m.error() is not None] and msgs[0].offset() >= nxt and msgs[-1].offset() < end:
+                # Fast path: one partition is assigned, so offsets ascend; nothing to filter.
+                good, offsets, eof = msgs, [m.offset() for m in msgs], False
+            else:
+                good, offsets, eof, reset = [], [], False, False
+                for m in msgs:
+                    err = m.error()
+                    if err is not None:
+                        if m.topic() != topic or m.partition() != part:
+                            continue
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            eof = True
+                            continue
+                        if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
+                            reset = True
+                            break
+                        if err.fatal() or not err.retriable():
+                            raise KafkaException(err)
                         continue
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        eof = True
+                    off = m.offset()
+                    if off < nxt or off >= end or m.partition() != part or m.topic() != topic:
                         continue
-                    if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
-                        low, _ = consumer.get_watermark_offsets(tp, timeout=15, cached=False)
-                        report_data_loss(
-                            opts.fail_on_data_loss,
-                            f"Offset {nxt} of {topic}-{part} went out of range while reading; "
-                            f"the earliest available offset is now {low}.",
-                        )
-                        nxt = max(nxt, low)
-                        consumer.assign([TopicPartition(topic, part, nxt)])
-                        break
-                    if err.fatal() or not err.retriable():
-                        raise KafkaException(err)
-                    continue
-                off = m.offset()
-                if off < nxt or off >= end or m.partition() != part or m.topic() != topic:
-                    continue
-                good.append(m)
+                    good.append(m)
+                    offsets.append(off)
+                if reset:
+                    low, _ = consumer.get_watermark_offsets(tp, timeout=15, cached=False)
+                    report_data_loss(
+                        opts.fail_on_data_loss,
+                        f"Offset {nxt} of {topic}-{part} went out of range while reading; "
+                        f"the earliest available offset is now {low}.",
+                    )
+                    nxt = max(nxt, low)
+                    consumer.assign([TopicPartition(topic, part, nxt)])
+                    good, offsets = [], []
             if good:
-                nxt = good[-1].offset() + 1
+                nxt = offsets[-1] + 1
                 deadline = time.monotonic() + opts.poll_timeout_ms / 1000
-                yield messages_to_batch(good, topic, part, schema, opts.include_headers)
+                yield messages_to_batch(good, topic, part, schema, opts.include_headers, offsets)
             if nxt >= end:
                 break
             if eof:
@@ -199,8 +217,8 @@ class StromBatchReader(DataSourceReader):
         return list(_plan(self.options, start, end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
-        yield from read_range(self.options, partition)
+        if isinstance(partition, OffsetRange):  # Spark reads one dummy partition when none were planned
+            yield from read_range(self.options, partition)
 
 
 # ---------------------------------------------------------------------------------------
@@ -279,8 +297,8 @@ class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return list(_plan(self.options, from_json(start), from_json(end)))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)
-        yield from read_range(self.options, partition)
+        if isinstance(partition, OffsetRange):  # Spark reads one dummy partition when none were planned
+            yield from read_range(self.options, partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: progress is Spark's checkpoint, not broker-side group offsets."""

@@ -1,0 +1,176 @@
+"""Throughput of the strom Spark source and sink next to a plain confluent-kafka loop.
+
+Prints one JSON object. Every figure comes from the same run on the same data:
+``plain_producer`` / ``plain_consumer`` are single-process confluent-kafka loops; the
+``spark_*`` figures go through the data source on a local[N] SparkSession.
+
+    python bench/bench_spark.py                     # 1,000,000 x 1 KiB, own broker
+    python bench/bench_spark.py --records 100000 --bootstrap-server 127.0.0.1:9092
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG4J = "rootLogger.level = error\nrootLogger.appenderRef.stdout.ref = console\n" \
+    "appender.console.type = Console\nappender.console.name = console\nappender.console.target = SYSTEM_ERR\n" \
+    "appender.console.layout.type = PatternLayout\nappender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n"
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for f in admin.create_topics([NewTopic(name, partitions, 1)], request_timeout=30).values():
+        f.result(timeout=30)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        t = admin.list_topics(topic=name, timeout=10).topics.get(name)
+        if t is not None and t.error is None and len(t.partitions) == partitions:
+            return
+        time.sleep(0.1)
+
+
+def plain_produce(bootstrap: str, topic: str, records: int, size: int, partitions: int) -> float:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                  "enable.idempotence": True, "queue.buffering.max.kbytes": 256 * 1024})
+    value = b"x" * size
+    t0 = time.perf_counter()
+    for i in range(records):
+        while True:
+            try:
+                p.produce(topic, value, str(i).encode(), partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 10_000 == 0:
+            p.poll(0)
+    assert p.flush(300) == 0
+    return records / (time.perf_counter() - t0)
+
+
+def plain_consume(bootstrap: str, topic: str, records: int, partitions: int) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-plain", "enable.auto.commit": False,
+                  "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20,
+                  "queued.max.messages.kbytes": 256 * 1024})
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    t0 = time.perf_counter()
+    seen = 0
+    total_bytes = 0
+    while seen < records:
+        for m in c.consume(10_000, timeout=1.0):
+            if m.error() is None:
+                seen += 1
+                total_bytes += len(m.value())  # touch the payload, as a real consumer would
+    elapsed = time.perf_counter() - t0
+    c.close()
+    return records / elapsed
+
+
+def spark_session(cores: int, tmp: Path) -> Any:
+    (tmp / "conf").mkdir(parents=True, exist_ok=True)
+    (tmp / "conf" / "log4j2.properties").write_text(LOG4J)
+    os.environ.setdefault("SPARK_CONF_DIR", str(tmp / "conf"))
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import strom.spark
+
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "3g")
+        .config("spark.sql.shuffle.partitions", str(cores))
+        .config("spark.local.dir", str(tmp / "local"))
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    strom.spark.register(spark)
+    return spark
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--size", type=int, default=1024, help="value bytes")
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--cores", type=int, default=2, help="local[N] Spark cores")
+    ap.add_argument("--bootstrap-server", default=None, help="use this broker instead of starting one")
+    args = ap.parse_args()
+
+    broker = None
+    tmp = Path(tempfile.mkdtemp(prefix="strom-bench-spark-"))
+    if args.bootstrap_server is None:
+        sys.path.insert(0, str(ROOT))
+        from tests.support.broker import BrokerProcess
+
+        (tmp / "broker").mkdir()
+        broker = BrokerProcess(tmp / "broker").start()
+        bootstrap = broker.bootstrap
+    else:
+        bootstrap = args.bootstrap_server
+    try:
+        n, parts = args.records, args.partitions
+        src = f"bench-spark-src-{uuid.uuid4().hex[:6]}"
+        dst = f"bench-spark-dst-{uuid.uuid4().hex[:6]}"
+        create_topic(bootstrap, src, parts)
+        create_topic(bootstrap, dst, parts)
+        result: dict[str, Any] = {"records": n, "value_bytes": args.size, "partitions": parts,
+                                  "spark_cores": args.cores, "broker": "external" if broker is None else "strom"}
+        result["plain_producer_rows_per_s"] = round(plain_produce(bootstrap, src, n, args.size, parts))
+        result["plain_consumer_rows_per_s"] = round(plain_consume(bootstrap, src, n, parts))
+
+        spark = spark_session(args.cores, tmp)
+        opts = {"kafka.bootstrap.servers": bootstrap, "subscribe": src}
+        # Warm-up: Python workers and the JVM's first job cost seconds that are not throughput.
+        spark.read.format("strom").options(**opts).load().limit(10).collect()
+
+        t0 = time.perf_counter()
+        spark.read.format("strom").options(**opts).load().write.format("noop").mode("overwrite").save()
+        result["spark_batch_read_rows_per_s"] = round(n / (time.perf_counter() - t0))
+
+        t0 = time.perf_counter()
+        q = (
+            spark.readStream.format("strom").options(**opts).option("startingOffsets", "earliest").load()
+            .writeStream.format("noop").option("checkpointLocation", str(tmp / "ckpt-read"))
+            .trigger(availableNow=True).start()
+        )
+        q.awaitTermination()
+        wall = time.perf_counter() - t0
+        add_batch = sum(p["durationMs"].get("addBatch", 0) for p in q.recentProgress) / 1000
+        result["spark_stream_available_now_rows_per_s"] = round(n / wall)
+        result["spark_stream_available_now_addbatch_rows_per_s"] = round(n / add_batch) if add_batch else None
+
+        data = spark.range(n).selectExpr("cast(id as string) as key", f"repeat('x', {args.size}) as value")
+        data = data.repartition(args.cores).cache()
+        data.count()
+        t0 = time.perf_counter()
+        data.write.format("strom").option("kafka.bootstrap.servers", bootstrap).option("topic", dst) \
+            .mode("append").save()
+        result["spark_sink_rows_per_s"] = round(n / (time.perf_counter() - t0))
+        result["source_vs_plain_consumer"] = round(
+            result["plain_consumer_rows_per_s"] / result["spark_batch_read_rows_per_s"], 2)
+        spark.stop()
+        print(json.dumps(result, indent=2))
+    finally:
+        if broker is not None:
+            broker.close()
+
+
+if __name__ == "__main__":
+    main()
