@@ -117,7 +117,11 @@ def response_header(correlation_id: int, flexible: bool) -> bytes:
 
 def encode_response(header: RequestHeader, response: ApiMessage) -> bytes:
     """Encode a framed response; ApiVersions always uses response header v0."""
-    body = response.encode(version=header.api_version)
+    return frame_response(header, response.encode(version=header.api_version))
+
+
+def frame_response(header: RequestHeader, body: bytes | bytearray) -> bytes:
+    """Size prefix + response header + body, for bodies encoded by hand on hot paths."""
     flexible = header.flexible and header.api_key != 18
     head = response_header(header.correlation_id, flexible)
     return struct.pack(">i", len(head) + len(body)) + head + bytes(body)

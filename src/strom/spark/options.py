@@ -143,7 +143,12 @@ class SourceOptions:
             "fetch.max.bytes": 64 * 1024 * 1024,
             "max.partition.fetch.bytes": 16 * 1024 * 1024,
             "queued.max.messages.kbytes": 256 * 1024,
-            "fetch.wait.max.ms": 100,
+            # Short broker-side wait: a fetch left parked at the end of one range delays the
+            # first fetch of the next task on this consumer by up to this long.
+            "fetch.wait.max.ms": 10,
+            # librdkafka stops prefetching once queued.min.messages (100k) are buffered and by
+            # default retries only after 1 s, so a task reading a big range idles in 1 s gaps.
+            "fetch.queue.backoff.ms": 10,
             "topic.metadata.refresh.interval.ms": 30_000,
         }
         conf.update(self.client)

@@ -121,7 +121,10 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
         nxt = start
         deadline = time.monotonic() + opts.poll_timeout_ms / 1000
         while nxt < end:
-            msgs = consumer.consume(opts.fetch_batch, timeout=0.5)
+            # consume() blocks until it has *all* the messages asked for or the timeout
+            # expires, so never ask for more than the range still holds: a full batch at the
+            # tail of every range used to stall each task for the whole timeout.
+            msgs = consumer.consume(min(opts.fetch_batch, end - nxt), timeout=0.1)
             if not msgs:
                 good: list[Any] = []
                 offsets: list[int] = []

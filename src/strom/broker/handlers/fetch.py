@@ -16,28 +16,11 @@ import kafka.errors as Errors
 from strom.broker.replica_manager import FetchParams, FetchPartitionRequest, FetchPartitionResult
 from strom.broker.request import FileRegion, RawResponse, RequestContext
 from strom.protocol.api_keys import ApiKey
+from strom.protocol.primitives import array_len, string, uvarint
 
 API_KEY = ApiKey.FETCH
 FLEXIBLE_FROM = 12
 TOPIC_IDS_FROM = 13
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _array_len(n: int, flexible: bool) -> bytes:
-    return _uvarint(n + 1) if flexible else struct.pack(">i", n)
-
-
-def _string(s: str, flexible: bool) -> bytes:
-    b = s.encode()
-    return (_uvarint(len(b) + 1) if flexible else struct.pack(">h", len(b))) + b
 
 
 async def handle(ctx: RequestContext, request: Any) -> RawResponse:
@@ -80,12 +63,12 @@ def _encode(version: int, top_error: int, layout: list[tuple[Any, str | None, li
     buf += struct.pack(">i", 0)  # throttle_time_ms (v1+; we start at v4)
     if version >= 7:
         buf += struct.pack(">hi", top_error, 0)  # error_code, session_id 0 = no session
-    buf += _array_len(len(layout) + len(unknown), flexible)
+    buf += array_len(len(layout) + len(unknown), flexible)
 
     def topic_key(key: Any) -> bytes:
         if version >= TOPIC_IDS_FROM:
             return uuid.UUID(str(key)).bytes
-        return _string(key, flexible)
+        return string(key, flexible)
 
     def partition_head(index: int, err: int, r: FetchPartitionResult | None) -> None:
         hw = r.high_watermark if r else -1
@@ -94,20 +77,20 @@ def _encode(version: int, top_error: int, layout: list[tuple[Any, str | None, li
         buf.extend(struct.pack(">ihqq", index, err, hw, lso))
         if version >= 5:
             buf.extend(struct.pack(">q", lso_start))
-        buf.extend(_array_len(0, flexible))  # aborted_transactions: none (no transactions yet)
+        buf.extend(array_len(0, flexible))  # aborted_transactions: none (no transactions yet)
         if version >= 11:
             buf.extend(struct.pack(">i", -1))  # preferred_read_replica
 
     it = iter(results)
     for key, _name, indexes in layout:
         buf += topic_key(key)
-        buf += _array_len(len(indexes), flexible)
+        buf += array_len(len(indexes), flexible)
         for index in indexes:
             r = next(it)
             partition_head(index, r.error_code, r)
             data = r.records
             size = r.size if data is not None else 0
-            buf += _uvarint(size + 1) if flexible else struct.pack(">i", size)
+            buf += uvarint(size + 1) if flexible else struct.pack(">i", size)
             if size:
                 parts.append(bytes(buf))
                 buf = bytearray()
@@ -119,10 +102,10 @@ def _encode(version: int, top_error: int, layout: list[tuple[Any, str | None, li
             buf += b"\x00"  # topic tagged fields
     for key, indexes in unknown:
         buf += topic_key(key)
-        buf += _array_len(len(indexes), flexible)
+        buf += array_len(len(indexes), flexible)
         for index in indexes:
             partition_head(index, Errors.UnknownTopicIdError.errno, None)
-            buf += _uvarint(1) if flexible else struct.pack(">i", 0)
+            buf += uvarint(1) if flexible else struct.pack(">i", 0)
             if flexible:
                 buf += b"\x00"
         if flexible:
