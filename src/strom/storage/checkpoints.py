@@ -44,7 +44,7 @@ class OffsetCheckpointFile:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
-        _fsync_dir(os.path.dirname(self.path) or ".")
+        fsync_dir(os.path.dirname(self.path) or ".")
 
     def read(self) -> dict[TopicPartition, int]:
         """Entries of the file; {} if it does not exist. Raises CorruptCheckpointError if malformed."""
@@ -71,7 +71,8 @@ class OffsetCheckpointFile:
         return out
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
+    """Make a rename or new file in `path` durable (directory entries need their own fsync)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:

@@ -34,6 +34,7 @@ from strom.protocol.record_batch import (
     decode_records,
     rewrite_header,
 )
+from strom.storage.checkpoints import fsync_dir
 from strom.storage.log_config import LogConfig
 from strom.storage.log_loader import LogLoader, rebuild_producer_state
 from strom.storage.producer_state import ProducerStateManager
@@ -568,7 +569,7 @@ class Log:
                 if not seg.deleted:
                     raise
         if rolled:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         with self._lock:
             self.recovery_point = max(self.recovery_point, target)
 
@@ -636,7 +637,7 @@ class Log:
                 except FileNotFoundError:
                     pass
             os.replace(cleaned_path, old.log_path)
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             new = LogSegment(self.directory, old.base_offset, self.config, old.created_ms, active=False)
             new.recover()
             new.on_become_inactive()
@@ -649,16 +650,3 @@ class Log:
             else:
                 DELETE_SCHEDULER.schedule(delay / 1000.0, old.close)
             return new
-
-
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
