@@ -65,7 +65,9 @@ def plain_consume(bootstrap: str, topic: str, records: int, partitions: int) -> 
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-plain", "enable.auto.commit": False,
                   "fetch.max.bytes": 64 << 20, "max.partition.fetch.bytes": 16 << 20,
-                  "queued.max.messages.kbytes": 256 * 1024})
+                  "queued.max.messages.kbytes": 256 * 1024,
+                  # the source uses the same setting: without it librdkafka idles in 1 s back-offs
+                  "fetch.queue.backoff.ms": 10})
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     t0 = time.perf_counter()
     seen = 0

@@ -115,6 +115,53 @@ def _col(batch: pa.RecordBatch, name: str) -> list[Any] | None:
     return None
 
 
+def _produce_when_room(producer: Any, topic: str, value: Any, key: Any, kwargs: dict[str, Any]) -> None:
+    """Retry a produce refused with BufferError (local queue full) while deliveries drain."""
+    while True:
+        producer.poll(0.05)
+        try:
+            producer.produce(topic, value, key, **kwargs)
+            return
+        except BufferError:
+            continue
+
+
+def _produce_plain(producer: Any, topic: str, values: list[Any], keys: list[Any]) -> None:
+    """The common shape (fixed topic, key and value only): no per-row dict or index lookups."""
+    produce = producer.produce
+    for value, key in zip(values, keys, strict=True):
+        try:
+            produce(topic, value, key)
+        except BufferError:
+            _produce_when_room(producer, topic, value, key, {})
+
+
+def _produce_general(
+    producer: Any,
+    topics: list[Any],
+    values: list[Any],
+    keys: list[Any],
+    parts: list[Any] | None,
+    headers: list[Any] | None,
+) -> None:
+    """Rows with a topic column, explicit partitions or headers."""
+    produce = producer.produce
+    for i, topic in enumerate(topics):
+        if topic is None:
+            raise StromOptionError(
+                "Null topic present in the data. Use the 'topic' option for setting a topic."
+            )
+        kwargs: dict[str, Any] = {}
+        if parts is not None and parts[i] is not None:
+            kwargs["partition"] = parts[i]
+        if headers is not None and headers[i]:
+            kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
+        try:
+            produce(topic, values[i], keys[i], **kwargs)
+        except BufferError:
+            _produce_when_room(producer, topic, values[i], keys[i], kwargs)
+
+
 class AtLeastOnceDelivery:
     """Produce every row directly; flush before the task reports success."""
 
@@ -124,43 +171,34 @@ class AtLeastOnceDelivery:
     def write(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         producer = _producer(self.opts)
         _DELIVERY_ERRORS.clear()
-        produce = producer.produce
         rows = 0
         for batch in batches:
             n = batch.num_rows
             if n == 0:
                 continue
             values = _col(batch, "value")
+            assert values is not None
             keys = _col(batch, "key") or [None] * n
-            if self.opts.topic is not None:
-                topics: list[Any] = [self.opts.topic] * n
-            else:
-                topics = _col(batch, "topic") or [None] * n
             parts = _col(batch, "partition")
             headers = _col(batch, "headers")
-            assert values is not None
-            for i in range(n):
-                topic = topics[i]
-                if topic is None:
-                    raise StromOptionError("Null topic present in the data. Use the 'topic' option for setting a topic.")
-                kwargs: dict[str, Any] = {}
-                if parts is not None and parts[i] is not None:
-                    kwargs["partition"] = parts[i]
-                if headers is not None and headers[i]:
-                    kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
-                while True:
-                    try:
-                        produce(topic, values[i], keys[i], **kwargs)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
+            if self.opts.topic is not None and parts is None and headers is None:
+                _produce_plain(producer, self.opts.topic, values, keys)
+            else:
+                topics = (
+                    [self.opts.topic] * n
+                    if self.opts.topic is not None
+                    else (_col(batch, "topic") or [None] * n)
+                )
+                _produce_general(producer, topics, values, keys, parts, headers)
             producer.poll(0)
             rows += n
             if _DELIVERY_ERRORS:
                 break
         remaining = producer.flush(120)
         if _DELIVERY_ERRORS:
-            raise RuntimeError(f"{len(_DELIVERY_ERRORS)} records failed to reach Strom, first: {_DELIVERY_ERRORS[0]}")
+            raise RuntimeError(
+                f"{len(_DELIVERY_ERRORS)} records failed to reach Strom, first: {_DELIVERY_ERRORS[0]}"
+            )
         if remaining:
             raise TimeoutError(f"{remaining} records were still unacknowledged after 120 s.")
         return SinkCommitMessage(rows=rows)
