@@ -19,7 +19,11 @@ def run(properties_path: str | None, overrides: list[str]) -> None:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
-    asyncio.run(_serve(config))
+    try:
+        asyncio.run(_serve(config))
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
 
 
 async def _serve(config: BrokerConfig) -> None:

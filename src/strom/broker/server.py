@@ -50,7 +50,7 @@ from strom.broker.replica_manager import ReplicaManager
 from strom.broker.timing_wheel import Timer
 from strom.cluster.embedded import EmbeddedMetadataStore
 from strom.cluster.metadata import BrokerInfo, MetadataStore
-from strom.config import BrokerConfig
+from strom.config import BrokerConfig, ConfigError
 from strom.coordinator.group.group_coordinator import GroupCoordinator
 from strom.coordinator.group.startup import create_group_coordinator, sync_ownership
 from strom.storage.cleaner import LogCleaner, cleaner_backoff_ms
@@ -96,7 +96,8 @@ class KafkaServer:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         if cfg.get("zookeeper.connect"):
-            raise NotImplementedError("zookeeper.connect is not supported yet; leave it empty for a single node")
+            raise ConfigError("zookeeper.connect: ZooKeeper-coordinated clusters are not implemented yet; leave it "
+                              "empty to run on the embedded single-node metadata store")
         self.metadata = EmbeddedMetadataStore(log_dirs[0], self.broker_id, cfg.get("cluster.id") or None)
         self.log_manager = LogManager(log_dirs, cfg.topic_defaults())
         topic_configs = {
