@@ -26,7 +26,7 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeLogDirsResponse:
     for (topic, index), part in sorted(rm.partitions.items()):
         if wanted is not None and index not in wanted.get(topic, ()):
             continue
-        log_dir = os.path.abspath(os.path.dirname(str(part.log.dir)))
+        log_dir = os.path.abspath(rm.log_manager.log_dir_of(topic, index) or os.path.dirname(part.log.directory))
         by_dir.setdefault(log_dir, {}).setdefault(topic, []).append(
             PartRes(partition_index=index, partition_size=part.log.size_in_bytes,
                     offset_lag=max(0, part.log_end_offset - part.high_watermark), is_future_key=False))

@@ -1,0 +1,193 @@
+"""Every advertised version of every API answers a well-formed request with a decodable response.
+
+Real clients cover only the versions they happen to send (see ARCHITECTURE.md); this walks the
+whole advertised range so ApiVersions never promises a version that breaks.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteRecordsRequest,
+    DeleteTopicsRequest,
+    DescribeClusterRequest,
+    DescribeConfigsRequest,
+    DescribeLogDirsRequest,
+    IncrementalAlterConfigsRequest,
+)
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+
+from strom.protocol import codec
+from strom.protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
+from strom.protocol.record_batch import build_batch
+from tests.integration.test_produce_consume import new_topic
+from tests.support.broker import BrokerProcess
+from tests.support.raw_client import RawClient
+
+
+def call(broker: BrokerProcess, request, version: int):  # noqa: ANN001, ANN201
+    c = RawClient(broker)
+    try:
+        frame = c.request(request, version)
+    finally:
+        c.close()
+    flexible = codec.is_flexible(request.API_KEY, version) and request.API_KEY != ApiKey.API_VERSIONS
+    return codec.response_class(request.API_KEY).decode(frame[5:] if flexible else frame[4:], version=version)
+
+
+def versions(key: ApiKey) -> list[int]:
+    lo, hi = SUPPORTED_VERSIONS[key]
+    return list(range(lo, hi + 1))
+
+
+@pytest.fixture(scope="module")
+def topic(broker: BrokerProcess) -> str:
+    return new_topic(broker, partitions=2)
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.API_VERSIONS))
+def test_api_versions(broker: BrokerProcess, version: int) -> None:
+    resp = call(broker, ApiVersionsRequest(client_software_name="t", client_software_version="1"), version)
+    assert resp.error_code == 0
+    assert {k.api_key for k in resp.api_keys} >= {0, 1, 2, 3, 18}
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.METADATA))
+def test_metadata(broker: BrokerProcess, topic: str, version: int) -> None:
+    req = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic, topic_id=uuid.UUID(int=0))],
+                          allow_auto_topic_creation=False, include_topic_authorized_operations=False,
+                          include_cluster_authorized_operations=False)
+    resp = call(broker, req, version)
+    t = resp.topics[0]
+    assert t.error_code == 0 and t.name == topic and len(t.partitions) == 2
+    assert resp.brokers[0].port == broker.port
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.PRODUCE))
+def test_produce(broker: BrokerProcess, topic: str, version: int) -> None:
+    batch = build_batch([(b"k", f"v{version}".encode(), [], 1_700_000_000_000)])
+    req = ProduceRequest(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=1, records=batch)])])
+    part = call(broker, req, version).responses[0].partition_responses[0]
+    assert part.error_code == 0 and part.base_offset >= 0
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.FETCH))
+def test_fetch(broker: BrokerProcess, topic: str, version: int) -> None:
+    meta = call(broker, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                        allow_auto_topic_creation=False), 12)
+    batch = build_batch([(None, b"fetch-me", [], 1_700_000_000_000)])
+    call(broker, ProduceRequest(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)])]), 7)
+    fp = FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0,
+                                                log_start_offset=-1, partition_max_bytes=1 << 20)
+    ft = FetchRequest.FetchTopic(topic=topic, topic_id=meta.topics[0].topic_id, partitions=[fp])
+    req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                       session_id=0, session_epoch=-1, topics=[ft], forgotten_topics_data=[], rack_id="")
+    part = call(broker, req, version).responses[0].partitions[0]
+    assert part.error_code == 0 and part.high_watermark >= 1 and b"fetch-me" in bytes(part.records)
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.LIST_OFFSETS))
+def test_list_offsets(broker: BrokerProcess, topic: str, version: int) -> None:
+    parts = [ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1,
+                                                                       timestamp=-2)]
+    req = ListOffsetsRequest(replica_id=-1, isolation_level=0, timeout_ms=5000,
+                             topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=parts)])
+    p = call(broker, req, version).topics[0].partitions[0]
+    assert p.error_code == 0 and p.offset == 0
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.CREATE_TOPICS))
+def test_create_and_delete_topics(broker: BrokerProcess, version: int) -> None:
+    name = f"v{version}-{uuid.uuid4().hex[:6]}"
+    req = CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(
+        name=name, num_partitions=2, replication_factor=1, assignments=[],
+        configs=[CreateTopicsRequest.CreatableTopic.CreatableTopicConfig(name="retention.ms", value="60000")])],
+        timeout_ms=5000, validate_only=False)
+    assert call(broker, req, version).topics[0].error_code == 0
+    dv = min(version, SUPPORTED_VERSIONS[ApiKey.DELETE_TOPICS][1])
+    del_req = DeleteTopicsRequest(topic_names=[name], timeout_ms=5000,
+                                  topics=[DeleteTopicsRequest.DeleteTopicState(name=name, topic_id=uuid.UUID(int=0))])
+    assert call(broker, del_req, dv).responses[0].error_code == 0
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.DELETE_TOPICS))
+def test_delete_unknown_topic(broker: BrokerProcess, version: int) -> None:
+    req = DeleteTopicsRequest(topic_names=["nope-none"], timeout_ms=5000,
+                              topics=[DeleteTopicsRequest.DeleteTopicState(name="nope-none",
+                                                                           topic_id=uuid.UUID(int=0))])
+    assert call(broker, req, version).responses[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.DESCRIBE_CONFIGS))
+def test_describe_configs(broker: BrokerProcess, topic: str, version: int) -> None:
+    req = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
+        resource_type=2, resource_name=topic, configuration_keys=None)], include_synonyms=False,
+        include_documentation=True)
+    res = call(broker, req, version).results[0]
+    assert res.error_code == 0
+    assert {c.name: c.value for c in res.configs}["cleanup.policy"] == "delete"
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.ALTER_CONFIGS))
+def test_alter_configs(broker: BrokerProcess, topic: str, version: int) -> None:
+    R = AlterConfigsRequest.AlterConfigsResource
+    req = AlterConfigsRequest(resources=[R(resource_type=2, resource_name=topic, configs=[
+        R.AlterableConfig(name="retention.ms", value=str(1000 + version))])], validate_only=False)
+    assert call(broker, req, version).responses[0].error_code == 0
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.INCREMENTAL_ALTER_CONFIGS))
+def test_incremental_alter_configs(broker: BrokerProcess, topic: str, version: int) -> None:
+    R = IncrementalAlterConfigsRequest.AlterConfigsResource
+    req = IncrementalAlterConfigsRequest(resources=[R(resource_type=2, resource_name=topic, configs=[
+        R.AlterableConfig(name="retention.bytes", config_operation=0, value="999999")])], validate_only=False)
+    assert call(broker, req, version).responses[0].error_code == 0
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.CREATE_PARTITIONS))
+def test_create_partitions(broker: BrokerProcess, version: int) -> None:
+    name = new_topic(broker, partitions=1)
+    req = CreatePartitionsRequest(topics=[CreatePartitionsRequest.CreatePartitionsTopic(
+        name=name, count=3, assignments=None)], timeout_ms=5000, validate_only=False)
+    assert call(broker, req, version).results[0].error_code == 0
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.DELETE_RECORDS))
+def test_delete_records(broker: BrokerProcess, topic: str, version: int) -> None:
+    req = DeleteRecordsRequest(topics=[DeleteRecordsRequest.DeleteRecordsTopic(name=topic, partitions=[
+        DeleteRecordsRequest.DeleteRecordsTopic.DeleteRecordsPartition(partition_index=0, offset=0)])],
+        timeout_ms=5000)
+    p = call(broker, req, version).topics[0].partitions[0]
+    assert p.error_code == 0 and p.low_watermark >= 0
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.DESCRIBE_LOG_DIRS))
+def test_describe_log_dirs(broker: BrokerProcess, topic: str, version: int) -> None:
+    resp = call(broker, DescribeLogDirsRequest(topics=None), version)
+    names = {t.name for r in resp.results for t in r.topics}
+    assert topic in names
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.DESCRIBE_CLUSTER))
+def test_describe_cluster(broker: BrokerProcess, version: int) -> None:
+    resp = call(broker, DescribeClusterRequest(include_cluster_authorized_operations=False, endpoint_type=1), version)
+    assert resp.error_code == 0 and resp.brokers[0].port == broker.port
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.INIT_PRODUCER_ID))
+def test_init_producer_id(broker: BrokerProcess, version: int) -> None:
+    req = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000, producer_id=-1,
+                                producer_epoch=-1)
+    resp = call(broker, req, version)
+    assert resp.error_code == 0 and resp.producer_id >= 0 and resp.producer_epoch == 0
