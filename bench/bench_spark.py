@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -21,10 +20,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-LOG4J = "rootLogger.level = error\nrootLogger.appenderRef.stdout.ref = console\n" \
-    "appender.console.type = Console\nappender.console.name = console\nappender.console.target = SYSTEM_ERR\n" \
-    "appender.console.layout.type = PatternLayout\nappender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n\n"
-
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -83,12 +78,11 @@ def plain_consume(bootstrap: str, topic: str, records: int, partitions: int) -> 
 
 
 def spark_session(cores: int, tmp: Path) -> Any:
-    (tmp / "conf").mkdir(parents=True, exist_ok=True)
-    (tmp / "conf" / "log4j2.properties").write_text(LOG4J)
-    os.environ.setdefault("SPARK_CONF_DIR", str(tmp / "conf"))
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
+
+    from strom.spark.environment import prepare_spark_environment
+
+    prepare_spark_environment(tmp / "conf")
 
     import strom.spark
 

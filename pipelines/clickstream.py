@@ -17,7 +17,6 @@ queries cleanly; running it again resumes from the checkpoints under ``--output-
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
@@ -26,29 +25,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from strom.spark.environment import prepare_spark_environment
+
 INPUT_TOPIC = "clicks"
 DLQ_TOPIC = "clicks-dlq"
 PAGE_VIEWS_TOPIC = "page-views"
 SESSIONS_TOPIC = "user-sessions"
 
-LOG4J = """rootLogger.level = error
-rootLogger.appenderRef.stdout.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-"""
-
-
 def quiet_spark_env(output_dir: Path) -> None:
     """Spark reads these before the JVM starts; keep the console for our progress lines."""
-    conf_dir = output_dir / "spark-conf"
-    conf_dir.mkdir(parents=True, exist_ok=True)
-    (conf_dir / "log4j2.properties").write_text(LOG4J)
-    os.environ.setdefault("SPARK_CONF_DIR", str(conf_dir))
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    prepare_spark_environment(output_dir / "spark-conf")
 
 
 def click_schema() -> Any:

@@ -7,7 +7,6 @@ Kafka-compatible broker instead of the `broker` fixture's subprocess (for develo
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import time
 import uuid
@@ -20,24 +19,12 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-LOG4J = """rootLogger.level = error
-rootLogger.appenderRef.stdout.ref = console
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n
-"""
+from strom.spark.environment import prepare_spark_environment  # noqa: E402
 
 
 def spark_env(conf_dir: Path) -> None:
     """Environment the JVM and Python workers need; must be set before the JVM starts."""
-    conf_dir.mkdir(parents=True, exist_ok=True)
-    (conf_dir / "log4j2.properties").write_text(LOG4J)
-    os.environ["SPARK_CONF_DIR"] = str(conf_dir)
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    prepare_spark_environment(conf_dir, force=True)
 
 
 def build_session(master: str, tmp: Path, **conf: str) -> Any:
