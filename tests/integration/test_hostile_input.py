@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import struct
 import uuid
 
@@ -62,7 +63,8 @@ def test_api_versions_newer_than_ours_gets_v0_unsupported_version(broker: Broker
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-@given(api_key=st.sampled_from([0, 1, 2, 3, 18, 19, 20, 21, 22, 32, 37, 44]), version=st.integers(0, 16),
+@given(api_key=st.sampled_from([0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 21, 22, 32, 33, 35, 37,
+                                 42, 44, 47, 60]), version=st.integers(0, 16),
        body=st.binary(max_size=300))
 def test_fuzzed_frames_never_kill_the_broker(hostile_broker: BrokerProcess, api_key: int, version: int,
                                              body: bytes) -> None:
@@ -70,6 +72,52 @@ def test_fuzzed_frames_never_kill_the_broker(hostile_broker: BrokerProcess, api_
     c = RawClient(hostile_broker)
     try:
         c.send_raw(struct.pack(">i", len(frame)) + frame)
+        c.sock.settimeout(2)
+        try:
+            c.read_frame()
+        except (TimeoutError, OSError, ConnectionError, struct.error):
+            pass
+    finally:
+        c.close()
+    assert hostile_broker.proc is not None and hostile_broker.proc.poll() is None
+
+
+@functools.cache
+def _valid_requests() -> list[tuple[int, bytes]]:
+    """Real, well-formed requests (header included) that the mutation fuzzer starts from."""
+    from kafka.protocol.metadata import MetadataRequest
+
+    produce_req = ProduceRequest(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+        ProduceRequest.TopicProduceData(name="fuzz", partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=bytes(_batch([b"a", b"b"])))])])
+    fetch_req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                             session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic="fuzz", partitions=[
+                                 FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=-1,
+                                                                        fetch_offset=0, log_start_offset=-1,
+                                                                        partition_max_bytes=1 << 20)])],
+                             forgotten_topics_data=[], rack_id="")
+    meta_req = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="fuzz")],
+                               allow_auto_topic_creation=True)
+    out = []
+    for req, version in ((produce_req, 9), (produce_req, 7), (fetch_req, 12), (fetch_req, 11), (meta_req, 12)):
+        req.with_header(correlation_id=1, client_id="fuzz")
+        out.append((version, bytes(req.encode(version=version, header=True, framed=False))))
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(which=st.integers(0, 4), flips=st.lists(st.tuples(st.integers(0, 10_000),
+                                                                              st.integers(0, 255)), max_size=4),
+       cut=st.integers(0, 10_000))
+def test_mutated_real_requests_never_kill_the_broker(hostile_broker: BrokerProcess, which: int,
+                                                     flips: list[tuple[int, int]], cut: int) -> None:
+    frame = bytearray(_valid_requests()[which][1])
+    for pos, value in flips:
+        frame[8 + pos % max(1, len(frame) - 8)] = value  # keep api key / version, damage the rest
+    frame = frame[: max(8, len(frame) - cut % len(frame))]
+    c = RawClient(hostile_broker)
+    try:
+        c.send_raw(struct.pack(">i", len(frame)) + bytes(frame))
         c.sock.settimeout(2)
         try:
             c.read_frame()

@@ -103,9 +103,58 @@ def parse_request_header(frame: memoryview) -> tuple[RequestHeader, int]:
 def decode_request(header: RequestHeader, body: memoryview) -> Any:
     cls = _REQUESTS[header.api_key]
     try:
-        return cls.decode(body, version=header.api_version)
+        request = cls.decode(body, version=header.api_version)
     except Exception as exc:  # the codec raises many types on garbage
         raise MalformedRequest(f"cannot decode {cls.__name__} v{header.api_version}: {exc!r}") from exc
+    _reject_nulls(request, header.api_version, cls.__name__)
+    return request
+
+
+# Per (schema, version): fields that must not be null, and struct fields to descend into.
+_NullPlan = tuple[tuple[str, ...], tuple[tuple[str, bool, "_NullPlan"], ...]]
+_null_plans: dict[tuple[int, int], _NullPlan] = {}
+
+
+def _null_plan(struct: Any, version: int) -> _NullPlan:
+    key = (id(struct), version)
+    plan = _null_plans.get(key)
+    if plan is None:
+        required: list[str] = []
+        nested: list[tuple[str, bool, _NullPlan]] = []
+        for field in struct._fields:
+            if not field.for_version_q(version) or field.tagged_field_q(version):
+                continue
+            nullable = field.nullable_for_version_q(version)
+            if (field.is_array() or field.is_struct() or field.type_str in ("string", "bytes", "records")) \
+                    and not nullable:
+                required.append(field.name)
+            if field.is_struct_array() or field.is_struct():
+                nested.append((field.name, field.is_struct_array(), _null_plan(field, version)))
+        plan = (tuple(required), tuple(nested))
+        _null_plans[key] = plan
+    return plan
+
+
+def _reject_nulls(obj: Any, version: int, path: str) -> None:
+    """A null where the schema forbids one is a malformed request (Kafka fails the parse too).
+
+    The decoder accepts a -1 length for any array or string; after this check handlers may
+    rely on the schema. The per-version plan keeps it to a few attribute reads per request.
+    """
+    _check(obj, _null_plan(obj._struct, version), path)
+
+
+def _check(obj: Any, plan: _NullPlan, path: str) -> None:
+    required, nested = plan
+    for name in required:
+        if getattr(obj, name) is None:
+            raise MalformedRequest(f"{path}.{name} is null but not nullable")
+    for name, is_array, sub in nested:
+        value = getattr(obj, name)
+        if value is None:
+            continue
+        for item in value if is_array else (value,):
+            _check(item, sub, f"{path}.{name}")
 
 
 def response_header(correlation_id: int, flexible: bool) -> bytes:
