@@ -5,8 +5,8 @@ in order, so a long-polling fetch only holds up its own connection.
 
 Each connection is an `asyncio.BufferedProtocol`: small frames are parsed out
 of one reusable receive buffer, and a large frame (a 1 MiB produce) is received
-straight into a buffer of exactly its size, so the payload is copied once from
-the kernel and then written once to the log. Responses to consecutive
+straight into a buffer of exactly its size, avoiding the stream reader's
+buffer-growing copies (the codec then slices the records out once). Responses to consecutive
 pipelined Produce requests are gathered into a single socket write, which
 roughly halves the per-request cost of unbatched producers.
 """
