@@ -132,11 +132,14 @@ def test_delete_unknown_topic(broker: BrokerProcess, version: int) -> None:
 @pytest.mark.parametrize("version", versions(ApiKey.DESCRIBE_CONFIGS))
 def test_describe_configs(broker: BrokerProcess, topic: str, version: int) -> None:
     req = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
-        resource_type=2, resource_name=topic, configuration_keys=None)], include_synonyms=False,
+        resource_type=2, resource_name=topic, configuration_keys=None)], include_synonyms=True,
         include_documentation=True)
     res = call(broker, req, version).results[0]
     assert res.error_code == 0
-    assert {c.name: c.value for c in res.configs}["cleanup.policy"] == "delete"
+    configs = {c.name: c for c in res.configs}
+    assert configs["cleanup.policy"].value == "delete"
+    # segment.bytes falls back to the broker's log.segment.bytes: that synonym is listed
+    assert "log.segment.bytes" in {s.name for s in configs["segment.bytes"].synonyms}
 
 
 @pytest.mark.parametrize("version", versions(ApiKey.ALTER_CONFIGS))

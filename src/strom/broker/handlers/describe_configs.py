@@ -44,7 +44,9 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeConfigsResponse:
                     continue
                 res.configs.append(Entry(
                     name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
-                    is_default=e.is_default, is_sensitive=e.is_sensitive, synonyms=[],
+                    is_default=e.is_default, is_sensitive=e.is_sensitive,
+                    synonyms=[Entry.DescribeConfigsSynonym(name=syn.name, value=syn.value, source=syn.source)
+                              for syn in e.synonyms] if request.include_synonyms else [],
                     config_type=e.config_type,
                     documentation=e.documentation if getattr(request, "include_documentation", False) else None,
                 ))
