@@ -42,7 +42,7 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kafka.protocol.consumer.fetch import FetchRequest  # noqa: E402
 from kafka.protocol.producer import ProduceRequest  # noqa: E402
-from tests.support.broker import BrokerProcess, free_port  # noqa: E402
+from tests.support.broker import BrokerProcess  # noqa: E402
 
 from strom.protocol.record_batch import build_batch  # noqa: E402
 
@@ -152,72 +152,17 @@ class Meter:
 # --------------------------------------------------------------------------- brokers
 
 
-class StromBroker(BrokerProcess):
-    """BrokerProcess whose child gets extra environment variables (e.g. STROM_SENDFILE_MIN_BYTES)."""
-
-    def __init__(self, data_dir: str, env: dict[str, str] | None = None,
-                 overrides: dict[str, object] | None = None) -> None:
-        super().__init__(data_dir, overrides=overrides)
-        self.env = dict(env or {})
-
-    def start(self, timeout: float = 30.0) -> StromBroker:
-        saved = {k: os.environ.get(k) for k in self.env}
-        os.environ.update(self.env)
-        try:
-            super().start(timeout)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        return self
-
-
-class TansuBroker:
-    """Tansu (Rust, Kafka-compatible) with in-memory storage, as a subprocess."""
+class TansuBroker(BrokerProcess):
+    """Tansu (Rust, Kafka-compatible) with in-memory storage, started and stopped like a Strom broker."""
 
     def __init__(self, binary: str, workdir: str) -> None:
+        super().__init__(workdir)
         self.binary = binary
-        self.port = free_port()
-        self.log_path = Path(workdir) / "tansu.log"
-        self.proc: subprocess.Popen[bytes] | None = None
 
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
-
-    def start(self, timeout: float = 30.0) -> TansuBroker:
+    def command(self) -> list[str]:
         url = f"tcp://127.0.0.1:{self.port}"
-        cmd = [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-               "--storage-engine", "memory://tansu/"]
-        with open(self.log_path, "ab") as logf:
-            self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"tansu exited with {self.proc.returncode}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return self
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("tansu did not listen in time")
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        return [self.binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                "--storage-engine", "memory://tansu/"]
 
 
 def find_tansu() -> str | None:
@@ -760,7 +705,7 @@ def client_phases(bootstrap: str, port: int, pid: int, args: argparse.Namespace,
 def run_strom(args: argparse.Namespace, workdir: str, prof: Profiler) -> dict[str, Any]:
     """All phases against Strom; the raw fetch runs again on a restarted broker that copies instead of sendfile."""
     Path(workdir).mkdir(parents=True, exist_ok=True)
-    broker = StromBroker(workdir).start()
+    broker = BrokerProcess(workdir).start()
     res: dict[str, Any] = {"data_dir": "fresh temporary directory", "durable": "on disk (page cache, default flush)"}
     try:
         assert broker.pid is not None
@@ -791,7 +736,7 @@ def run_strom(args: argparse.Namespace, workdir: str, prof: Profiler) -> dict[st
         log(f"strom: raw small {res['raw_small_produce']['requests_s']} req/s")
     finally:
         broker.stop()
-    copier = StromBroker(workdir, env={"STROM_SENDFILE_MIN_BYTES": str(10**12)}).start()
+    copier = BrokerProcess(workdir, env={"STROM_SENDFILE_MIN_BYTES": str(10**12)}).start()
     try:
         assert copier.pid is not None
         for size in args.fetch_sizes:

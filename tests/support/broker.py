@@ -22,7 +22,7 @@ class BrokerProcess:
     """One broker process. Cleans up by pid; never by name."""
 
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, overrides: dict[str, object] | None = None,
-                 port: int | None = None) -> None:
+                 port: int | None = None, env: dict[str, str] | None = None) -> None:
         self._owned_tmp = None
         if data_dir is None:
             self._owned_tmp = tempfile.TemporaryDirectory(prefix="strom-test-")
@@ -31,6 +31,7 @@ class BrokerProcess:
         self.log_path = Path(data_dir) / "broker.log"
         self.port = port or free_port()
         self.overrides = dict(overrides or {})
+        self.env = dict(env or {})  # extra environment for the child (e.g. STROM_SENDFILE_MIN_BYTES)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -41,15 +42,18 @@ class BrokerProcess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def start(self, timeout: float = 30.0) -> BrokerProcess:
+    def command(self) -> list[str]:
         opts = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}", "log.dirs": self.data_dir,
                 "group.initial.rebalance.delay.ms": 0, **self.overrides}
         cmd = [sys.executable, "-m", "strom.broker.main"]
         for k, v in opts.items():
             cmd += ["--override", f"{k}={v}"]
-        logf = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
-        self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT)
-        logf.close()
+        return cmd
+
+    def start(self, timeout: float = 30.0) -> BrokerProcess:
+        with open(self.log_path, "ab") as logf:
+            self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT,
+                                         env={**os.environ, **self.env})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
