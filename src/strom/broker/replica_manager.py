@@ -64,6 +64,8 @@ class DelayedFetch(DelayedOperation):
         self._result: list[FetchPartitionResult] | None = None
 
     def try_complete(self) -> bool:
+        if not self._manager.has_new_data(self._params):
+            return False  # the common case after an append elsewhere: no log read needed
         results, total = self._manager.read_from_local_log(self._params)
         if total >= self._params.min_bytes or any(r.error_code for r in results):
             self._result = results
@@ -141,11 +143,22 @@ class ReplicaManager:
     def append_records(self, topic: str, partition: int, records: Any, required_acks: int) -> Any:
         part = self.get_partition(topic, partition)
         info = part.append_records_to_leader(records, required_acks)
-        if not getattr(info, "duplicate", False):
+        if not info.duplicate:
             self.fetch_purgatory.check_and_complete((topic, partition))
         return info
 
     # -- fetch -----------------------------------------------------------------
+    def has_new_data(self, params: FetchParams) -> bool:
+        """Whether any watched partition moved past its fetch offset (or vanished) since parking."""
+        for req in params.partitions:
+            part = self.partitions.get((req.topic, req.partition))
+            if part is None:
+                return True
+            limit = part.last_stable_offset if params.committed_only else part.high_watermark
+            if limit > req.fetch_offset or req.fetch_offset < part.log_start_offset:
+                return True
+        return False
+
     def read_from_local_log(self, params: FetchParams) -> tuple[list[FetchPartitionResult], int]:
         results: list[FetchPartitionResult] = []
         remaining = params.max_bytes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import kafka.errors as Errors
 from kafka.protocol.admin import CreateTopicsResponse
 
 from strom.broker.handlers import error_code_of, error_message_of
@@ -24,7 +25,7 @@ async def handle(ctx: RequestContext, request: Any) -> CreateTopicsResponse:
                      num_partitions=-1, replication_factor=-1, configs=[])
         try:
             if t.name in seen:
-                raise_dup(t.name)
+                raise Errors.InvalidRequestError(f"Topic '{t.name}' appears more than once in the request.")
             seen.add(t.name)
             assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments or []}
             configs = {c.name: c.value for c in t.configs or []}
@@ -45,8 +46,3 @@ async def handle(ctx: RequestContext, request: Any) -> CreateTopicsResponse:
         results.append(res)
     return CreateTopicsResponse(throttle_time_ms=0, topics=results)
 
-
-def raise_dup(name: str) -> None:
-    import kafka.errors as Errors
-
-    raise Errors.InvalidRequestError(f"Topic '{name}' appears more than once in the request.")
