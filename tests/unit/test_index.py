@@ -20,11 +20,11 @@ def test_offset_index_worked_example(tmp_path: str) -> None:
     assert idx.lookup(170418) == (170418, 1325)
     assert idx.lookup(170420) == (170418, 1325)  # greatest entry <= target
     assert idx.lookup(170411) == (170410, 0)  # below the first entry: start of the segment
-    idx.trim_to_valid_size()
+    idx.persist()
     with open(idx.path, "rb") as f:
         raw = f.read()
     assert raw[8:16] == struct.pack(">ii", 8, 1325)  # 4-byte relative offset + 4-byte position
-    idx.close()
+    assert len(raw) == 24
 
 
 def test_offset_index_binary_search_many_entries(tmp_path: str) -> None:
@@ -39,7 +39,6 @@ def test_offset_index_binary_search_many_entries(tmp_path: str) -> None:
         else:
             assert (off, pos) == (1000 + k * 3, k * 100)
     assert idx.lookup_by_position(250) == (1006, 200)
-    idx.close()
 
 
 def test_offset_index_full_and_append_rules(tmp_path: str) -> None:
@@ -51,7 +50,6 @@ def test_offset_index_full_and_append_rules(tmp_path: str) -> None:
     assert idx.is_full()
     with pytest.raises(ValueError):
         idx.append(3, 999)  # offsets must increase
-    idx.close()
 
 
 def test_offset_index_truncate_and_reopen(tmp_path: str) -> None:
@@ -59,36 +57,64 @@ def test_offset_index_truncate_and_reopen(tmp_path: str) -> None:
     idx = OffsetIndex(path, 0, 1024)
     for i in range(1, 11):
         idx.append(i * 10, i * 100)
-    assert os.path.getsize(path) == 1024  # preallocated while active
+    assert not os.path.exists(path)  # entries live in memory until the segment rolls, flushes or closes
+    idx.flush()
+    assert os.path.getsize(path) == 80
     idx.truncate_to(55)  # drops offsets >= 55
     assert idx.entries == 5 and idx.last_entry == (50, 500)
     idx.truncate_to_position(300)
     assert idx.entries == 2 and idx.last_entry == (20, 200)
-    idx.close()  # not trimmed: simulates a crash with a preallocated file
-    again = OffsetIndex(path, 0, 1024, writable=False)
-    assert again.entries == 2  # trailing zero entries are not data
-    again.trim_to_valid_size()
-    assert os.path.getsize(path) == 16
+    idx.persist()
+    assert os.path.getsize(path) == 16  # truncation rewrites the file
+    again = OffsetIndex(path, 0, 1024)
+    assert not again.loaded  # lazy: nothing read until first use
+    assert again.entries == 2 and again.lookup(25) == (20, 200)
     again.sanity_check(log_size=1000)
     with pytest.raises(CorruptIndexError):
         again.sanity_check(log_size=150)  # points beyond the log
-    again.close()
+
+
+def test_preallocated_index_left_by_older_versions_loads(tmp_path: str) -> None:
+    """Older versions preallocated 10 MiB files; a crash left them with an all-zero tail."""
+    path = os.path.join(tmp_path, "0.index")
+    with open(path, "wb") as f:
+        f.write(struct.pack(">ii", 10, 100) + struct.pack(">ii", 20, 200))
+        f.truncate(1024)
+    idx = OffsetIndex(path, 0, 1024)
+    assert idx.entries == 2 and idx.last_entry == (20, 200)
+    idx.append(30, 300)
+    idx.persist()
+    assert os.path.getsize(path) == 24
+
+
+def test_lazily_loaded_garbage_index_is_rebuilt_by_its_owner(tmp_path: str) -> None:
+    path = os.path.join(tmp_path, "0.index")
+    with open(path, "wb") as f:
+        f.write(struct.pack(">ii", 50, 10) + struct.pack(">ii", 5, 20))
+    calls = []
+
+    def rebuild(index, exc) -> None:  # noqa: ANN001
+        calls.append(str(exc))
+        index.append(7, 70)
+
+    idx = OffsetIndex(path, 0, 1024, on_corrupt=rebuild)
+    assert idx.lookup(9) == (7, 70)
+    assert len(calls) == 1 and "corrupt index" in calls[0]
 
 
 def test_offset_index_sanity_check_detects_garbage(tmp_path: str) -> None:
     path = os.path.join(tmp_path, "0.index")
     with open(path, "wb") as f:
         f.write(struct.pack(">ii", 50, 10) + struct.pack(">ii", 5, 20))
-    idx = OffsetIndex(path, 0, 1024, writable=False)
+    idx = OffsetIndex(path, 0, 1024)
     with pytest.raises(CorruptIndexError):
         idx.sanity_check()
-    idx.close()
     with open(path, "wb") as f:
         f.write(b"\x01" * 13)
-    idx = OffsetIndex(path, 0, 1024, writable=False)
+    idx = OffsetIndex(path, 0, 1024)
+    assert not idx.file_size_ok()
     with pytest.raises(CorruptIndexError):
         idx.sanity_check()
-    idx.close()
 
 
 def test_time_index_monotonic_lookup_and_truncate(tmp_path: str) -> None:
@@ -106,10 +132,10 @@ def test_time_index_monotonic_lookup_and_truncate(tmp_path: str) -> None:
     assert idx.lookup(10**12) == (3_000, 130)
     idx.truncate_to(120)
     assert idx.entries == 1 and idx.last_entry == (1_000, 110)
+    idx.persist()
     with open(path, "rb") as f:
         assert f.read(12) == struct.pack(">qi", 1_000, 10)
     idx.sanity_check()
-    idx.close()
 
 
 def test_time_index_keeps_one_slot_for_roll(tmp_path: str) -> None:
@@ -121,4 +147,3 @@ def test_time_index_keeps_one_slot_for_roll(tmp_path: str) -> None:
     with pytest.raises(ValueError):
         idx.maybe_append(3, 3)
     assert idx.maybe_append(3, 3, skip_full_check=True)
-    idx.close()

@@ -32,10 +32,13 @@ def delete_indexes(directory: str) -> None:
             os.unlink(os.path.join(directory, name))
 
 
-def assert_fully_readable(log: Log) -> None:
+def assert_fully_readable(log: Log, gaps: range = range(0)) -> None:
     for offset in range(log.log_start_offset, log.log_end_offset):
         header = parse_header(log.read(offset, 1).to_bytes())
-        assert header.base_offset <= offset <= header.last_offset
+        if offset in gaps:
+            assert header.base_offset >= gaps.stop  # a read in the gap lands on the next batch
+        else:
+            assert header.base_offset <= offset <= header.last_offset
 
 
 def test_torn_tail_is_truncated_and_indexes_rebuilt(tmp_path: str) -> None:
@@ -60,11 +63,12 @@ def test_torn_tail_is_truncated_and_indexes_rebuilt(tmp_path: str) -> None:
     log.close()
 
 
-def test_flipped_byte_truncates_and_drops_later_segments(tmp_path: str) -> None:
+def test_flipped_byte_truncates_only_its_own_segment(tmp_path: str, caplog) -> None:  # noqa: ANN001
     directory = os.path.join(tmp_path, "flip-0")
     log, _ = fill(directory)
     segments = log.segments
     assert len(segments) >= 3
+    leo = log.log_end_offset
     victim = segments[1]
     victim_path = victim.log_path
     # Flip a payload byte inside the third batch of the second segment.
@@ -72,7 +76,6 @@ def test_flipped_byte_truncates_and_drops_later_segments(tmp_path: str) -> None:
         data = f.read()
     headers = list(iter_batches(data))
     target = headers[2]
-    expected_leo = target.base_offset
     log.close()
     with open(victim_path, "r+b") as f:
         f.seek(target.position + target.size - 4)
@@ -81,11 +84,14 @@ def test_flipped_byte_truncates_and_drops_later_segments(tmp_path: str) -> None:
         f.write(bytes([byte[0] ^ 0x40]))
     delete_indexes(directory)
     log = reopen(directory, recovery_point=segments[1].base_offset)
-    assert log.log_end_offset == expected_leo
-    assert [s.base_offset for s in log.segments] == [s.base_offset for s in segments[:2]]
+    # Later segments are kept: only the damaged segment's tail is lost.
+    assert log.log_end_offset == leo
+    assert [s.base_offset for s in log.segments] == [s.base_offset for s in segments]
     assert os.path.getsize(victim_path) == target.position
-    assert not os.path.exists(segments[2].log_path)
-    assert_fully_readable(log)
+    lost = range(target.base_offset, segments[2].base_offset)
+    assert_fully_readable(log, gaps=lost)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert any(f"dropped offsets {lost.start} to {lost.stop - 1}" in m for m in errors), errors
     log.close()
 
 
@@ -105,13 +111,14 @@ def test_corrupt_base_offset_outside_crc_is_caught(tmp_path: str) -> None:
     log.close()
 
 
-def test_crash_with_preallocated_indexes(tmp_path: str) -> None:
-    """No close(): indexes stay preallocated with zero tails and no final snapshot is written."""
+def test_crash_with_preallocated_indexes_of_older_versions(tmp_path: str) -> None:
+    """No close(), and the active index is a preallocated file with a zero tail (older layout)."""
     directory = os.path.join(tmp_path, "crash-0")
     log, _ = fill(directory, batches=12)
     leo = log.log_end_offset
     active_index = log.active_segment.offset_index.path
-    assert os.path.getsize(active_index) == LogConfig().segment_index_bytes
+    with open(active_index, "wb") as f:
+        f.truncate(LogConfig().segment_index_bytes)
     del log  # simulated crash: nothing flushed or trimmed
     log = reopen(directory)
     assert log.log_end_offset == leo

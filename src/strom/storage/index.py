@@ -1,96 +1,101 @@
 """Sparse segment indexes: OffsetIndex (.index) and TimeIndex (.timeindex).
 
-As in Kafka, an index file is preallocated to ``segment.index.bytes`` while its
-segment is active and memory-mapped, so appending an entry is a store into the
-page cache; on roll/close it is trimmed to its real size.  Entries hold offsets
-relative to the segment's base offset in 4 bytes, which is why a segment may
-not span more than 2^31-1 offsets.
+Entries hold offsets relative to the segment's base offset in 4 bytes, which is
+why a segment may not span more than 2^31-1 offsets.
 
 - OffsetIndex entry (8 bytes):  relativeOffset int32, position int32
 - TimeIndex entry (12 bytes):   timestamp int64, relativeOffset int32
+
+Unlike Kafka, entries live in process memory, not in a memory-mapped file:
+
+- no descriptor is held open per index (Python's mmap keeps a duplicate one, so an
+  mmapped segment cost five descriptors), which lets a broker host thousands of
+  partitions under an ordinary ``ulimit -n``;
+- a full disk can never kill the broker with SIGBUS through a store into a sparse
+  mapping: writing the file is a plain ``pwrite`` whose ENOSPC is an ordinary error;
+- indexes of old segments are read only when first used (Kafka's LazyIndex), so a
+  restart touches no index file it does not need.
+
+The file is written when the segment is rolled, flushed or closed. An index file
+that is stale after a crash is harmless: segments past the recovery point are
+recovered (their indexes rebuilt from the log) and older ones were written at flush.
 """
 
 from __future__ import annotations
 
-import mmap
+import logging
 import os
 import struct
+import threading
+from collections.abc import Callable
 from typing import ClassVar
 
 NO_TIMESTAMP = -1
 
+log = logging.getLogger(__name__)
+
 
 class CorruptIndexError(Exception):
-    """An index failed its sanity check; the loader rebuilds it from the log."""
+    """An index failed its sanity check; it is rebuilt from the log."""
 
 
 class AbstractIndex:
-    """Memory-mapped array of fixed-size entries with binary search on the first key."""
+    """Array of fixed-size entries with binary search on a field, loaded lazily from its file."""
 
     ENTRY: ClassVar[struct.Struct]
 
-    def __init__(self, path: str, base_offset: int, max_index_size: int, writable: bool = True) -> None:
+    def __init__(self, path: str, base_offset: int, max_index_size: int,
+                 on_corrupt: Callable[[AbstractIndex, CorruptIndexError], None] | None = None) -> None:
         self.path = path
         self.base_offset = base_offset
         self._entry_size = self.ENTRY.size
         self.max_index_size = max(self._entry_size * 2, max_index_size - max_index_size % self._entry_size)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        length = os.fstat(self._fd).st_size
-        self._mm: mmap.mmap | None = None
-        self._length = 0
+        self._buf: bytearray | None = None  # None until loaded
         self._entries = 0
-        self._map(length)
-        self._entries = self._count_non_zero_entries(length // self._entry_size)
-        if writable:
-            self.resize(self.max_index_size)
+        self._written = -1  # entries known to be in the file as a prefix; -1: the file needs a full rewrite
+        self._partial_entry = False  # the file ended in a partial entry (torn or foreign)
+        self._on_corrupt = on_corrupt
+        self._file_lock = threading.RLock()
 
-    # -- mapping -----------------------------------------------------------------------------------
-
-    def _map(self, length: int) -> None:
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
-        self._length = length
-        if length > 0:
-            self._mm = mmap.mmap(self._fd, length)
-
-    def resize(self, new_size: int) -> None:
-        """Grow (preallocate) or shrink the file to ``new_size`` rounded to whole entries."""
-        new_size = max(new_size - new_size % self._entry_size, self._entries * self._entry_size)
-        if new_size == self._length:
-            return
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
-        os.ftruncate(self._fd, new_size)
-        self._map(new_size)
-
-    def trim_to_valid_size(self) -> None:
-        """Drop the preallocated tail, done when the segment stops being active."""
-        self.resize(self._entries * self._entry_size)
-
-    # -- entries -----------------------------------------------------------------------------------
+    # -- loading -----------------------------------------------------------------------------------
 
     @property
-    def entries(self) -> int:
-        return self._entries
+    def loaded(self) -> bool:
+        return self._buf is not None
 
-    @property
-    def max_entries(self) -> int:
-        return self.max_index_size // self._entry_size
+    def _data(self) -> bytearray:
+        buf = self._buf
+        if buf is None:
+            with self._file_lock:
+                buf = self._buf if self._buf is not None else self._load()
+        return buf
 
-    @property
-    def size_in_bytes(self) -> int:
-        return self._entries * self._entry_size
-
-    def is_full(self) -> bool:
-        return self._entries >= self.max_entries
+    def _load(self) -> bytearray:
+        try:
+            with open(self.path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            raw = b""
+        whole = len(raw) - len(raw) % self._entry_size
+        self._partial_entry = whole != len(raw)
+        self._buf = bytearray(memoryview(raw)[:whole])
+        self._entries = self._count_non_zero_entries(whole // self._entry_size)
+        del self._buf[self._entries * self._entry_size :]
+        self._written = self._entries if whole == len(raw) == self._entries * self._entry_size else -1
+        if self._on_corrupt is not None:
+            try:
+                self.sanity_check()
+            except CorruptIndexError as exc:
+                self.reset()
+                self._on_corrupt(self, exc)
+        assert self._buf is not None
+        return self._buf
 
     def _count_non_zero_entries(self, slots: int) -> int:
-        """A preallocated file left by a crash ends in all-zero slots; they are not data.
+        """A file preallocated by older versions and left by a crash ends in all-zero slots; not data.
 
         Binary search for the start of that zero tail (a real entry is never all zero
-        after slot 0), so reopening a 10 MiB index costs ~20 probes, not a full scan.
+        after slot 0).
         """
         if slots == 0 or not self._is_zero_entry(slots - 1):
             return slots
@@ -104,81 +109,140 @@ class AbstractIndex:
         return lo
 
     def _is_zero_entry(self, n: int) -> bool:
-        assert self._mm is not None
+        assert self._buf is not None
         start = n * self._entry_size
-        return self._mm[start : start + self._entry_size] == bytes(self._entry_size)
+        return not any(self._buf[start : start + self._entry_size])
+
+    # -- entries -----------------------------------------------------------------------------------
+
+    @property
+    def entries(self) -> int:
+        self._data()
+        return self._entries
+
+    @property
+    def max_entries(self) -> int:
+        return self.max_index_size // self._entry_size
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.entries * self._entry_size
+
+    def is_full(self) -> bool:
+        return self.entries >= self.max_entries
 
     def _raw(self, n: int) -> tuple[int, int]:
-        assert self._mm is not None
-        return self.ENTRY.unpack_from(self._mm, n * self._entry_size)  # type: ignore[return-value]
-
-    def _key(self, n: int) -> int:
-        raise NotImplementedError
-
-    def _ensure_room(self) -> None:
-        if self._entries >= self._length // self._entry_size:
-            # Not preallocated (e.g. reopened read-only segment being written again): grow.
-            self.resize(max(self.max_index_size, (self._entries + 1) * self._entry_size))
+        return self.ENTRY.unpack_from(self._data(), n * self._entry_size)  # type: ignore[return-value]
 
     def _write(self, values: tuple[int, int]) -> None:
-        self._ensure_room()
-        assert self._mm is not None
-        self.ENTRY.pack_into(self._mm, self._entries * self._entry_size, *values)
+        buf = self._data()
+        buf += self.ENTRY.pack(*values)
         self._entries += 1
 
     def _largest_lower_bound(self, target: int, key: int = 0) -> int:
         """Index of the greatest entry whose field ``key`` is <= target, or -1."""
+        buf = self._data()
         lo, hi = 0, self._entries - 1
         if hi < 0:
             return -1
         unpack = self.ENTRY.unpack_from
-        mm = self._mm
         size = self._entry_size
-        if unpack(mm, 0)[key] > target:
+        if unpack(buf, 0)[key] > target:
             return -1
         while lo < hi:
             mid = (lo + hi + 1) >> 1
-            if unpack(mm, mid * size)[key] <= target:
+            if unpack(buf, mid * size)[key] <= target:
                 lo = mid
             else:
                 hi = mid - 1
         return lo
 
     def _truncate_entries(self, n: int) -> None:
+        buf = self._data()
         if n < self._entries:
-            assert self._mm is not None
-            start = n * self._entry_size
-            end = self._entries * self._entry_size
-            self._mm[start:end] = bytes(end - start)
-            self._entries = n
+            with self._file_lock:
+                del buf[n * self._entry_size :]
+                self._entries = n
+                if self._written > n:
+                    self._written = -1
 
     def reset(self) -> None:
-        """Remove every entry (used before rebuilding from the log)."""
-        self._truncate_entries(0)
+        """Remove every entry without reading the file (used before rebuilding from the log)."""
+        with self._file_lock:
+            self._buf = bytearray()
+            self._entries = 0
+            self._written = -1
+            self._partial_entry = False
+
+    # -- file --------------------------------------------------------------------------------------
+
+    def write_file(self, fsync: bool = False) -> None:
+        """Write entries not yet in the file (a rewrite after truncation); optionally fsync.
+
+        On failure (a full disk) the file is removed rather than left stale, so the next
+        load rebuilds it from the log; the error propagates.
+        """
+        with self._file_lock:
+            if self._buf is None or (self._written == self._entries and not fsync):
+                return
+            entries = self._entries
+            start = 0 if self._written < 0 else self._written * self._entry_size
+            data = bytes(self._buf[start : entries * self._entry_size])
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
+                try:
+                    view = memoryview(data)
+                    at = start
+                    while view:
+                        n = os.pwrite(fd, view, at)
+                        view, at = view[n:], at + n
+                    os.ftruncate(fd, entries * self._entry_size)
+                    if fsync:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+            except OSError:
+                self._written = -1
+                try:
+                    os.unlink(self.path)
+                except OSError:
+                    pass
+                raise
+            self._written = entries
 
     def flush(self) -> None:
-        if self._mm is not None:
-            self._mm.flush()
-        os.fsync(self._fd)
+        self.write_file(fsync=True)
 
-    def close(self) -> None:
-        if self._mm is not None:
-            self._mm.close()
-            self._mm = None
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+    def persist(self) -> None:
+        """Write what is not in the file yet; a failure is logged (the next load rebuilds the index)."""
+        try:
+            self.write_file()
+        except OSError as exc:
+            log.warning("could not write index %s (it will be rebuilt from the log): %s", self.path, exc)
 
     def rename(self, new_path: str) -> None:
-        os.replace(self.path, new_path)
+        try:
+            os.replace(self.path, new_path)
+        except FileNotFoundError:
+            pass
         self.path = new_path
 
     def delete(self) -> None:
-        self.close()
+        with self._file_lock:
+            self._buf = bytearray()
+            self._entries = 0
+            self._written = 0
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+
+    def file_size_ok(self) -> bool:
+        """Cheap check at load (one stat, no read): the file exists and holds whole entries."""
+        try:
+            return os.stat(self.path).st_size % self._entry_size == 0
+        except FileNotFoundError:
+            return False
 
 
 class OffsetIndex(AbstractIndex):
@@ -190,9 +254,15 @@ class OffsetIndex(AbstractIndex):
 
     ENTRY = struct.Struct(">ii")
 
+    def __init__(self, path: str, base_offset: int, max_index_size: int,
+                 on_corrupt: Callable[[AbstractIndex, CorruptIndexError], None] | None = None,
+                 log_size: Callable[[], int] | None = None) -> None:
+        super().__init__(path, base_offset, max_index_size, on_corrupt)
+        self._log_size = log_size
+
     def append(self, offset: int, position: int) -> None:
         rel = offset - self.base_offset
-        if self._entries and rel <= self._raw(self._entries - 1)[0]:
+        if self.entries and rel <= self._raw(self._entries - 1)[0]:
             raise ValueError(f"offset {offset} is not larger than the last indexed offset in {self.path}")
         if not 0 <= rel <= 0x7FFFFFFF:
             raise ValueError(f"offset {offset} cannot be stored relative to base {self.base_offset}")
@@ -204,7 +274,7 @@ class OffsetIndex(AbstractIndex):
 
     @property
     def last_entry(self) -> tuple[int, int]:
-        if self._entries == 0:
+        if self.entries == 0:
             return self.base_offset, 0
         return self.entry(self._entries - 1)
 
@@ -237,8 +307,11 @@ class OffsetIndex(AbstractIndex):
         self._truncate_entries(n + 1)
 
     def sanity_check(self, log_size: int | None = None) -> None:
-        if os.fstat(self._fd).st_size % self._entry_size:
+        self._data()
+        if self._partial_entry:
             raise CorruptIndexError(f"index file {self.path} size is not a multiple of {self._entry_size}")
+        if log_size is None and self._log_size is not None:
+            log_size = self._log_size()
         if self._entries:
             first_rel, _ = self._raw(0)
             last_rel, last_pos = self._raw(self._entries - 1)
@@ -260,7 +333,7 @@ class TimeIndex(AbstractIndex):
 
     def is_full(self) -> bool:
         # One slot stays free for the final entry written when the segment is rolled.
-        return self._entries >= self.max_entries - 1
+        return self.entries >= self.max_entries - 1
 
     def entry(self, n: int) -> tuple[int, int]:
         ts, rel = self._raw(n)
@@ -268,7 +341,7 @@ class TimeIndex(AbstractIndex):
 
     @property
     def last_entry(self) -> tuple[int, int]:
-        if self._entries == 0:
+        if self.entries == 0:
             return NO_TIMESTAMP, self.base_offset
         return self.entry(self._entries - 1)
 
@@ -276,7 +349,7 @@ class TimeIndex(AbstractIndex):
         """Append if ``timestamp`` exceeds the last entry's; returns whether an entry was written."""
         if not skip_full_check and self.is_full():
             raise ValueError(f"time index {self.path} is full")
-        if self._entries:
+        if self.entries:
             last_ts, last_rel = self._raw(self._entries - 1)
             if timestamp <= last_ts:
                 return False
@@ -298,7 +371,8 @@ class TimeIndex(AbstractIndex):
         self._truncate_entries(n + 1)
 
     def sanity_check(self) -> None:
-        if os.fstat(self._fd).st_size % self._entry_size:
+        self._data()
+        if self._partial_entry:
             raise CorruptIndexError(f"time index {self.path} size is not a multiple of {self._entry_size}")
         if self._entries:
             first_ts, first_rel = self._raw(0)

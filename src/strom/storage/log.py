@@ -519,7 +519,6 @@ class Log:
                 self._bases.pop()
                 self._async_delete(seg)
             active = self.active_segment
-            active.make_active()
             active.truncate_to(offset)
             self._leo = active.next_offset()
             self._after_truncation()

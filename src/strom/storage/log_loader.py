@@ -3,12 +3,18 @@
 Steps (following Kafka's LogLoader):
 1. delete leftovers of interrupted operations (``.deleted``, ``.cleaned``, ``.swap``, ``.tmp``)
    and index files whose ``.log`` is gone;
-2. open every segment; rebuild a missing or insane index from its log;
+2. open every segment without reading its indexes (they load lazily on first use);
+   a segment whose index file is missing or torn is recovered now;
 3. after an unclean shutdown, recover every segment from the one holding the
-   recovery point on (length + CRC validation, index rebuild); at the first torn
-   or corrupt batch truncate there and drop all later segments;
+   recovery point on (length + CRC validation, index rebuild);
 4. compute the log end offset and rebuild producer state from the newest
    snapshot plus a replay of batch headers.
+
+Recovery cuts a segment at its first torn or corrupt batch, and only that segment:
+unlike Kafka, later segments are kept (their batches passed the same validation),
+so a damaged byte costs the records behind it in its own segment, never the rest of
+the log. A cut in the last segment is the expected torn tail of a crash (WARN); a
+cut anywhere else loses records and is logged at ERROR with the offsets dropped.
 """
 
 from __future__ import annotations
@@ -18,10 +24,9 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from strom.storage.index import CorruptIndexError
 from strom.storage.log_config import LogConfig
 from strom.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateManager
-from strom.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment, segment_path
+from strom.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
 
 log = logging.getLogger(__name__)
 
@@ -76,24 +81,31 @@ class LogLoader:
         os.makedirs(self.directory, exist_ok=True)
         bases = self._clean_directory()
         segments: list[LogSegment] = []
-        self._recovered: set[int] = set()
-        for i, base in enumerate(bases):
-            seg = self._open_segment(base)
+        recovered: set[int] = set()
+        for base in bases:
+            seg = LogSegment(self.directory, base, self.config, self.now_ms, active=False)
             segments.append(seg)
-            if seg.base_offset in self._recovered and self._truncated_on_open:
-                # A torn/corrupt batch ends the log: later segments cannot be trusted.
-                for later in bases[i + 1 :]:
-                    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-                        _unlink(segment_path(self.directory, later, suffix))
-                break
-        if not self.clean_shutdown and segments:
-            segments = self._recover_unflushed(segments)
+            if not seg.index_files_usable():
+                log.warning("index files of %s are missing or torn; recovering the segment", seg.log_path)
+                recovered.add(base)
+        if not self.clean_shutdown:
+            start = 0
+            for i, seg in enumerate(segments):
+                if seg.base_offset <= self.recovery_point:
+                    start = i
+            recovered.update(seg.base_offset for seg in segments[start:])
+        for i, seg in enumerate(segments):
+            if seg.base_offset in recovered:
+                self._recover_segment(seg, segments[i + 1] if i + 1 < len(segments) else None)
         if not segments:
             base = max(0, self.log_start_offset)
             segments.append(LogSegment(self.directory, base, self.config, self.now_ms, active=True))
         for seg in segments[:-1]:
-            seg.on_become_inactive()
-        segments[-1].make_active()
+            if seg.base_offset in recovered:
+                seg.on_become_inactive()
+        if segments[-1].base_offset in recovered:
+            segments[-1].offset_index.persist()
+            segments[-1].time_index.persist()
         log_end_offset = segments[-1].next_offset()
         log_start_offset = min(max(self.log_start_offset, segments[0].base_offset), log_end_offset)
         recovery_point = log_end_offset if self.clean_shutdown else min(self.recovery_point, log_end_offset)
@@ -125,51 +137,27 @@ class LogLoader:
                         _unlink(os.path.join(self.directory, name))
         return sorted(bases)
 
-    def _open_segment(self, base: int) -> LogSegment:
-        missing_index = not (
-            os.path.exists(segment_path(self.directory, base, INDEX_SUFFIX))
-            and os.path.exists(segment_path(self.directory, base, TIME_INDEX_SUFFIX))
+    def _recover_segment(self, seg: LogSegment, nxt: LogSegment | None) -> None:
+        """Validate every batch of ``seg``, rebuild its indexes, cut it at the first bad batch."""
+        size_before = seg.size
+        truncated = seg.recover()
+        if not truncated:
+            return
+        first_lost = seg.next_offset()
+        if nxt is None:
+            log.warning(
+                "recovery truncated %d bytes at position %d of %s (torn or corrupt tail of the log); "
+                "the log now ends at offset %d",
+                truncated, size_before - truncated, seg.log_path, first_lost,
+            )
+            return
+        last_lost = nxt.base_offset - 1
+        log.error(
+            "recovery found a corrupt batch at position %d of %s: dropped offsets %d to %d (%d offsets, "
+            "%d bytes) of that segment; later segments are kept",
+            size_before - truncated, seg.log_path, first_lost, last_lost,
+            max(0, last_lost - first_lost + 1), truncated,
         )
-        seg = LogSegment(self.directory, base, self.config, self.now_ms, active=False)
-        self._truncated_on_open = 0
-        rebuild = missing_index
-        if not rebuild:
-            try:
-                seg.sanity_check()
-            except CorruptIndexError as exc:
-                log.warning("rebuilding index of %s: %s", seg.log_path, exc)
-                rebuild = True
-        if rebuild:
-            truncated = seg.recover()
-            self._recovered.add(base)
-            self._truncated_on_open = truncated
-            if truncated:
-                log.warning(
-                    "truncated %d invalid bytes from %s while rebuilding its index", truncated, seg.log_path
-                )
-        return seg
-
-    def _recover_unflushed(self, segments: list[LogSegment]) -> list[LogSegment]:
-        start = 0
-        for i, seg in enumerate(segments):
-            if seg.base_offset <= self.recovery_point:
-                start = i
-        for i in range(start, len(segments)):
-            seg = segments[i]
-            if seg.base_offset in self._recovered:
-                continue
-            truncated = seg.recover()
-            if truncated:
-                log.warning(
-                    "recovery truncated %d bytes of %s (torn or corrupt tail); dropping %d later segments",
-                    truncated,
-                    seg.log_path,
-                    len(segments) - i - 1,
-                )
-                for later in segments[i + 1 :]:
-                    later.delete_files()
-                return segments[: i + 1]
-        return segments
 
 
 def _unlink(path: str) -> None:

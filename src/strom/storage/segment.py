@@ -10,6 +10,7 @@ Batches are appended and served whole, never decoded.
 from __future__ import annotations
 
 import io
+import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -29,8 +30,10 @@ from strom.protocol.record_batch import (
     compute_crc,
     decode_records,
 )
-from strom.storage.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
+from strom.storage.index import NO_TIMESTAMP, AbstractIndex, CorruptIndexError, OffsetIndex, TimeIndex
 from strom.storage.log_config import INT_MAX, LogConfig
+
+log = logging.getLogger(__name__)
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -103,16 +106,18 @@ class LogSegment:
         self._size = os.fstat(fd).st_size
         max_index = config.segment_index_bytes
         self.offset_index = OffsetIndex(
-            segment_path(directory, base_offset, INDEX_SUFFIX), base_offset, max_index, writable=active
+            segment_path(directory, base_offset, INDEX_SUFFIX), base_offset, max_index,
+            on_corrupt=self._rebuild_index, log_size=lambda: self._size,
         )
         self.time_index = TimeIndex(
-            segment_path(directory, base_offset, TIME_INDEX_SUFFIX), base_offset, max_index, writable=active
+            segment_path(directory, base_offset, TIME_INDEX_SUFFIX), base_offset, max_index,
+            on_corrupt=self._rebuild_index,
         )
         self.created_ms = int(time.time() * 1000) if now_ms is None else now_ms
         self._bytes_since_last_index_entry = 0
-        ts, off = self.time_index.last_entry
-        self._max_timestamp_so_far = ts
-        self._offset_of_max_timestamp = off
+        # Largest timestamp and its offset: read lazily from the time index's last entry.
+        self._max_timestamp_so_far: int | None = None if self._size else NO_TIMESTAMP
+        self._offset_of_max_timestamp = base_offset
         self._rolling_based_timestamp: int | None = None
         self._next_offset: int | None = base_offset if self._size == 0 else None
         self.deleted = False
@@ -130,19 +135,28 @@ class LogSegment:
     def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, size={self._size})"
 
+    def _max_timestamp(self) -> int:
+        ts = self._max_timestamp_so_far
+        if ts is None:
+            ts, self._offset_of_max_timestamp = self.time_index.last_entry
+            self._max_timestamp_so_far = ts
+        return ts
+
     @property
     def max_timestamp_so_far(self) -> int:
-        return self._max_timestamp_so_far
+        return self._max_timestamp()
 
     @property
     def offset_of_max_timestamp(self) -> int:
+        self._max_timestamp()
         return self._offset_of_max_timestamp
 
     @property
     def largest_timestamp(self) -> int:
         """Largest batch timestamp, falling back to file mtime (Kafka) when no batch has one."""
-        if self._max_timestamp_so_far >= 0:
-            return self._max_timestamp_so_far
+        ts = self._max_timestamp()
+        if ts >= 0:
+            return ts
         return self.last_modified_ms
 
     @property
@@ -221,8 +235,10 @@ class LogSegment:
                 pass
             raise KafkaStorageError(f"error appending to {self.log_path}: {exc}") from exc
         pos = start
+        if self._max_timestamp_so_far is None:
+            self._max_timestamp()
         for last_offset, max_timestamp, size in batches:
-            if max_timestamp > self._max_timestamp_so_far:
+            if max_timestamp > self._max_timestamp_so_far:  # type: ignore[operator]
                 self._max_timestamp_so_far = max_timestamp
                 self._offset_of_max_timestamp = last_offset
             if self._bytes_since_last_index_entry > self.index_interval_bytes:
@@ -334,7 +350,8 @@ class LogSegment:
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int = 0) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at/after ``start_offset`` with timestamp >= target."""
-        if self._max_timestamp_so_far < timestamp and self._max_timestamp_so_far >= 0:
+        max_ts = self._max_timestamp()
+        if max_ts < timestamp and max_ts >= 0:
             return None
         # Strictly-lower entry: everything up to its offset is older than the target.
         _, index_offset = self.time_index.lookup(timestamp - 1)
@@ -396,7 +413,7 @@ class LogSegment:
                 crc_ok = len(data) == size and compute_crc(data, 0, size) == header.crc
             if not crc_ok:
                 break
-            if header.max_timestamp > self._max_timestamp_so_far:
+            if header.max_timestamp > self._max_timestamp_so_far:  # type: ignore[operator]
                 self._max_timestamp_so_far = header.max_timestamp
                 self._offset_of_max_timestamp = header.last_offset
             if self._bytes_since_last_index_entry > self.index_interval_bytes:
@@ -418,9 +435,38 @@ class LogSegment:
         return truncated
 
     def sanity_check(self) -> None:
-        """Cheap index checks at load; raises CorruptIndexError so the loader rebuilds."""
+        """Index checks (done lazily when an index is first read); raises CorruptIndexError."""
         self.offset_index.sanity_check(self._size)
         self.time_index.sanity_check()
+
+    def index_files_usable(self) -> bool:
+        """Cheap load-time check (stat only): both index files exist and hold whole entries."""
+        return self.offset_index.file_size_ok() and self.time_index.file_size_ok()
+
+    def _rebuild_index(self, index: AbstractIndex, exc: CorruptIndexError) -> None:
+        """A lazily loaded index failed its sanity check: rebuild it from batch headers.
+
+        Only the index is rebuilt; the log is not touched (its batches were validated
+        when they were appended or recovered), so nothing is ever truncated here.
+        """
+        log.warning("rebuilding index %s from its log: %s", index.path, exc)
+        since_entry = 0
+        max_ts, offset_of_max_ts = NO_TIMESTAMP, self.base_offset
+        try:
+            for header in self._scan(0):
+                if header.max_timestamp > max_ts:
+                    max_ts, offset_of_max_ts = header.max_timestamp, header.last_offset
+                if since_entry > self.index_interval_bytes:
+                    if isinstance(index, OffsetIndex):
+                        index.append(header.last_offset, header.position)
+                    elif isinstance(index, TimeIndex):
+                        index.maybe_append(max_ts, offset_of_max_ts, skip_full_check=True)
+                    since_entry = 0
+                since_entry += header.size
+        except CorruptRecordError as scan_error:
+            log.error("index rebuild of %s stopped early: %s", index.path, scan_error)
+        if isinstance(index, TimeIndex) and max_ts >= 0:
+            index.maybe_append(max_ts, offset_of_max_ts, skip_full_check=True)
 
     # -- truncation, lifecycle ---------------------------------------------------------------------
 
@@ -436,27 +482,23 @@ class LogSegment:
         os.ftruncate(self._fd, pos)
         self._size = pos
         self._next_offset = header.base_offset
-        ts, off = self.time_index.last_entry
-        self._max_timestamp_so_far, self._offset_of_max_timestamp = ts, off
+        self._max_timestamp_so_far = None  # re-read from the truncated time index
         self._bytes_since_last_index_entry = 0
+        self.offset_index.persist()
+        self.time_index.persist()
         if pos == 0:
             self._rolling_based_timestamp = None
             self.created_ms = int(time.time() * 1000)
         return removed
 
     def on_become_inactive(self) -> None:
-        """Called at roll/close: record the final max timestamp and trim preallocated indexes."""
-        if self._max_timestamp_so_far >= 0:
+        """Called at roll/close: record the final max timestamp and write the indexes out."""
+        if self._max_timestamp_so_far is not None and self._max_timestamp_so_far >= 0:
             self.time_index.maybe_append(
                 self._max_timestamp_so_far, self._offset_of_max_timestamp, skip_full_check=True
             )
-        self.offset_index.trim_to_valid_size()
-        self.time_index.trim_to_valid_size()
-
-    def make_active(self) -> None:
-        """Preallocate indexes again when a loaded segment becomes the active one."""
-        self.offset_index.resize(self.offset_index.max_index_size)
-        self.time_index.resize(self.time_index.max_index_size)
+        self.offset_index.persist()
+        self.time_index.persist()
 
     def flush(self) -> None:
         os.fsync(self._fd)
@@ -468,8 +510,6 @@ class LogSegment:
             return
         if not self.deleted:
             self.on_become_inactive()
-        self.offset_index.close()
-        self.time_index.close()
         self._file.close()
 
     def change_suffix(self, new_suffix: str) -> None:
