@@ -147,3 +147,22 @@ def test_time_index_keeps_one_slot_for_roll(tmp_path: str) -> None:
     with pytest.raises(ValueError):
         idx.maybe_append(3, 3)
     assert idx.maybe_append(3, 3, skip_full_check=True)
+
+
+def test_last_entry_of_an_unloaded_index_reads_two_entries_not_the_file(tmp_path: str) -> None:
+    """Retention asks every old segment for its largest timestamp: that must not load every index."""
+    path = os.path.join(tmp_path, "0.timeindex")
+    idx = TimeIndex(path, 100, 12 * 100)
+    for i in range(1, 50):
+        idx.maybe_append(1_000 * i, 100 + i)
+    idx.persist()
+    again = TimeIndex(path, 100, 12 * 100)
+    assert again.last_entry == (49_000, 149)
+    assert not again.loaded
+    with open(path, "r+b") as f:  # a last entry below the first is not believed: full load + check
+        f.seek(0)
+        f.write(struct.pack(">qi", 10**15, 1))
+    calls = []
+    suspicious = TimeIndex(path, 100, 12 * 100, on_corrupt=lambda index, exc: calls.append(exc))
+    assert suspicious.last_entry == (-1, 100)  # rebuilt (here: by a callback that adds nothing)
+    assert suspicious.loaded and len(calls) == 1

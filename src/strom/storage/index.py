@@ -131,6 +131,37 @@ class AbstractIndex:
     def is_full(self) -> bool:
         return self.entries >= self.max_entries
 
+    def _peek_last(self) -> tuple[int, int] | None:
+        """The last entry, or None when empty, reading only the first and last entries if not loaded.
+
+        Retention asks every segment for its largest timestamp; this keeps that from
+        loading every old time index into memory. Entries that do not look sane fall
+        back to a full load, which runs the sanity check (and a rebuild if it fails).
+        """
+        if self._buf is None:
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                fd = -1
+            if fd >= 0:
+                try:
+                    size = os.fstat(fd).st_size
+                    if size and size % self._entry_size == 0:
+                        first = os.pread(fd, self._entry_size, 0)
+                        last = os.pread(fd, self._entry_size, size - self._entry_size)
+                        if len(last) == self._entry_size and any(last):
+                            peeked = self.ENTRY.unpack(last)
+                            if self._plausible(self.ENTRY.unpack(first), peeked):
+                                return peeked  # type: ignore[return-value]
+                finally:
+                    os.close(fd)
+        if self.entries == 0:
+            return None
+        return self._raw(self._entries - 1)
+
+    def _plausible(self, first: tuple[int, ...], last: tuple[int, ...]) -> bool:
+        raise NotImplementedError
+
     def _raw(self, n: int) -> tuple[int, int]:
         return self.ENTRY.unpack_from(self._data(), n * self._entry_size)  # type: ignore[return-value]
 
@@ -260,6 +291,9 @@ class OffsetIndex(AbstractIndex):
         super().__init__(path, base_offset, max_index_size, on_corrupt)
         self._log_size = log_size
 
+    def _plausible(self, first: tuple[int, ...], last: tuple[int, ...]) -> bool:
+        return 0 <= first[0] <= last[0] and 0 <= first[1] <= last[1]
+
     def append(self, offset: int, position: int) -> None:
         rel = offset - self.base_offset
         if self.entries and rel <= self._raw(self._entries - 1)[0]:
@@ -274,9 +308,10 @@ class OffsetIndex(AbstractIndex):
 
     @property
     def last_entry(self) -> tuple[int, int]:
-        if self.entries == 0:
+        last = self._peek_last()
+        if last is None:
             return self.base_offset, 0
-        return self.entry(self._entries - 1)
+        return self.base_offset + last[0], last[1]
 
     @property
     def last_offset(self) -> int:
@@ -331,6 +366,9 @@ class TimeIndex(AbstractIndex):
 
     ENTRY = struct.Struct(">qi")
 
+    def _plausible(self, first: tuple[int, ...], last: tuple[int, ...]) -> bool:
+        return first[0] <= last[0] and 0 <= first[1] <= last[1]
+
     def is_full(self) -> bool:
         # One slot stays free for the final entry written when the segment is rolled.
         return self.entries >= self.max_entries - 1
@@ -341,9 +379,10 @@ class TimeIndex(AbstractIndex):
 
     @property
     def last_entry(self) -> tuple[int, int]:
-        if self.entries == 0:
+        last = self._peek_last()
+        if last is None:
             return NO_TIMESTAMP, self.base_offset
-        return self.entry(self._entries - 1)
+        return last[0], self.base_offset + last[1]
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> bool:
         """Append if ``timestamp`` exceeds the last entry's; returns whether an entry was written."""
