@@ -143,18 +143,21 @@ class ReplicaManager:
                     self.log_manager.get_or_create_log(name, p, log_config)
                     created.append(p)
         except Exception as exc:
-            self.remove_topic_logs(name, created)
+            self.remove_topic_logs(name, created)  # closes their files first: the cleanup may need descriptors
+            self.log_manager.remove_unattached_dirs(name, assignment)
             if isinstance(exc, Errors.KafkaStorageError):
                 raise
             raise Errors.KafkaStorageError(f"cannot create the logs of topic {name}: {exc}") from exc
 
     def remove_topic_logs(self, name: str, partitions: Iterable[int]) -> None:
         """Undo create_topic_logs for a topic the metadata never recorded."""
+        partitions = list(partitions)
         for p in partitions:
             try:
                 self.log_manager.delete_log(name, p)
             except OSError as exc:
                 log.warning("could not remove log %s-%d of a topic that was not created: %s", name, p, exc)
+        self.log_manager.remove_unattached_dirs(name, partitions)
 
     def tombstone_topic(self, topic: TopicMetadata) -> int:
         """First step of a deletion: tombstone and empty every hosted partition dir (frees the space).

@@ -245,6 +245,16 @@ class LogManager:
             _empty_dir(target)
         return True
 
+    def remove_unattached_dirs(self, topic: str, partitions: Iterable[int]) -> None:
+        """Remove ``<topic>-<p>`` dirs no log is attached to (left by a creation that failed half way)."""
+        for p in partitions:
+            if (topic, p) in self._logs:
+                continue
+            for log_dir in self.log_dirs:
+                path = os.path.join(log_dir, f"{topic}-{p}")
+                if log_dir not in self.offline_log_dirs and os.path.isdir(path):
+                    shutil.rmtree(path, ignore_errors=True)
+
     def tombstones(self) -> list[Tombstone]:
         """Every ``-delete`` dir in the online log dirs."""
         found = []
