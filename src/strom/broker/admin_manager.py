@@ -130,8 +130,21 @@ class AdminManager:
             new = {current + i: list(reps) for i, reps in enumerate(assignment)}
         else:
             new = self._assign(current, count - current, topic.replication_factor or 1)
-        if not validate_only:
+        if validate_only:
+            return
+        rm = self.replica_manager
+        if rm is None:
             self.metadata.add_partitions(name, new)
+            return
+        rm.create_topic_logs(name, new, topic.configs)  # as for new topics: logs first, then the metadata
+        try:
+            self.metadata.add_partitions(name, new)
+        except Exception as exc:
+            if not set(new) & set(topic.partitions):
+                rm.remove_topic_logs(name, new)
+            if isinstance(exc, OSError):
+                raise Errors.KafkaStorageError(f"cannot record the new partitions of {name}: {exc}") from exc
+            raise
 
     def set_topic_configs(self, name: str, configs: dict[str, str | None], validate_only: bool) -> None:
         topic = self.metadata.topic(name)

@@ -121,6 +121,8 @@ class ReplicaManager:
                     plog = self.log_manager.get_or_create_log(topic.name, state.partition, log_config,
                                                               is_new=is_new)
                 except Errors.KafkaStorageError as exc:
+                    if is_new:
+                        raise
                     log.error("partition %s-%d is offline: %s", topic.name, state.partition, exc)
                     self.offline_partitions.add(tp)
                     continue
