@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kafka.protocol.admin import DescribeLogDirsRequest
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.metadata import MetadataRequest
@@ -336,6 +336,12 @@ def test_create_topics_without_file_descriptors_leaves_nothing_behind(small_disk
     # The broker keeps serving, and a topic that fits is created normally.
     small = new_topic(b, partitions=2)
     produce(b, small, [{"value": b"ok", "partition": 1}])
+    # CreatePartitions follows the same rule.
+    with pytest.raises(Exception, match="KAFKA_STORAGE_ERROR|[Tt]oo many open files"):
+        admin.create_partitions([NewPartitions(small, 300)])[small].result(30)
+    assert len(admin.list_topics(timeout=10).topics[small].partitions) == 2
+    assert not os.path.exists(os.path.join(b.data_dir, f"{small}-2"))
+    produce(b, small, [{"value": b"still ok", "partition": 0}])
     assert b.stop() == 0
     b.start()
     assert name not in topics(b) and small in topics(b)

@@ -98,6 +98,7 @@ class ReplicaManager:
         # Partitions whose log is in an offline log dir: they answer KAFKA_STORAGE_ERROR.
         self.offline_partitions: set[TopicPartition] = set()
         self._storage_error_logged: dict[TopicPartition, tuple[float, int]] = {}
+        self.purge_due = False  # tombstones wait for a pending metadata write
         metadata.add_listener(self._on_metadata_change)
 
     # -- partition lifecycle ---------------------------------------------------
@@ -182,7 +183,9 @@ class ReplicaManager:
 
     def purge_tombstones(self) -> None:
         """Drop tombstone dirs once the metadata durably forgot their topics."""
-        live = None if self.metadata.save_pending else [t.topic_id.hex for t in self.metadata.topics().values()]
+        pending = self.metadata.save_pending
+        self.purge_due = pending  # the metadata write is retried later; purge again once it succeeds
+        live = None if pending else [t.topic_id.hex for t in self.metadata.topics().values()]
         self.log_manager.purge_tombstones(live)
 
     def _on_metadata_change(self, kind: str, topic: TopicMetadata) -> None:

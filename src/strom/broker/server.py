@@ -155,7 +155,9 @@ class KafkaServer:
                 log.error("could not complete the deletion of topic %s: %s", topic.name, exc)
 
     async def _retry_metadata_save(self) -> None:
-        if self.metadata.save_pending and self.metadata.retry_pending_save():
+        if self.metadata.save_pending:
+            self.metadata.retry_pending_save()
+        if self.replica_manager.purge_due and not self.metadata.save_pending:
             self.replica_manager.purge_tombstones()
 
     def _drop_orphan_logs(self) -> None:
