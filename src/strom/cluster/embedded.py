@@ -37,6 +37,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._topics: dict[str, TopicMetadata] = {}
         self._next_producer_id = 0
         self._save_pending = False
+        self._retry_warned = False
         self.cluster_id = cluster_id or _random_cluster_id()
         if self._path.exists():
             self._load()
@@ -116,8 +117,11 @@ class EmbeddedMetadataStore(MetadataStore):
             try:
                 self._save()
             except OSError as exc:
-                log.warning("metadata write still failing: %s", exc)
+                if not self._retry_warned:  # retried every few seconds: say it once, not each time
+                    log.warning("metadata write still failing: %s; retrying until it succeeds", exc)
+                    self._retry_warned = True
                 return False
+            self._retry_warned = False
             log.info("pending metadata change written")
             return True
 
