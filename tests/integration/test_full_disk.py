@@ -25,6 +25,7 @@ from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.metadata import MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
+import strom.storage.index
 from strom.protocol.record_batch import build_batch
 from tests.integration.test_api_version_matrix import call
 from tests.integration.test_produce_consume import consume_all, new_topic, produce
@@ -133,8 +134,19 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 20) -> bool:
 # -- 1. produce on a full disk --------------------------------------------------------------------------
 
 
-def test_produce_on_full_disk_answers_storage_error_and_logs_once(small_disk_broker) -> None:  # noqa: ANN001
-    b = small_disk_broker(16)
+# A roll on a full disk writes the closing time-index entry; with memory-mapped indexes that write can
+# hit a page tmpfs cannot allocate and the broker dies of SIGBUS, which only moving indexes off mmap fixes.
+_MMAP_INDEXES = hasattr(strom.storage.index, "mmap")
+
+
+@pytest.mark.parametrize("segment_bytes", [
+    1 << 30,
+    pytest.param(15_000, marks=pytest.mark.xfail(_MMAP_INDEXES, run=False,
+                                                 reason="memory-mapped indexes SIGBUS on a full tmpfs")),
+], ids=["append-fails", "roll-fails"])
+def test_produce_on_full_disk_answers_storage_error_and_logs_once(small_disk_broker,  # noqa: ANN001
+                                                                  segment_bytes: int) -> None:
+    b = small_disk_broker(16, {"log.segment.bytes": segment_bytes})
     topic = new_topic(b)
     assert produce_errors(b, topic, 1) == [None]
     filler = fill(b.data_dir)
