@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -22,7 +23,8 @@ class BrokerProcess:
     """One broker process. Cleans up by pid; never by name."""
 
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, overrides: dict[str, object] | None = None,
-                 port: int | None = None, env: dict[str, str] | None = None) -> None:
+                 port: int | None = None, env: dict[str, str] | None = None,
+                 max_open_files: int | None = None) -> None:
         self._owned_tmp = None
         if data_dir is None:
             self._owned_tmp = tempfile.TemporaryDirectory(prefix="strom-test-")
@@ -32,6 +34,7 @@ class BrokerProcess:
         self.port = port or free_port()
         self.overrides = dict(overrides or {})
         self.env = dict(env or {})  # extra environment for the child (e.g. STROM_SENDFILE_MIN_BYTES)
+        self.max_open_files = max_open_files  # RLIMIT_NOFILE of the child, to provoke descriptor exhaustion
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -53,7 +56,7 @@ class BrokerProcess:
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT,
-                                         env={**os.environ, **self.env})
+                                         env={**os.environ, **self.env}, preexec_fn=self._limits())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -65,6 +68,19 @@ class BrokerProcess:
                 time.sleep(0.05)
         self.kill9()
         raise RuntimeError(f"broker did not listen within {timeout}s:\n{self.log_tail()}")
+
+    def _limits(self) -> Callable[[], None] | None:
+        if self.max_open_files is None:
+            return None
+        limit = self.max_open_files
+
+        def apply() -> None:
+            import resource
+
+            _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+
+        return apply
 
     def log_tail(self, lines: int = 60) -> str:
         try:

@@ -8,19 +8,26 @@ all get identical rules and error codes.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import kafka.errors as Errors
 
 from strom.cluster.metadata import MetadataStore, TopicMetadata
 from strom.config import BrokerConfig, ConfigError, validate_topic_configs, validate_topic_name
 
+if TYPE_CHECKING:
+    from strom.broker.replica_manager import ReplicaManager
+
 log = logging.getLogger(__name__)
 
 
 class AdminManager:
-    def __init__(self, config: BrokerConfig, metadata: MetadataStore) -> None:
+    def __init__(self, config: BrokerConfig, metadata: MetadataStore,
+                 replica_manager: ReplicaManager | None = None) -> None:
         self.config = config
         self.metadata = metadata
+        # When set, topic data is created before and deleted before the metadata changes (no half states).
+        self.replica_manager = replica_manager
 
     def _assign(self, first_partition: int, count: int, replication_factor: int) -> dict[int, list[int]]:
         """Round-robin replica placement starting at a rotating broker, like Kafka's default."""
@@ -71,7 +78,18 @@ class AdminManager:
         if validate_only:
             return None
         log.info("creating topic %s with %d partitions", name, len(assignment))
-        return self.metadata.create_topic(name, assignment, clean)
+        rm = self.replica_manager
+        if rm is None:
+            return self.metadata.create_topic(name, assignment, clean)
+        rm.create_topic_logs(name, assignment, clean)  # logs first: a failure leaves nothing behind
+        try:
+            return self.metadata.create_topic(name, assignment, clean)
+        except Exception as exc:
+            if self.metadata.topic(name) is None:
+                rm.remove_topic_logs(name, assignment)
+            if isinstance(exc, OSError):
+                raise Errors.KafkaStorageError(f"cannot record topic {name} in the metadata: {exc}") from exc
+            raise
 
     def delete_topic(self, name: str) -> TopicMetadata:
         topic = self.metadata.topic(name)
@@ -80,7 +98,18 @@ class AdminManager:
         if not self.config.get("delete.topic.enable"):
             raise Errors.TopicDeletionDisabledError("Topic deletion is disabled.")
         log.info("deleting topic %s", name)
-        self.metadata.delete_topic(name)
+        rm = self.replica_manager
+        if rm is None:
+            self.metadata.delete_topic(name)
+            return topic
+        # Data first: the tombstone renames need no free space and make the deletion durable, and
+        # emptying them frees space, so the metadata write that follows can succeed on a full disk.
+        tombstoned = rm.tombstone_topic(topic)
+        try:
+            self.metadata.delete_topic(name, recorded_elsewhere=tombstoned > 0)
+        except OSError as exc:
+            raise Errors.KafkaStorageError(f"cannot record the deletion of topic {name}: {exc}") from exc
+        rm.purge_tombstones()
         return topic
 
     def create_partitions(self, name: str, count: int, assignment: list[list[int]] | None,
@@ -101,8 +130,21 @@ class AdminManager:
             new = {current + i: list(reps) for i, reps in enumerate(assignment)}
         else:
             new = self._assign(current, count - current, topic.replication_factor or 1)
-        if not validate_only:
+        if validate_only:
+            return
+        rm = self.replica_manager
+        if rm is None:
             self.metadata.add_partitions(name, new)
+            return
+        rm.create_topic_logs(name, new, topic.configs)  # as for new topics: logs first, then the metadata
+        try:
+            self.metadata.add_partitions(name, new)
+        except Exception as exc:
+            if not set(new) & set(topic.partitions):
+                rm.remove_topic_logs(name, new)
+            if isinstance(exc, OSError):
+                raise Errors.KafkaStorageError(f"cannot record the new partitions of {name}: {exc}") from exc
+            raise
 
     def set_topic_configs(self, name: str, configs: dict[str, str | None], validate_only: bool) -> None:
         topic = self.metadata.topic(name)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,9 @@ from strom.storage.log_manager import LogManager
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+
+# A full disk fails every produce: log it once per partition per interval, not once per request.
+STORAGE_ERROR_LOG_INTERVAL_S = 60.0
 
 
 @dataclass(slots=True)
@@ -91,6 +95,10 @@ class ReplicaManager:
         self.metadata = metadata
         self.fetch_purgatory = fetch_purgatory
         self.partitions: dict[TopicPartition, Partition] = {}
+        # Partitions whose log is in an offline log dir: they answer KAFKA_STORAGE_ERROR.
+        self.offline_partitions: set[TopicPartition] = set()
+        self._storage_error_logged: dict[TopicPartition, tuple[float, int]] = {}
+        self.purge_due = False  # tombstones wait for a pending metadata write
         metadata.add_listener(self._on_metadata_change)
 
     # -- partition lifecycle ---------------------------------------------------
@@ -100,9 +108,9 @@ class ReplicaManager:
     def load_partitions(self) -> None:
         """Attach every partition in the metadata to its log (creating missing logs)."""
         for topic in self.metadata.topics().values():
-            self._ensure_partitions(topic)
+            self._ensure_partitions(topic, is_new=False)
 
-    def _ensure_partitions(self, topic: TopicMetadata) -> None:
+    def _ensure_partitions(self, topic: TopicMetadata, is_new: bool = True) -> None:
         log_config = self.log_config_for(topic)
         for state in topic.partitions.values():
             if self.broker_id not in state.replicas:
@@ -110,11 +118,75 @@ class ReplicaManager:
             tp = (topic.name, state.partition)
             part = self.partitions.get(tp)
             if part is None:
-                plog = self.log_manager.get_or_create_log(topic.name, state.partition, log_config)
+                try:
+                    plog = self.log_manager.get_or_create_log(topic.name, state.partition, log_config,
+                                                              is_new=is_new)
+                except Errors.KafkaStorageError as exc:
+                    if is_new:
+                        raise
+                    log.error("partition %s-%d is offline: %s", topic.name, state.partition, exc)
+                    self.offline_partitions.add(tp)
+                    continue
                 self.partitions[tp] = Partition(topic.name, state.partition, topic.topic_id, state, plog,
                                                 self.broker_id)
             else:
                 part.update_state(state)
+
+    def create_topic_logs(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> None:
+        """Create the logs of a new topic before the metadata commits it, so CreateTopics is all or nothing.
+
+        On failure (no file descriptors, no space) the logs created so far are removed again and
+        KafkaStorageError is raised; nothing of the topic remains.
+        """
+        log_config = LogConfig.from_props({**self.config.topic_defaults(), **configs})
+        created: list[int] = []
+        try:
+            for p, replicas in sorted(assignment.items()):
+                if self.broker_id in replicas:
+                    self.log_manager.get_or_create_log(name, p, log_config)
+                    created.append(p)
+        except Exception as exc:
+            self.remove_topic_logs(name, created)  # closes their files first: the cleanup may need descriptors
+            self.log_manager.remove_unattached_dirs(name, assignment)
+            if isinstance(exc, Errors.KafkaStorageError):
+                raise
+            raise Errors.KafkaStorageError(f"cannot create the logs of topic {name}: {exc}") from exc
+
+    def remove_topic_logs(self, name: str, partitions: Iterable[int]) -> None:
+        """Undo create_topic_logs for a topic the metadata never recorded."""
+        partitions = list(partitions)
+        for p in partitions:
+            try:
+                self.log_manager.delete_log(name, p)
+            except OSError as exc:
+                log.warning("could not remove log %s-%d of a topic that was not created: %s", name, p, exc)
+        self.log_manager.remove_unattached_dirs(name, partitions)
+
+    def tombstone_topic(self, topic: TopicMetadata) -> int:
+        """First step of a deletion: tombstone and empty every hosted partition dir (frees the space).
+
+        Returns how many partitions were tombstoned: any one of them records the deletion durably.
+        """
+        done = 0
+        for tp in sorted(tp for tp in set(self.partitions) | self.offline_partitions if tp[0] == topic.name):
+            self.partitions.pop(tp, None)
+            self.offline_partitions.discard(tp)
+            self._storage_error_logged.pop(tp, None)
+            try:
+                if self.log_manager.delete_log(*tp, topic_id=topic.topic_id):
+                    done += 1
+            except OSError as exc:
+                log.error("could not tombstone %s-%d: %s (an orphan log is removed at the next start)",
+                          *tp, exc)
+            self.fetch_purgatory.check_and_complete(tp)
+        return done
+
+    def purge_tombstones(self) -> None:
+        """Drop tombstone dirs once the metadata durably forgot their topics."""
+        pending = self.metadata.save_pending
+        self.purge_due = pending  # the metadata write is retried later; purge again once it succeeds
+        live = None if pending else [t.topic_id.hex for t in self.metadata.topics().values()]
+        self.log_manager.purge_tombstones(live)
 
     def _on_metadata_change(self, kind: str, topic: TopicMetadata) -> None:
         if kind in ("created", "partitions"):
@@ -125,14 +197,13 @@ class ReplicaManager:
                 if name == topic.name:
                     part.log.update_config(cfg)
         elif kind == "deleted":
-            for tp in [tp for tp in self.partitions if tp[0] == topic.name]:
-                del self.partitions[tp]
-                self.log_manager.delete_log(*tp)
-                self.fetch_purgatory.check_and_complete(tp)
+            self.tombstone_topic(topic)  # usually done already, before the metadata changed
 
     def get_partition(self, topic: str, partition: int) -> Partition:
         part = self.partitions.get((topic, partition))
         if part is None:
+            if (topic, partition) in self.offline_partitions:
+                raise Errors.KafkaStorageError(f"{topic}-{partition} is in an offline log dir")
             raise Errors.UnknownTopicOrPartitionError(f"{topic}-{partition} is not hosted here")
         return part
 
@@ -142,10 +213,28 @@ class ReplicaManager:
     # -- produce ---------------------------------------------------------------
     def append_records(self, topic: str, partition: int, records: Any, required_acks: int) -> Any:
         part = self.get_partition(topic, partition)
-        info = part.append_records_to_leader(records, required_acks)
+        try:
+            info = part.append_records_to_leader(records, required_acks)
+        except OSError as exc:
+            self._log_storage_error((topic, partition), exc)
+            raise Errors.KafkaStorageError(f"error appending to {topic}-{partition}: {exc}") from exc
+        except Errors.KafkaStorageError as exc:
+            self._log_storage_error((topic, partition), exc)
+            raise
         if not info.duplicate:
             self.fetch_purgatory.check_and_complete((topic, partition))
         return info
+
+    def _log_storage_error(self, tp: TopicPartition, exc: BaseException) -> None:
+        """ERROR once per partition per interval; the count of the suppressed ones comes with the next."""
+        now = time.monotonic()
+        last, suppressed = self._storage_error_logged.get(tp, (float("-inf"), 0))
+        if now - last < STORAGE_ERROR_LOG_INTERVAL_S:
+            self._storage_error_logged[tp] = (last, suppressed + 1)
+            return
+        self._storage_error_logged[tp] = (now, 0)
+        more = f" ({suppressed} more since the last report)" if suppressed else ""
+        log.error("storage error on produce to %s-%d: %s%s; answering KAFKA_STORAGE_ERROR", *tp, exc, more)
 
     # -- fetch -----------------------------------------------------------------
     def has_new_data(self, params: FetchParams) -> bool:

@@ -8,6 +8,7 @@ checkpoints plus a clean-shutdown marker so the next start skips recovery.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -59,6 +60,8 @@ from strom.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
 
+METADATA_RETRY_INTERVAL_MS = 5_000
+
 HANDLER_MODULES = [
     api_versions, metadata, produce, fetch, list_offsets, create_topics, delete_topics, create_partitions,
     describe_configs, alter_configs, incremental_alter_configs, describe_cluster, delete_records,
@@ -100,6 +103,7 @@ class KafkaServer:
                               "empty to run on the embedded single-node metadata store")
         self.metadata = EmbeddedMetadataStore(log_dirs[0], self.broker_id, cfg.get("cluster.id") or None)
         self.log_manager = LogManager(log_dirs, cfg.topic_defaults())
+        self._complete_interrupted_deletions()
         topic_configs = {
             name: LogConfig.from_props({**cfg.topic_defaults(), **t.configs})
             for name, t in self.metadata.topics().items()
@@ -112,10 +116,11 @@ class KafkaServer:
         self._timer_driver.start()
         fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
         self.replica_manager = ReplicaManager(cfg, self.log_manager, self.metadata, fetch_purgatory)
-        self.admin_manager = AdminManager(cfg, self.metadata)
+        self.admin_manager = AdminManager(cfg, self.metadata, self.replica_manager)
         self.producer_id_manager = ProducerIdManager(self.metadata)
         self.replica_manager.load_partitions()
         self._drop_orphan_logs()
+        self.replica_manager.purge_tombstones()
         self.group_coordinator: GroupCoordinator = create_group_coordinator(self, timer)
         sync_ownership(self, self.group_coordinator)
         host, port = cfg.listener_host_port()
@@ -127,11 +132,33 @@ class KafkaServer:
         self._schedule("retention", cfg.get("log.retention.check.interval.ms"), self._retention)
         self._schedule("checkpoint", cfg.get("log.flush.offset.checkpoint.interval.ms"), self._checkpoint)
         self._schedule("flush", cfg.get("log.flush.scheduler.interval.ms"), self._flush)
+        self._schedule("metadata-save-retry", METADATA_RETRY_INTERVAL_MS, self._retry_metadata_save)
         self._schedule("group-metadata-expiry", cfg.get("offsets.retention.check.interval.ms"),
                        self.group_coordinator.cleanup_group_metadata)
         self.log_cleaner = LogCleaner(log_dirs)
         if cfg.get("log.cleaner.enable"):
             self._schedule("log-cleaner", cleaner_backoff_ms(cfg), self._clean_logs)
+
+    def _complete_interrupted_deletions(self) -> None:
+        """A tombstone whose topic id the metadata still lists is a deletion acknowledged (or begun)
+        whose metadata write did not happen: finish it before anything attaches the topic's logs.
+        A topic re-created under the same name has another id and is left alone."""
+        by_id = {t.topic_id.hex: t for t in self.metadata.topics().values()}
+        for stone in self.log_manager.tombstones():
+            topic = by_id.pop(stone.topic_id, None)
+            if topic is None or self.metadata.topic(topic.name) is not topic:
+                continue
+            log.info("completing the interrupted deletion of topic %s (found tombstone %s)", topic.name, stone.path)
+            try:
+                self.metadata.delete_topic(topic.name, recorded_elsewhere=True)
+            except OSError as exc:  # recorded_elsewhere makes this unlikely; the tombstone stays for next time
+                log.error("could not complete the deletion of topic %s: %s", topic.name, exc)
+
+    async def _retry_metadata_save(self) -> None:
+        if self.metadata.save_pending:
+            self.metadata.retry_pending_save()
+        if self.replica_manager.purge_due and not self.metadata.save_pending:
+            self.replica_manager.purge_tombstones()
 
     def _drop_orphan_logs(self) -> None:
         """Logs of topics that no longer exist (deleted while we were down) are removed."""
@@ -175,18 +202,34 @@ class KafkaServer:
         self._stopped.set()
 
     async def shutdown(self) -> None:
+        """Every step runs even if an earlier one failed (a full disk must not abort shutdown half way)."""
         log.info("shutting down")
+        failed = False
+
+        async def step(name: str, fn: Callable[[], object]) -> None:
+            nonlocal failed
+            try:
+                result = fn()
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                failed = True
+                log.exception("shutdown step %s failed; continuing", name)
+
+        loop = asyncio.get_running_loop()
         if hasattr(self, "socket_server"):
-            await self.socket_server.stop()
+            await step("socket server", self.socket_server.stop)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if hasattr(self, "group_coordinator"):
-            self.group_coordinator.shutdown()
+            await step("group coordinator", self.group_coordinator.shutdown)
         if hasattr(self, "_timer_driver"):
-            self._timer_driver.stop()
+            await step("timer", self._timer_driver.stop)
         if hasattr(self, "log_manager"):
-            await asyncio.get_running_loop().run_in_executor(None, self.log_manager.shutdown)
+            await step("log manager", lambda: loop.run_in_executor(None, self.log_manager.shutdown))
         if hasattr(self, "metadata"):
-            self.metadata.close()
-        log.info("shut down cleanly")
+            if self.metadata.save_pending:
+                await step("metadata write", self.metadata.retry_pending_save)
+            await step("metadata store", self.metadata.close)
+        log.info("shut down" if failed else "shut down cleanly")

@@ -8,12 +8,15 @@ a topic half-created.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import uuid
 from pathlib import Path
 
 from strom.cluster.metadata import BrokerInfo, MetadataStore, PartitionState, TopicMetadata
+
+log = logging.getLogger(__name__)
 
 METADATA_FILE = "__cluster_metadata.json"
 
@@ -33,6 +36,8 @@ class EmbeddedMetadataStore(MetadataStore):
         self._brokers: dict[int, BrokerInfo] = {}
         self._topics: dict[str, TopicMetadata] = {}
         self._next_producer_id = 0
+        self._save_pending = False
+        self._retry_warned = False
         self.cluster_id = cluster_id or _random_cluster_id()
         if self._path.exists():
             self._load()
@@ -79,11 +84,46 @@ class EmbeddedMetadataStore(MetadataStore):
             ],
         }
         tmp = self._path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path)
+        try:
+            with open(tmp, "w") as f:
+                json.dump(data, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self._path)
+        except OSError:
+            try:
+                os.unlink(tmp)  # never leave a partial file holding the last free blocks
+            except OSError:
+                pass
+            raise
+        self._save_pending = False
+
+    def _save_or_restore(self, topics: dict[str, TopicMetadata]) -> None:
+        """Save; if the write fails, put the topics back as they were so memory matches the file."""
+        try:
+            self._save()
+        except OSError:
+            self._topics = topics
+            raise
+
+    @property
+    def save_pending(self) -> bool:
+        return self._save_pending
+
+    def retry_pending_save(self) -> bool:
+        with self._lock:
+            if not self._save_pending:
+                return True
+            try:
+                self._save()
+            except OSError as exc:
+                if not self._retry_warned:  # retried every few seconds: say it once, not each time
+                    log.warning("metadata write still failing: %s; retrying until it succeeds", exc)
+                    self._retry_warned = True
+                return False
+            self._retry_warned = False
+            log.info("pending metadata change written")
+            return True
 
     # -- MetadataStore -------------------------------------------------------
     def register_broker(self, broker: BrokerInfo) -> None:
@@ -104,31 +144,51 @@ class EmbeddedMetadataStore(MetadataStore):
                 raise KeyError(name)
             parts = {p: PartitionState(p, reps[0], 0, list(reps), list(reps)) for p, reps in assignment.items()}
             topic = TopicMetadata(name, uuid.uuid4(), parts, dict(configs))
+            before = dict(self._topics)
             self._topics[name] = topic
-            self._save()
+            self._save_or_restore(before)
         self._notify("created", topic)
         return topic
 
-    def delete_topic(self, name: str) -> None:
+    def delete_topic(self, name: str, recorded_elsewhere: bool = False) -> None:
         with self._lock:
+            before = dict(self._topics)
             topic = self._topics.pop(name)
-            self._save()
+            try:
+                self._save()
+            except OSError as exc:
+                if not recorded_elsewhere:
+                    self._topics = before
+                    raise
+                # The tombstoned partition dirs make the deletion durable; write the file later.
+                log.error("could not write metadata after deleting topic %s (%s); will retry", name, exc)
+                self._save_pending = True
         self._notify("deleted", topic)
 
     def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
         with self._lock:
             topic = self._topics[name]
+            before = dict(topic.partitions)
             for p, reps in assignment.items():
                 topic.partitions[p] = PartitionState(p, reps[0], 0, list(reps), list(reps))
-            self._save()
+            try:
+                self._save()
+            except OSError:
+                topic.partitions = before
+                raise
         self._notify("partitions", topic)
         return topic
 
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata:
         with self._lock:
             topic = self._topics[name]
+            before = topic.configs
             topic.configs = dict(configs)
-            self._save()
+            try:
+                self._save()
+            except OSError:
+                topic.configs = before
+                raise
         self._notify("configs", topic)
         return topic
 
@@ -136,5 +196,9 @@ class EmbeddedMetadataStore(MetadataStore):
         with self._lock:
             first = self._next_producer_id
             self._next_producer_id += size
-            self._save()
+            try:
+                self._save()
+            except OSError:
+                self._next_producer_id = first
+                raise
             return first

@@ -95,7 +95,18 @@ class MetadataStore(ABC):
         """Create a topic; `assignment` maps partition -> replica broker ids (first is leader)."""
 
     @abstractmethod
-    def delete_topic(self, name: str) -> None: ...
+    def delete_topic(self, name: str, recorded_elsewhere: bool = False) -> None:
+        """Delete a topic.  ``recorded_elsewhere``: the deletion is already durable (tombstoned
+        partition dirs), so a failing metadata write may be retried later instead of failing it."""
+
+    @property
+    def save_pending(self) -> bool:
+        """Whether an acknowledged change still waits to be written durably (see retry_pending_save)."""
+        return False
+
+    def retry_pending_save(self) -> bool:
+        """Try again to persist a change whose write failed; True once nothing is pending."""
+        return True
 
     @abstractmethod
     def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata: ...

@@ -580,15 +580,32 @@ class Log:
             return True
         return self._leo > self.recovery_point and now_ms - self._last_flush_ms >= self.config.flush_ms
 
-    def close(self) -> None:
-        """Snapshot producer state at the LEO, trim indexes, close files (no fsync: see LogManager)."""
+    def close(self, snapshot: bool = True) -> bool:
+        """Snapshot producer state at the LEO, trim indexes, close files (no fsync: see LogManager).
+
+        I/O errors (a full disk) are logged, not raised: the files are closed regardless.
+        Returns False if something was not persisted, so the caller knows recovery is needed.
+        """
         with self._lock:
             if self.closed:
-                return
-            self.producer_state.take_snapshot(self._leo, fsync=True)
+                return True
+            ok = True
+            if snapshot:
+                try:
+                    self.producer_state.take_snapshot(self._leo, fsync=True)
+                except OSError as exc:
+                    ok = False
+                    log.warning("could not snapshot producer state of %s-%d: %s", self.topic, self.partition, exc)
             for seg in self._segments:
-                seg.close()
+                if not snapshot:
+                    seg.deleted = True  # closing for deletion: nothing to trim
+                try:
+                    seg.close()
+                except OSError as exc:
+                    ok = False
+                    log.warning("error closing segment %s: %s", seg.log_path, exc)
             self.closed = True
+            return ok
 
     def delete(self) -> None:
         """Close and remove the whole partition directory."""

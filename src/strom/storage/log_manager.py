@@ -9,12 +9,16 @@ All methods are synchronous and thread-safe; call slow ones from an executor.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from kafka.errors import KafkaStorageError
 
 from strom.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -23,6 +27,7 @@ from strom.storage.checkpoints import (
     CorruptCheckpointError,
     OffsetCheckpointFile,
     TopicPartition,
+    fsync_dir,
 )
 from strom.storage.log import Log, parse_topic_partition, time_ms
 from strom.storage.log_config import LogConfig
@@ -32,6 +37,27 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
 _SKIP_DIR_SUFFIXES = (DELETE_DIR_SUFFIX, "-future", "-stray")
+
+
+@dataclass(frozen=True, slots=True)
+class Tombstone:
+    """A ``<topic>-<partition>.<topic-id-hex>-delete`` dir: the durable record that a deletion began."""
+
+    path: str
+    topic: str
+    partition: int
+    topic_id: str  # 32 hex digits; a random id for logs deleted without a known topic id
+
+
+def parse_tombstone(log_dir: str, name: str) -> Tombstone | None:
+    stem, dot, rest = name.rpartition(".")
+    if not dot or not rest.endswith(DELETE_DIR_SUFFIX):
+        return None
+    try:
+        topic, partition = parse_topic_partition(stem)
+    except ValueError:
+        return None
+    return Tombstone(os.path.join(log_dir, name), topic, partition, rest[: -len(DELETE_DIR_SUFFIX)])
 
 
 class LogManager:
@@ -51,16 +77,28 @@ class LogManager:
         self._log_dir_of: dict[TopicPartition, str] = {}
         self._lock = threading.RLock()
         self._shutdown = False
+        # Log dirs that failed with an I/O error: their partitions answer KAFKA_STORAGE_ERROR until a restart.
+        self.offline_log_dirs: set[str] = set()
 
     # -- startup ------------------------------------------------------------------------------------
 
     def load_logs(
         self, topic_configs: Mapping[str, LogConfig] | None = None, now_ms: int | None = None
     ) -> None:
+        """Load each log dir; one failing with an I/O error goes offline instead of failing start-up."""
+        for log_dir in self.log_dirs:
+            try:
+                self._load_logs_in([log_dir], topic_configs, now_ms)
+            except OSError as exc:
+                self._take_offline(log_dir, exc)
+
+    def _load_logs_in(
+        self, log_dirs: list[str], topic_configs: Mapping[str, LogConfig] | None, now_ms: int | None
+    ) -> None:
         """Open every ``<topic>-<partition>`` directory; full recovery unless the last shutdown was clean."""
         topic_configs = topic_configs or {}
         with self._lock:
-            for log_dir in self.log_dirs:
+            for log_dir in log_dirs:
                 os.makedirs(log_dir, exist_ok=True)
                 marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
                 clean = os.path.exists(marker)
@@ -75,8 +113,7 @@ class LogManager:
                     if not os.path.isdir(path):
                         continue
                     if name.endswith(DELETE_DIR_SUFFIX):
-                        _remove_dir_in_background(path)
-                        continue
+                        continue  # tombstones: see tombstones() and purge_tombstones()
                     if name.endswith(_SKIP_DIR_SUFFIXES) or name.startswith("."):
                         continue
                     try:
@@ -116,8 +153,19 @@ class LogManager:
         return self._log_dir_of.get((topic, partition))
 
     def get_or_create_log(
-        self, topic: str, partition: int, config: LogConfig | None = None, now_ms: int | None = None
+        self,
+        topic: str,
+        partition: int,
+        config: LogConfig | None = None,
+        now_ms: int | None = None,
+        is_new: bool = True,
     ) -> Log:
+        """The partition's log, created in the least loaded online dir if missing.
+
+        ``is_new=False`` (attaching partitions the metadata already knew) refuses to create
+        a log while a dir is offline, like Kafka: the log probably lives there, and an empty
+        replacement would silently hide its data.  Raises KafkaStorageError.
+        """
         tp = (topic, partition)
         with self._lock:
             existing = self._logs.get(tp)
@@ -125,22 +173,57 @@ class LogManager:
                 return existing
             if self._shutdown:
                 raise RuntimeError("log manager is shut down")
+            if not is_new and self.offline_log_dirs:
+                raise KafkaStorageError(
+                    f"cannot create log for {topic}-{partition}: log dirs "
+                    f"{', '.join(sorted(self.offline_log_dirs))} are offline"
+                )
             log_dir = self._next_log_dir()
             path = os.path.join(log_dir, f"{topic}-{partition}")
-            new = Log(path, config or self.default_config, clean_shutdown=True, now_ms=now_ms)
+            existed = os.path.isdir(path)
+            try:
+                new = Log(path, config or self.default_config, clean_shutdown=True, now_ms=now_ms)
+            except OSError as exc:
+                if not existed:
+                    shutil.rmtree(path, ignore_errors=True)
+                raise KafkaStorageError(f"cannot create log for {topic}-{partition} in {log_dir}: {exc}") from exc
             self._logs[tp] = new
             self._log_dir_of[tp] = log_dir
             return new
 
     def _next_log_dir(self) -> str:
-        """Directory holding the fewest partitions (Kafka's placement rule)."""
-        counts = dict.fromkeys(self.log_dirs, 0)
+        """Online directory holding the fewest partitions (Kafka's placement rule)."""
+        online = [d for d in self.log_dirs if d not in self.offline_log_dirs]
+        if not online:
+            raise KafkaStorageError("no online log directory")
+        counts = dict.fromkeys(online, 0)
         for d in self._log_dir_of.values():
-            counts[d] = counts.get(d, 0) + 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+            if d in counts:
+                counts[d] += 1
+        return min(online, key=lambda d: counts[d])
 
-    def delete_log(self, topic: str, partition: int) -> bool:
-        """Rename the directory to ``<topic>-<partition>.<uuid>-delete`` and remove it in the background."""
+    def _take_offline(self, log_dir: str, exc: OSError) -> None:
+        """Kafka's answer to a failing disk: stop using the dir, keep serving the others."""
+        log.error("log dir %s is offline: %s; its partitions answer KAFKA_STORAGE_ERROR", log_dir, exc)
+        with self._lock:
+            self.offline_log_dirs.add(log_dir)
+            dropped = [tp for tp, d in self._log_dir_of.items() if d == log_dir]
+            for tp in dropped:
+                self._log_dir_of.pop(tp)
+                lg = self._logs.pop(tp)
+                try:
+                    lg.close(snapshot=False)
+                except Exception as close_exc:  # the dir is failing: closing may fail too
+                    log.warning("error closing %r in offline dir %s: %s", lg, log_dir, close_exc)
+
+    def delete_log(self, topic: str, partition: int, topic_id: uuid.UUID | None = None) -> bool:
+        """Tombstone the partition dir, then remove its files, so deleting frees space even on a full disk.
+
+        The rename to ``<topic>-<partition>.<topic-id-hex>-delete`` needs no free space and is
+        fsynced: it records the deletion before the metadata does (see purge_tombstones).  The
+        empty tombstone dir stays until the metadata no longer lists the topic.  Without a topic
+        id (orphan logs, rolled-back creations) nothing needs recording and the dir goes at once.
+        """
         tp = (topic, partition)
         with self._lock:
             victim = self._logs.pop(tp, None)
@@ -148,11 +231,61 @@ class LogManager:
         if victim is None:
             return False
         with victim._lock:
-            victim.close()
-            target = f"{victim.directory}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+            try:
+                victim.close(snapshot=False)
+            except Exception as exc:
+                log.warning("error closing %r before deleting it: %s", victim, exc)
+            tag = topic_id.hex if topic_id is not None else uuid.uuid4().hex
+            target = f"{victim.directory}.{tag}{DELETE_DIR_SUFFIX}"
             os.replace(victim.directory, target)
-        _remove_dir_in_background(target)
+        fsync_dir(os.path.dirname(target))
+        if topic_id is None:
+            shutil.rmtree(target, ignore_errors=True)
+        else:
+            _empty_dir(target)
         return True
+
+    def remove_unattached_dirs(self, topic: str, partitions: Iterable[int]) -> None:
+        """Remove ``<topic>-<p>`` dirs no log is attached to (left by a creation that failed half way)."""
+        for p in partitions:
+            if (topic, p) in self._logs:
+                continue
+            for log_dir in self.log_dirs:
+                path = os.path.join(log_dir, f"{topic}-{p}")
+                if log_dir not in self.offline_log_dirs and os.path.isdir(path):
+                    shutil.rmtree(path, ignore_errors=True)
+
+    def tombstones(self) -> list[Tombstone]:
+        """Every ``-delete`` dir in the online log dirs."""
+        found = []
+        for log_dir in self.log_dirs:
+            if log_dir in self.offline_log_dirs:
+                continue
+            try:
+                names = os.listdir(log_dir)
+            except OSError:
+                continue
+            for name in names:
+                stone = parse_tombstone(log_dir, name)
+                if stone is not None and os.path.isdir(stone.path):
+                    found.append(stone)
+        return found
+
+    def purge_tombstones(self, live_topic_ids: Iterable[str] | None) -> int:
+        """Remove tombstones of topics the durable metadata no longer lists; returns how many.
+
+        ``None``: the metadata file is behind (a write is pending), so every tombstone may still
+        be needed; only the space inside them is freed.
+        """
+        live = set(live_topic_ids) if live_topic_ids is not None else None
+        removed = 0
+        for stone in self.tombstones():
+            if live is None or stone.topic_id in live:
+                _empty_dir(stone.path)  # free the space now; the dir itself must wait
+                continue
+            shutil.rmtree(stone.path, ignore_errors=True)
+            removed += 1
+        return removed
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         with self._lock:
@@ -162,22 +295,33 @@ class LogManager:
 
     # -- periodic work ------------------------------------------------------------------------------
 
-    def checkpoint(self) -> None:
-        """Write recovery-point, log-start-offset and replication (HW) checkpoints for every log dir."""
+    def checkpoint(self) -> bool:
+        """Write recovery-point, log-start-offset and replication (HW) checkpoints for every online log dir.
+
+        A failing write (a full disk) is logged and skipped: the previous checkpoint stays valid,
+        it only means more recovery after a crash.  Returns whether every write succeeded.
+        """
         with self._lock:
-            by_dir: dict[str, dict[TopicPartition, Log]] = {d: {} for d in self.log_dirs}
+            by_dir: dict[str, dict[TopicPartition, Log]] = {
+                d: {} for d in self.log_dirs if d not in self.offline_log_dirs
+            }
             for tp, lg in self._logs.items():
                 by_dir.setdefault(self._log_dir_of[tp], {})[tp] = lg
+        ok = True
         for log_dir, logs in by_dir.items():
-            OffsetCheckpointFile(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT)).write(
-                {tp: lg.recovery_point for tp, lg in logs.items()}
-            )
-            OffsetCheckpointFile(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)).write(
-                {tp: lg.log_start_offset for tp, lg in logs.items()}
-            )
-            OffsetCheckpointFile(os.path.join(log_dir, REPLICATION_OFFSET_CHECKPOINT)).write(
-                {tp: lg.high_watermark for tp, lg in logs.items()}
-            )
+            for name, values in (
+                (RECOVERY_POINT_CHECKPOINT, {tp: lg.recovery_point for tp, lg in logs.items()}),
+                (LOG_START_OFFSET_CHECKPOINT, {tp: lg.log_start_offset for tp, lg in logs.items()}),
+                (REPLICATION_OFFSET_CHECKPOINT, {tp: lg.high_watermark for tp, lg in logs.items()}),
+            ):
+                path = os.path.join(log_dir, name)
+                try:
+                    OffsetCheckpointFile(path).write(values)
+                except OSError as exc:
+                    ok = False
+                    log.warning("could not write checkpoint %s: %s", path, exc)
+                    _unlink_quietly(path + ".tmp")
+        return ok
 
     def cleanup_logs(self, now_ms: int | None = None) -> int:
         """Retention pass over all logs; returns the number of segments deleted."""
@@ -201,20 +345,45 @@ class LogManager:
         return flushed
 
     def shutdown(self) -> None:
-        """Flush and close every log, write checkpoints, then the clean-shutdown marker."""
+        """Flush and close every log, write checkpoints, then the clean-shutdown marker.
+
+        Never raises on I/O errors (a full disk must not crash shutdown): each failure is
+        logged and the rest continues; but if anything failed the marker is not written,
+        so the next start runs recovery instead of trusting incomplete state.
+        """
         with self._lock:
             if self._shutdown:
                 return
             self._shutdown = True
             logs = dict(self._logs)
+        clean = True
         for lg in logs.values():
-            lg.flush()
-            lg.close()
-        self.checkpoint()
+            try:
+                lg.flush()
+            except Exception as exc:
+                clean = False
+                log.error("could not flush %r at shutdown: %s", lg, exc)
+            try:
+                clean = lg.close() and clean
+            except Exception as exc:
+                clean = False
+                log.error("could not close %r at shutdown: %s", lg, exc)
+        clean = self.checkpoint() and clean
+        if not clean:
+            log.warning("shutdown was incomplete (see above): not writing %s, the next start runs recovery",
+                        CLEAN_SHUTDOWN_FILE)
+            return
         for log_dir in self.log_dirs:
-            with open(os.path.join(log_dir, CLEAN_SHUTDOWN_FILE), "wb") as f:
-                f.flush()
-                os.fsync(f.fileno())
+            if log_dir in self.offline_log_dirs:
+                continue
+            marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
+            try:
+                with open(marker, "wb") as f:
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as exc:
+                log.warning("could not write %s: %s", marker, exc)
+                _unlink_quietly(marker)
 
 
 def _read_checkpoint(path: str) -> dict[TopicPartition, int] | None:
@@ -225,11 +394,26 @@ def _read_checkpoint(path: str) -> dict[TopicPartition, int] | None:
         return None
 
 
-def _remove_dir_in_background(path: str) -> None:
-    threading.Thread(
-        target=shutil.rmtree,
-        args=(path,),
-        kwargs={"ignore_errors": True},
-        name="strom-dir-delete",
-        daemon=True,
-    ).start()
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _empty_dir(path: str) -> None:
+    """Remove everything inside ``path`` (frees the space) but keep the dir itself."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError as exc:
+        if exc.errno != errno.ENOENT:
+            log.warning("could not list %s: %s", path, exc)
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError as exc:
+            log.warning("could not remove %s: %s", entry.path, exc)

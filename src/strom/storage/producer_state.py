@@ -17,6 +17,7 @@ batch headers after it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from collections import deque
@@ -224,12 +225,17 @@ class ProducerStateManager:
         data = _SNAP_HEAD.pack(_SNAP_MAGIC, 1, crc32c.crc32c(body), len(self.producers)) + body
         path = self.snapshot_path(offset)
         tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                if fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)  # a full disk must not keep a partial snapshot's blocks
+            raise
         return path
 
     @staticmethod

@@ -1,4 +1,4 @@
-"""DescribeLogDirs: per log dir, the size of each hosted partition."""
+"""DescribeLogDirs: per log dir, the size of each hosted partition; offline dirs carry KAFKA_STORAGE_ERROR."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 import shutil
 from typing import Any
 
+import kafka.errors as Errors
 from kafka.protocol.admin import DescribeLogDirsResponse
 
 from strom.broker.request import RequestContext
@@ -31,7 +32,12 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeLogDirsResponse:
             PartRes(partition_index=index, partition_size=part.log.size_in_bytes,
                     offset_lag=max(0, part.log_end_offset - part.high_watermark), is_future_key=False))
     results = []
+    offline = rm.log_manager.offline_log_dirs
     for log_dir, topics in by_dir.items():
+        if log_dir in offline:
+            results.append(Result(error_code=Errors.KafkaStorageError.errno, log_dir=log_dir, topics=[],
+                                  total_bytes=-1, usable_bytes=-1, is_cordoned=False))
+            continue
         usage = shutil.disk_usage(log_dir) if os.path.isdir(log_dir) else None
         results.append(Result(error_code=0, log_dir=log_dir,
                               topics=[TopicRes(name=n, partitions=ps) for n, ps in topics.items()],

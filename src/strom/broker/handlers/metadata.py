@@ -6,6 +6,7 @@ Auto-creates unknown topics when `auto.create.topics.enable` and the client allo
 from __future__ import annotations
 
 import uuid
+from collections.abc import Container
 from typing import Any
 
 import kafka.errors as Errors
@@ -22,10 +23,15 @@ Topic = MetadataResponse.MetadataResponseTopic
 Part = Topic.MetadataResponsePartition
 
 
-def topic_response(topic: TopicMetadata) -> Any:
+def _topic_response(topic: TopicMetadata, offline: Container[int] = ()) -> Any:
+    """``offline``: partitions whose log dir failed here; shown leaderless with KAFKA_STORAGE_ERROR."""
     parts = [
         Part(error_code=0, partition_index=p.partition, leader_id=p.leader, leader_epoch=p.leader_epoch,
              replica_nodes=p.replicas, isr_nodes=p.isr, offline_replicas=[])
+        if p.partition not in offline else
+        Part(error_code=Errors.KafkaStorageError.errno, partition_index=p.partition, leader_id=-1,
+             leader_epoch=p.leader_epoch, replica_nodes=p.replicas, isr_nodes=[r for r in p.isr if r != p.leader],
+             offline_replicas=[p.leader])
         for p in sorted(topic.partitions.values(), key=lambda p: p.partition)
     ]
     return Topic(error_code=0, name=topic.name, topic_id=topic.topic_id, is_internal=topic.is_internal,
@@ -45,6 +51,13 @@ async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
     if version == 0 and not requested:
         requested = None  # v0: an empty list means all topics
     allow_auto = request.allow_auto_topic_creation if version >= 4 else True
+    offline: dict[str, set[int]] = {}
+    for name, index in server.replica_manager.offline_partitions:
+        offline.setdefault(name, set()).add(index)
+
+    def topic_response(t: TopicMetadata) -> Any:
+        return _topic_response(t, offline.get(t.name, ()))
+
     topics: list[Any] = []
     if requested is None:
         topics = [topic_response(t) for t in store.topics().values()]
