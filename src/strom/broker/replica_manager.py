@@ -155,6 +155,13 @@ class ReplicaManager:
     def remove_topic_logs(self, name: str, partitions: Iterable[int]) -> None:
         """Undo create_topic_logs for a topic the metadata never recorded."""
         partitions = list(partitions)
+        for p in partitions:  # close every file first: removing directories needs descriptors too
+            plog = self.log_manager.get_log(name, p)
+            if plog is not None:
+                try:
+                    plog.close(snapshot=False)
+                except OSError as exc:
+                    log.warning("could not close log %s-%d of a topic that was not created: %s", name, p, exc)
         for p in partitions:
             try:
                 self.log_manager.delete_log(name, p)
