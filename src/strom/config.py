@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import os
 import re
 import socket
 from collections.abc import Callable, Iterable, Mapping
@@ -222,7 +223,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("auto.create.topics.enable", T.BOOLEAN, True, "Create a topic on Metadata/Produce for an unknown name."),
     ConfigDef("delete.topic.enable", T.BOOLEAN, True, "Allow DeleteTopics."),
     ConfigDef("log.segment.bytes", T.INT, 1073741824, "Size at which a segment rolls.", at_least(14)),
-    ConfigDef("log.roll.ms", T.LONG, None, "Age at which a segment rolls; wins over log.roll.hours."),
+    ConfigDef("log.roll.ms", T.LONG, None, "Age at which a segment rolls; wins over log.roll.hours.", at_least(1)),
     ConfigDef("log.roll.hours", T.INT, 168, "Age in hours at which a segment rolls.", at_least(1)),
     ConfigDef("log.roll.jitter.ms", T.LONG, None, "Random jitter subtracted from the roll time."),
     ConfigDef("log.roll.jitter.hours", T.INT, 0, "Roll jitter in hours.", at_least(0)),
@@ -603,6 +604,11 @@ class BrokerConfig:
                 "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0; "
                 "set advertised.listeners to a routable address"
             )
+        if "log.dirs" in self._values and not self._values["log.dirs"]:
+            # Kafka refuses an empty list; silently falling back to log.dir would hide a typo.
+            raise ConfigError("Invalid value '' for configuration 'log.dirs': at least one directory is required")
+        if not self.get_raw("log.dir"):
+            raise ConfigError("Invalid value '' for configuration 'log.dir': a directory is required")
         lo, hi = self.get("group.min.session.timeout.ms"), self.get("group.max.session.timeout.ms")
         if lo > hi:
             raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
@@ -692,6 +698,29 @@ class BrokerConfig:
         """Data directories: log.dirs if set, else log.dir."""
         dirs = self._values.get("log.dirs")
         return list(dirs) if dirs else [self.get("log.dir")]
+
+    def check_log_dirs(self) -> list[str]:
+        """Create missing data directories and prove each is a writable directory; returns them absolute.
+
+        Run at broker start-up (not at parse time: it touches the file system). A bad entry fails
+        with the key named, instead of a traceback from deep inside log loading.
+        """
+        key = "log.dirs" if self._values.get("log.dirs") else "log.dir"
+        out: list[str] = []
+        for d in self.log_dirs():
+            path = os.path.abspath(d)
+            if os.path.exists(path) and not os.path.isdir(path):
+                raise _invalid(key, d, "it is a file, not a directory")
+            try:
+                os.makedirs(path, exist_ok=True)
+            except OSError as e:
+                raise _invalid(key, d, f"cannot create the directory: {e.strerror}") from e
+            if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+                raise _invalid(key, d, "the directory is not readable and writable by this user")
+            if path in out:
+                raise _invalid(key, ",".join(self.log_dirs()), f"{d} is listed twice")
+            out.append(path)
+        return out
 
     def items(self) -> list[ConfigEntry]:
         """Broker resource rows for DescribeConfigs (static config, so all read-only).
