@@ -20,6 +20,7 @@ from strom.cluster.metadata import MetadataStore, TopicMetadata
 from strom.config import BrokerConfig
 from strom.storage.log_config import LogConfig
 from strom.storage.log_manager import LogManager
+from strom.storage.partition_metadata import ensure_topic_id
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,8 @@ class ReplicaManager:
             part = self.partitions.get(tp)
             if part is None:
                 plog = self.log_manager.get_or_create_log(topic.name, state.partition, log_config)
+                # The directory carries its topic id, so metadata can be checked against it and rebuilt.
+                ensure_topic_id(plog.directory, topic.topic_id)
                 self.partitions[tp] = Partition(topic.name, state.partition, topic.topic_id, state, plog,
                                                 self.broker_id)
             else:
