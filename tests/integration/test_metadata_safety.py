@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -80,6 +81,10 @@ def test_missing_metadata_refuses_start_then_recover_metadata_restores_topics(br
     assert delivered[0].offset() == 100
     ids_after = {p: read_topic_id(os.path.join(b.data_dir, f"{topic}-{p}")) for p in (0, 1)}
     assert ids_after == ids_before  # topic id kept from partition.metadata
+    recovered = {t["name"]: t for t in json.loads(Path(path).read_text())["topics"]}
+    assert recovered[topic]["topic_id"] == str(ids_before[0])
+    assert recovered[topic]["configs"] == {"retention.ms": "86400000"}  # kept from topic.configs
+    assert recovered["__consumer_offsets"]["configs"]["cleanup.policy"] == "compact"
 
 
 def test_new_empty_dir_first_in_log_dirs_keeps_data(broker_factory, tmp_path: Path) -> None:  # noqa: ANN001

@@ -20,7 +20,7 @@ from strom.cluster.metadata import MetadataStore, TopicMetadata
 from strom.config import BrokerConfig
 from strom.storage.log_config import LogConfig
 from strom.storage.log_manager import LogManager
-from strom.storage.partition_metadata import ensure_topic_id
+from strom.storage.partition_metadata import ensure_topic_configs, ensure_topic_id
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +114,7 @@ class ReplicaManager:
                 plog = self.log_manager.get_or_create_log(topic.name, state.partition, log_config)
                 # The directory carries its topic id, so metadata can be checked against it and rebuilt.
                 ensure_topic_id(plog.directory, topic.topic_id)
+                ensure_topic_configs(plog.directory, topic.configs)
                 self.partitions[tp] = Partition(topic.name, state.partition, topic.topic_id, state, plog,
                                                 self.broker_id)
             else:
@@ -127,6 +128,7 @@ class ReplicaManager:
             for (name, _), part in self.partitions.items():
                 if name == topic.name:
                     part.log.update_config(cfg)
+                    ensure_topic_configs(part.log.directory, topic.configs)
         elif kind == "deleted":
             for tp in [tp for tp in self.partitions if tp[0] == topic.name]:
                 del self.partitions[tp]

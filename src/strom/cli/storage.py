@@ -39,6 +39,7 @@ def recover_metadata(
     from strom.cluster.recovery import recover_metadata as recover
     from strom.config import BrokerConfig, ConfigError
     from strom.storage.log_dirs import LogDirError
+    from strom.storage.partition_metadata import encode_topic_id
 
     with cli_errors():
         try:
@@ -69,12 +70,12 @@ def recover_metadata(
             origin = "recorded id" if t.id_recorded else "new id (none recorded)"
             missing = f"; partitions {t.missing_partitions} had no directory and start empty" \
                 if t.missing_partitions else ""
-            write_out(f"{verb} topic {t.name}: {t.partitions} partition(s), {origin} {t.topic_id}{missing}\n")
+            configs = ",".join(f"{k}={v}" for k, v in sorted(t.configs.items())) or "broker defaults"
+            write_out(f"{verb} topic {t.name}: {t.partitions} partition(s), {origin} {encode_topic_id(t.topic_id)}, "
+                      f"configs {configs}{missing}\n")
         if report.already_known:
             write_out(f"Already in the metadata: {', '.join(report.already_known)}\n")
         if not report.recovered:
             write_out(f"Nothing to recover: every partition directory is in {report.metadata_file}.\n")
         elif not dry_run:
-            write_out(f"Wrote {report.metadata_file} (cluster id {report.cluster_id}). Topic configs other than "
-                      "those of internal topics are back to the broker defaults: set them again with "
-                      "`strom configs --alter` if needed.\n")
+            write_out(f"Wrote {report.metadata_file} (cluster id {report.cluster_id}).\n")

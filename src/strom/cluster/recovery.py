@@ -3,8 +3,8 @@
 Used by `strom storage recover-metadata` when ``__cluster_metadata.json`` was lost or is
 unreadable. Everything needed to serve the data again is on disk: topic names and partition
 numbers in the directory names, topic ids in each ``partition.metadata``, the cluster and
-broker ids in ``meta.properties``. Topic configs are not recorded in the log dirs, so recovered
-topics get the broker defaults (``__consumer_offsets`` gets its compacted settings back).
+broker ids in ``meta.properties``, config overrides in each ``topic.configs``. A topic without
+recorded configs gets the broker defaults (``__consumer_offsets`` its compacted settings).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from strom.cluster.embedded import (
 from strom.cluster.metadata import PartitionState, TopicMetadata
 from strom.storage.log_dirs import LogDirError, check_identities, lock_log_dirs, read_meta_properties
 from strom.storage.log_manager import partition_dirs
-from strom.storage.partition_metadata import read_topic_id
+from strom.storage.partition_metadata import read_topic_configs, read_topic_id
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,10 @@ def _recover(
             report.already_known.append(name)
             continue
         ids: dict[uuid.UUID, int] = {}
+        configs: dict[str, str] | None = None
         for p, paths in sorted(parts.items()):
+            if configs is None:
+                configs = read_topic_configs(paths[0])
             if len(paths) > 1:
                 report.notes.append(f"{name}-{p} exists in several log dirs ({', '.join(paths)}); the broker "
                                     "keeps the first")
@@ -118,7 +121,8 @@ def _recover(
             topic_id = uuid.uuid4()
         count = max(parts) + 1
         state = {p: PartitionState(p, broker_id, 0, [broker_id], [broker_id]) for p in range(count)}
-        configs = dict(internal_configs.get(name, {}))
+        if configs is None:
+            configs = dict(internal_configs.get(name, {}))
         topics.append(TopicMetadata(name, topic_id, state, configs))
         report.recovered.append(RecoveredTopic(name, topic_id, count, bool(ids),
                                                [p for p in range(count) if p not in parts], configs))

@@ -15,12 +15,16 @@ import logging
 import os
 import uuid
 
+from strom.config import parse_properties
 from strom.storage.checkpoints import fsync_dir
 
 log = logging.getLogger(__name__)
 
 PARTITION_METADATA_FILE = "partition.metadata"
 PARTITION_METADATA_VERSION = 0
+# Strom's own addition (Kafka keeps configs only in the controller): the topic's config overrides,
+# so that `strom storage recover-metadata` restores e.g. cleanup.policy=compact, not just the data.
+TOPIC_CONFIGS_FILE = "topic.configs"
 
 
 def encode_topic_id(topic_id: uuid.UUID) -> str:
@@ -60,15 +64,19 @@ def read_topic_id(partition_dir: str) -> uuid.UUID | None:
 
 
 def write_topic_id(partition_dir: str, topic_id: uuid.UUID) -> None:
-    """Write the file atomically (temp file, fsync, rename, fsync dir)."""
-    path = os.path.join(partition_dir, PARTITION_METADATA_FILE)
+    _write_atomically(os.path.join(partition_dir, PARTITION_METADATA_FILE),
+                      f"version: {PARTITION_METADATA_VERSION}\ntopic_id: {encode_topic_id(topic_id)}\n")
+
+
+def _write_atomically(path: str, text: str) -> None:
+    """Temp file, fsync, rename, fsync dir: a crash leaves the old file or the new one."""
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="ascii") as f:
-        f.write(f"version: {PARTITION_METADATA_VERSION}\ntopic_id: {encode_topic_id(topic_id)}\n")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    fsync_dir(partition_dir)
+    fsync_dir(os.path.dirname(path))
 
 
 def ensure_topic_id(partition_dir: str, topic_id: uuid.UUID) -> None:
@@ -79,3 +87,30 @@ def ensure_topic_id(partition_dir: str, topic_id: uuid.UUID) -> None:
     elif recorded != topic_id:
         log.error("%s records topic id %s but the metadata says %s; leaving the file as it is",
                   partition_dir, recorded, topic_id)
+
+
+def read_topic_configs(partition_dir: str) -> dict[str, str] | None:
+    """The recorded topic config overrides; None when missing or unreadable."""
+    path = os.path.join(partition_dir, TOPIC_CONFIGS_FILE)
+    try:
+        with open(path, "rb") as f:
+            return parse_properties(f.read().decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("ignoring unreadable %s (%s)", path, exc)
+        return None
+
+
+def ensure_topic_configs(partition_dir: str, configs: dict[str, str]) -> None:
+    """Record the topic's config overrides when they differ from what the directory holds."""
+    recorded = read_topic_configs(partition_dir)
+    if recorded == configs or (recorded is None and not configs):
+        return
+    # Config keys and values are plain ASCII/UTF-8 without newlines (validated by the broker).
+    lines = "".join(f"{k}={_escape(v)}\n" for k, v in sorted(configs.items()))
+    _write_atomically(os.path.join(partition_dir, TOPIC_CONFIGS_FILE), lines)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
