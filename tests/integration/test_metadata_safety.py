@@ -87,6 +87,23 @@ def test_missing_metadata_refuses_start_then_recover_metadata_restores_topics(br
     assert recovered["__consumer_offsets"]["configs"]["cleanup.policy"] == "compact"
 
 
+def test_metadata_store_without_topics_next_to_partition_data_refuses_start(broker_factory) -> None:  # noqa: ANN001
+    b = broker_factory()
+    topic = new_topic(b)
+    produce(b, topic, [{"value": b"x"}] * 3)
+    b.stop()
+    path = Path(b.data_dir, METADATA)
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "topics": []}))
+    err = refused(b)
+    assert "has no topics" in err and "strom storage recover-metadata --log-dirs" in err
+    res = storage_cli("recover-metadata", "--log-dirs", b.data_dir)
+    assert res.returncode == 0, res.stderr
+    b.start()
+    assert len(consume_all(b, topic, 3)) == 3
+    assert json.loads(path.read_text())["cluster_id"] == data["cluster_id"]
+
+
 def test_new_empty_dir_first_in_log_dirs_keeps_data(broker_factory, tmp_path: Path) -> None:  # noqa: ANN001
     b = broker_factory()
     topic = new_topic(b, partitions=2)
@@ -177,6 +194,8 @@ def test_second_broker_on_the_same_log_dir_exits_and_touches_nothing(broker_fact
     assert not os.path.exists(os.path.join(a.data_dir, ".kafka_cleanshutdown"))
     files_after = {p: os.stat(p).st_mtime_ns for p in glob.glob(os.path.join(a.data_dir, "*"))}
     assert files_after == files_before
+    res = storage_cli("recover-metadata", "--log-dirs", a.data_dir)  # the offline tool refuses too
+    assert res.returncode == 2 and "in use" in res.stderr, res.stderr
     produce(a, topic, [{"value": f"a{i}".encode()} for i in range(100, 150)])
     a.restart()
     got = consume_all(a, topic, 150)
