@@ -279,9 +279,8 @@ def _set_aside_stray(path: str) -> str:
     target = f"{path}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
     os.replace(path, target)
     fsync_dir(os.path.dirname(path))
-    log.warning("moved stray partition directory %s aside to %s; its data is kept: inspect it, then delete "
-                "it by hand or recreate the topic's metadata with `strom storage recover-metadata`",
-                path, target)
+    log.warning("moved stray partition directory %s aside to %s; its data is kept and no longer served: "
+                "inspect it and delete it by hand once it is not needed", path, target)
     return target
 
 
