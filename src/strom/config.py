@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import os
 import re
 import socket
 from collections.abc import Callable, Iterable, Mapping
@@ -222,7 +223,7 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("auto.create.topics.enable", T.BOOLEAN, True, "Create a topic on Metadata/Produce for an unknown name."),
     ConfigDef("delete.topic.enable", T.BOOLEAN, True, "Allow DeleteTopics."),
     ConfigDef("log.segment.bytes", T.INT, 1073741824, "Size at which a segment rolls.", at_least(14)),
-    ConfigDef("log.roll.ms", T.LONG, None, "Age at which a segment rolls; wins over log.roll.hours."),
+    ConfigDef("log.roll.ms", T.LONG, None, "Age at which a segment rolls; wins over log.roll.hours.", at_least(1)),
     ConfigDef("log.roll.hours", T.INT, 168, "Age in hours at which a segment rolls.", at_least(1)),
     ConfigDef("log.roll.jitter.ms", T.LONG, None, "Random jitter subtracted from the roll time."),
     ConfigDef("log.roll.jitter.hours", T.INT, 0, "Roll jitter in hours.", at_least(0)),
@@ -603,6 +604,11 @@ class BrokerConfig:
                 "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0; "
                 "set advertised.listeners to a routable address"
             )
+        if "log.dirs" in self._values and not self._values["log.dirs"]:
+            # Kafka refuses an empty list; silently falling back to log.dir would hide a typo.
+            raise ConfigError("Invalid value '' for configuration 'log.dirs': at least one directory is required")
+        if not self.get_raw("log.dir"):
+            raise ConfigError("Invalid value '' for configuration 'log.dir': a directory is required")
         lo, hi = self.get("group.min.session.timeout.ms"), self.get("group.max.session.timeout.ms")
         if lo > hi:
             raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
@@ -692,6 +698,42 @@ class BrokerConfig:
         """Data directories: log.dirs if set, else log.dir."""
         dirs = self._values.get("log.dirs")
         return list(dirs) if dirs else [self.get("log.dir")]
+
+    def check_log_dirs(self) -> tuple[list[str], dict[str, str]]:
+        """Create missing data directories and prove each is a writable directory.
+
+        Returns the usable ones (absolute) and, for the others, why they failed. As Kafka, a
+        failing dir next to a usable one goes offline (the broker serves the rest); when none is
+        usable, start-up fails with the key named instead of a traceback from deep inside log
+        loading. Run at broker start-up (not at parse time: it touches the file system).
+        """
+        key = "log.dirs" if self._values.get("log.dirs") else "log.dir"
+        usable: list[str] = []
+        failed: dict[str, str] = {}
+        first_error: ConfigError | None = None
+        for d in self.log_dirs():
+            path = os.path.abspath(d)
+            if path in usable or path in failed:
+                raise _invalid(key, ",".join(self.log_dirs()), f"{d} is listed twice")
+            problem = None
+            if os.path.exists(path) and not os.path.isdir(path):
+                problem = "it is a file, not a directory"
+            else:
+                try:
+                    os.makedirs(path, exist_ok=True)
+                except OSError as e:
+                    problem = f"cannot create the directory: {e.strerror}"
+                else:
+                    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+                        problem = "the directory is not readable and writable by this user"
+            if problem is None:
+                usable.append(path)
+            else:
+                failed[path] = problem
+                first_error = first_error or _invalid(key, d, problem)
+        if not usable and first_error is not None:
+            raise first_error
+        return usable, failed
 
     def items(self) -> list[ConfigEntry]:
         """Broker resource rows for DescribeConfigs (static config, so all read-only).

@@ -242,3 +242,35 @@ def test_shipped_server_properties_loads() -> None:
     cfg = BrokerConfig.load(str(REPO / "config" / "server.properties"), [])
     assert cfg.listener_host_port() == ("127.0.0.1", 9092)
     assert cfg.log_dirs() == ["./data"]
+
+
+def test_empty_log_dirs_and_zero_roll_ms_are_rejected() -> None:
+    with pytest.raises(ConfigError, match="'log.dirs': at least one directory"):
+        BrokerConfig.load(None, ["log.dirs="])
+    with pytest.raises(ConfigError, match="'log.dirs': at least one directory"):
+        BrokerConfig.load(None, ["log.dirs= , "])
+    with pytest.raises(ConfigError, match="'log.dir'"):
+        BrokerConfig.load(None, ["log.dir="])
+    with pytest.raises(ConfigError, match="'log.roll.ms': must be at least 1"):
+        BrokerConfig.load(None, ["log.roll.ms=0"])
+    assert BrokerConfig.load(None, ["log.roll.ms=1"]).get("log.roll.ms") == 1
+
+
+def test_check_log_dirs_names_the_key(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "nested" / "b"
+    assert BrokerConfig.load(None, [f"log.dirs={a},{b}"]).check_log_dirs() == ([str(a), str(b)], {})
+    assert a.is_dir() and b.is_dir()  # created, as Kafka does on first start
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    # Next to a usable dir, a failing one goes offline (as Kafka); alone, it stops the broker.
+    usable, failed = BrokerConfig.load(None, [f"log.dirs={a},{afile}"]).check_log_dirs()
+    assert usable == [str(a)] and "it is a file" in failed[str(afile)]
+    with pytest.raises(ConfigError, match=r"'log.dirs': it is a file") as e:
+        BrokerConfig.load(None, [f"log.dirs={afile}"]).check_log_dirs()
+    assert str(afile) in str(e.value)
+    with pytest.raises(ConfigError, match=r"'log.dirs': cannot create the directory"):
+        BrokerConfig.load(None, [f"log.dirs={afile}/sub"]).check_log_dirs()
+    with pytest.raises(ConfigError, match=r"'log.dir': it is a file"):
+        BrokerConfig.load(None, [f"log.dir={afile}"]).check_log_dirs()
+    with pytest.raises(ConfigError, match="listed twice"):
+        BrokerConfig.load(None, [f"log.dirs={a},{a}/"]).check_log_dirs()

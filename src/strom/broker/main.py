@@ -9,6 +9,7 @@ import signal
 import sys
 
 from strom.config import BrokerConfig, ConfigError
+from strom.storage.log_dirs import LogDirError
 
 
 def run(properties_path: str | None, overrides: list[str]) -> None:
@@ -21,7 +22,7 @@ def run(properties_path: str | None, overrides: list[str]) -> None:
         raise SystemExit(2) from exc
     try:
         asyncio.run(_serve(config))
-    except ConfigError as exc:
+    except (ConfigError, LogDirError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
 

@@ -21,6 +21,7 @@ from strom.cluster.metadata import MetadataStore, TopicMetadata
 from strom.config import BrokerConfig
 from strom.storage.log_config import LogConfig
 from strom.storage.log_manager import LogManager
+from strom.storage.partition_metadata import ensure_topic_configs, ensure_topic_id
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +128,21 @@ class ReplicaManager:
                     log.error("partition %s-%d is offline: %s", topic.name, state.partition, exc)
                     self.offline_partitions.add(tp)
                     continue
+                self._record_topic_in_dir(plog.directory, topic)
                 self.partitions[tp] = Partition(topic.name, state.partition, topic.topic_id, state, plog,
                                                 self.broker_id)
             else:
                 part.update_state(state)
+
+    @staticmethod
+    def _record_topic_in_dir(directory: str, topic: TopicMetadata) -> None:
+        """The partition dir carries its topic id and configs, so metadata can be checked and rebuilt."""
+        try:
+            ensure_topic_id(directory, topic.topic_id)
+            ensure_topic_configs(directory, topic.configs)
+        except OSError as exc:
+            log.warning("could not record the topic id and configs of %s in %s: %s (retried at the next start)",
+                        topic.name, directory, exc)
 
     def create_topic_logs(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> None:
         """Create the logs of a new topic before the metadata commits it, so CreateTopics is all or nothing.
@@ -203,6 +215,7 @@ class ReplicaManager:
             for (name, _), part in self.partitions.items():
                 if name == topic.name:
                     part.log.update_config(cfg)
+                    self._record_topic_in_dir(part.log.directory, topic)
         elif kind == "deleted":
             self.tombstone_topic(topic)  # usually done already, before the metadata changed
 

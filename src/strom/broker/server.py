@@ -49,13 +49,14 @@ from strom.broker.producer_id_manager import ProducerIdManager
 from strom.broker.purgatory import DelayedOperationPurgatory, TimerDriver
 from strom.broker.replica_manager import ReplicaManager
 from strom.broker.timing_wheel import Timer
-from strom.cluster.embedded import EmbeddedMetadataStore
+from strom.cluster.embedded import open_metadata_store
 from strom.cluster.metadata import BrokerInfo, MetadataStore
 from strom.config import BrokerConfig, ConfigError
 from strom.coordinator.group.group_coordinator import GroupCoordinator
 from strom.coordinator.group.startup import create_group_coordinator, sync_ownership
 from strom.storage.cleaner import LogCleaner, cleaner_backoff_ms
 from strom.storage.log_config import LogConfig
+from strom.storage.log_dirs import LogDirLock, lock_log_dirs
 from strom.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,7 @@ class KafkaServer:
         self.socket_server: SocketServer
         self._timer_driver: TimerDriver
         self._tasks: list[asyncio.Task[None]] = []
+        self._log_dir_locks: list[LogDirLock] = []
         self._stopped = asyncio.Event()
 
     @property
@@ -95,20 +97,26 @@ class KafkaServer:
 
     async def startup(self) -> None:
         cfg = self.config
-        log_dirs = cfg.log_dirs()
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         if cfg.get("zookeeper.connect"):
             raise ConfigError("zookeeper.connect: ZooKeeper-coordinated clusters are not implemented yet; leave it "
                               "empty to run on the embedded single-node metadata store")
-        self.metadata = EmbeddedMetadataStore(log_dirs[0], self.broker_id, cfg.get("cluster.id") or None)
-        self.log_manager = LogManager(log_dirs, cfg.topic_defaults())
+        log_dirs, failed_dirs = cfg.check_log_dirs()
+        # Before anything reads or writes a log dir: one broker per dir, held until the process exits.
+        self._log_dir_locks = lock_log_dirs(log_dirs)
+        self.metadata = open_metadata_store(log_dirs, self.broker_id, cfg.get("cluster.id") or None)
+        self.log_manager = LogManager(cfg.log_dirs(), cfg.topic_defaults())
+        for log_dir, reason in failed_dirs.items():
+            self.log_manager.mark_offline(log_dir, f"unusable ({reason})")
         self._complete_interrupted_deletions()
         topic_configs = {
             name: LogConfig.from_props({**cfg.topic_defaults(), **t.configs})
             for name, t in self.metadata.topics().items()
         }
-        await loop.run_in_executor(None, self.log_manager.load_logs, topic_configs)
+        expected = {(t.name, p): t.topic_id for t in self.metadata.topics().values()
+                    for p, state in t.partitions.items() if self.broker_id in state.replicas}
+        await loop.run_in_executor(None, self.log_manager.load_logs, topic_configs, None, expected)
         log.info("loaded logs in %.2f s", time.monotonic() - started)
         adv_host, adv_port = cfg.advertised_host_port()
         timer = Timer(tick_ms=1, wheel_size=20)
@@ -119,7 +127,7 @@ class KafkaServer:
         self.admin_manager = AdminManager(cfg, self.metadata, self.replica_manager)
         self.producer_id_manager = ProducerIdManager(self.metadata)
         self.replica_manager.load_partitions()
-        self._drop_orphan_logs()
+        self._set_aside_unhosted_logs()
         self.replica_manager.purge_tombstones()
         self.group_coordinator: GroupCoordinator = create_group_coordinator(self, timer)
         sync_ownership(self, self.group_coordinator)
@@ -160,13 +168,13 @@ class KafkaServer:
         if self.replica_manager.purge_due and not self.metadata.save_pending:
             self.replica_manager.purge_tombstones()
 
-    def _drop_orphan_logs(self) -> None:
-        """Logs of topics that no longer exist (deleted while we were down) are removed."""
+    def _set_aside_unhosted_logs(self) -> None:
+        """A loaded log no partition claims is renamed aside (``-stray``), never deleted: only DeleteTopics
+        removes data, so a metadata mishap cannot cost any."""
         hosted = set(self.replica_manager.partitions)
         for topic, partition in list(self.log_manager.all_logs()):
             if (topic, partition) not in hosted:
-                log.info("removing log of deleted topic partition %s-%d", topic, partition)
-                self.log_manager.delete_log(topic, partition)
+                self.log_manager.set_aside_stray_log(topic, partition)
 
     def _schedule(self, name: str, interval_ms: int, job: Callable[[], Awaitable[None]]) -> None:
         async def loop() -> None:

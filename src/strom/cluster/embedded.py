@@ -15,6 +15,8 @@ import uuid
 from pathlib import Path
 
 from strom.cluster.metadata import BrokerInfo, MetadataStore, PartitionState, TopicMetadata
+from strom.storage.log_dirs import LogDirError, MetaProperties, check_identities, write_meta_properties
+from strom.storage.log_manager import partition_dirs
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +194,16 @@ class EmbeddedMetadataStore(MetadataStore):
         self._notify("configs", topic)
         return topic
 
+    def restore_topics(self, topics: list[TopicMetadata], next_producer_id: int) -> None:
+        """Recovery only (`strom storage recover-metadata`): add topics rebuilt from the log dirs, ids kept."""
+        with self._lock:
+            for topic in topics:
+                if topic.name in self._topics:
+                    raise KeyError(topic.name)
+                self._topics[topic.name] = topic
+            self._next_producer_id = max(self._next_producer_id, next_producer_id)
+            self._save()
+
     def allocate_producer_id_block(self, size: int) -> int:
         with self._lock:
             first = self._next_producer_id
@@ -202,3 +214,77 @@ class EmbeddedMetadataStore(MetadataStore):
                 self._next_producer_id = first
                 raise
             return first
+
+
+def find_metadata_file(log_dirs: list[str]) -> str | None:
+    """The one log dir holding the metadata file (any position in log.dirs), None if none does."""
+    holders = [d for d in log_dirs if (Path(d) / METADATA_FILE).exists()]
+    if len(holders) > 1:
+        raise LogDirError(
+            f"{METADATA_FILE} exists in several log dirs ({', '.join(holders)}); keep only the current one "
+            "(move the others aside) and start again"
+        )
+    return holders[0] if holders else None
+
+
+def load_metadata_store(data_dir: str, broker_id: int) -> EmbeddedMetadataStore:
+    """Open an existing metadata file; unreadable content is reported with what to do, not a traceback."""
+    path = Path(data_dir) / METADATA_FILE
+    try:
+        return EmbeddedMetadataStore(data_dir, broker_id)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        detail = exc.strerror if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
+        raise LogDirError(
+            f"the cluster metadata file {path} is unreadable ({detail}). Move it aside "
+            f"(mv {path} {path}.corrupt), then rebuild the topic metadata from the partition directories with "
+            f"`{recover_command([data_dir], broker_id)}` (add every log dir to --log-dirs)"
+        ) from exc
+
+
+def open_metadata_store(log_dirs: list[str], broker_id: int, cluster_id: str | None) -> EmbeddedMetadataStore:
+    """Open (or, on a first start, create) the store and check it against the log dirs.
+
+    The metadata is the only thing that says which partition directories are live, so a missing
+    or empty store next to partition data refuses the start with the recovery command to run,
+    instead of treating every log as unknown. The store's cluster id must be the one the log
+    dirs' meta.properties record; new dirs get a meta.properties once the store is open.
+    """
+    metas, recorded_cluster = check_identities(log_dirs, broker_id, cluster_id)
+    holder = find_metadata_file(log_dirs)
+    data = {d: partition_dirs(d) for d in log_dirs}
+    example = next((p for dirs in data.values() for p in dirs.values()), None)
+    if holder is None:
+        if example is not None:
+            path = Path(log_dirs[0]) / METADATA_FILE
+            raise LogDirError(
+                f"the cluster metadata file {path} is missing but the log dirs hold partition data "
+                f"(e.g. {example}); refusing to start so that nothing is treated as deleted. Rebuild the "
+                f"topic metadata from the partition directories with `{recover_command(log_dirs, broker_id)}`, "
+                "then start the broker again"
+            )
+        store = EmbeddedMetadataStore(log_dirs[0], broker_id, recorded_cluster or cluster_id)
+    else:
+        store = load_metadata_store(holder, broker_id)
+        if not store.topics() and example is not None:
+            raise LogDirError(
+                f"the cluster metadata file {Path(holder) / METADATA_FILE} has no topics but the log dirs hold "
+                f"partition data (e.g. {example}); refusing to start so that nothing is treated as deleted. "
+                f"Rebuild the topic metadata with `{recover_command(log_dirs, broker_id)}`, then start again"
+            )
+        expected_cluster = recorded_cluster or cluster_id
+        if expected_cluster and store.cluster_id != expected_cluster:
+            source = "the log dirs' meta.properties record" if recorded_cluster else "cluster.id is"
+            raise LogDirError(
+                f"the cluster metadata file {Path(holder) / METADATA_FILE} belongs to cluster {store.cluster_id} "
+                f"but {source} {expected_cluster}; the file comes from another cluster"
+            )
+    for d, meta in metas.items():
+        if meta is None:
+            write_meta_properties(d, MetaProperties(store.cluster_id, broker_id))
+    return store
+
+
+def recover_command(log_dirs: list[str], broker_id: int) -> str:
+    """The exact `strom storage recover-metadata` invocation for these log dirs."""
+    cmd = f"strom storage recover-metadata --log-dirs {','.join(log_dirs)}"
+    return cmd if broker_id == 0 else f"{cmd} --broker-id {broker_id}"

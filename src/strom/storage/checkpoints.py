@@ -49,11 +49,13 @@ class OffsetCheckpointFile:
     def read(self) -> dict[TopicPartition, int]:
         """Entries of the file; {} if it does not exist. Raises CorruptCheckpointError if malformed."""
         try:
-            with open(self.path, encoding="utf-8") as f:
-                lines = f.read().splitlines()
+            with open(self.path, "rb") as f:
+                raw = f.read()
         except FileNotFoundError:
             return {}
         try:
+            # Binary garbage (a torn write, a stray editor) is corruption like any other: decode inside the try.
+            lines = raw.decode("ascii").splitlines()
             version = int(lines[0])
             if version != CHECKPOINT_VERSION:
                 raise CorruptCheckpointError(f"unrecognized version {version} in {self.path}")
@@ -62,7 +64,7 @@ class OffsetCheckpointFile:
             for line in lines[2 : 2 + count]:
                 topic, partition, offset = line.split(" ")
                 out[(topic, int(partition))] = int(offset)
-        except (IndexError, ValueError) as exc:
+        except (IndexError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
             if isinstance(exc, CorruptCheckpointError):
                 raise
             raise CorruptCheckpointError(f"malformed checkpoint file {self.path}: {exc}") from exc

@@ -31,12 +31,14 @@ from strom.storage.checkpoints import (
 )
 from strom.storage.log import Log, parse_topic_partition, time_ms
 from strom.storage.log_config import LogConfig
+from strom.storage.partition_metadata import encode_topic_id, read_topic_id
 
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
-_SKIP_DIR_SUFFIXES = (DELETE_DIR_SUFFIX, "-future", "-stray")
+STRAY_DIR_SUFFIX = "-stray"
+_SKIP_DIR_SUFFIXES = (DELETE_DIR_SUFFIX, "-future", STRAY_DIR_SUFFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,17 +85,31 @@ class LogManager:
     # -- startup ------------------------------------------------------------------------------------
 
     def load_logs(
-        self, topic_configs: Mapping[str, LogConfig] | None = None, now_ms: int | None = None
+        self,
+        topic_configs: Mapping[str, LogConfig] | None = None,
+        now_ms: int | None = None,
+        expected: Mapping[TopicPartition, uuid.UUID] | None = None,
     ) -> None:
-        """Load each log dir; one failing with an I/O error goes offline instead of failing start-up."""
+        """Load each log dir; one failing with an I/O error goes offline instead of failing start-up.
+
+        With ``expected`` (partition -> topic id from the metadata), a directory the metadata does
+        not know, or whose recorded topic id differs, is set aside as stray without being opened:
+        missing metadata must never cost data, so nothing is deleted here.
+        """
         for log_dir in self.log_dirs:
+            if log_dir in self.offline_log_dirs:
+                continue
             try:
-                self._load_logs_in([log_dir], topic_configs, now_ms)
+                self._load_logs_in([log_dir], topic_configs, now_ms, expected)
             except OSError as exc:
                 self._take_offline(log_dir, exc)
 
     def _load_logs_in(
-        self, log_dirs: list[str], topic_configs: Mapping[str, LogConfig] | None, now_ms: int | None
+        self,
+        log_dirs: list[str],
+        topic_configs: Mapping[str, LogConfig] | None,
+        now_ms: int | None,
+        expected: Mapping[TopicPartition, uuid.UUID] | None,
     ) -> None:
         """Open every ``<topic>-<partition>`` directory; full recovery unless the last shutdown was clean."""
         topic_configs = topic_configs or {}
@@ -119,6 +135,9 @@ class LogManager:
                     try:
                         tp = parse_topic_partition(name)
                     except ValueError:
+                        continue
+                    if expected is not None and not _is_expected(path, tp, expected):
+                        _set_aside_stray(path)
                         continue
                     if tp in self._logs:
                         log.error(
@@ -201,6 +220,12 @@ class LogManager:
             if d in counts:
                 counts[d] += 1
         return min(online, key=lambda d: counts[d])
+
+    def mark_offline(self, log_dir: str, reason: str) -> None:
+        """A dir found unusable before loading (not a directory, not writable): never read or written."""
+        log.error("log dir %s is offline: %s; its partitions answer KAFKA_STORAGE_ERROR", log_dir, reason)
+        with self._lock:
+            self.offline_log_dirs.add(os.path.abspath(log_dir))
 
     def _take_offline(self, log_dir: str, exc: OSError) -> None:
         """Kafka's answer to a failing disk: stop using the dir, keep serving the others."""
@@ -286,6 +311,18 @@ class LogManager:
             shutil.rmtree(stone.path, ignore_errors=True)
             removed += 1
         return removed
+
+    def set_aside_stray_log(self, topic: str, partition: int) -> str | None:
+        """Close a log and rename its directory to ``<dir>.<uuid>-stray``: kept on disk, never loaded again."""
+        tp = (topic, partition)
+        with self._lock:
+            victim = self._logs.pop(tp, None)
+            self._log_dir_of.pop(tp, None)
+        if victim is None:
+            return None
+        with victim._lock:
+            victim.close()
+            return _set_aside_stray(victim.directory)
 
     def update_config(self, topic: str, config: LogConfig) -> None:
         with self._lock:
@@ -384,6 +421,47 @@ class LogManager:
             except OSError as exc:
                 log.warning("could not write %s: %s", marker, exc)
                 _unlink_quietly(marker)
+
+
+def partition_dirs(log_dir: str) -> dict[TopicPartition, str]:
+    """``<topic>-<partition>`` directories of a log dir that load_logs would open (by partition)."""
+    out: dict[TopicPartition, str] = {}
+    try:
+        names = sorted(os.listdir(log_dir))
+    except FileNotFoundError:
+        return out
+    for name in names:
+        path = os.path.join(log_dir, name)
+        if name.startswith(".") or name.endswith(_SKIP_DIR_SUFFIXES) or not os.path.isdir(path):
+            continue
+        try:
+            out[parse_topic_partition(name)] = path
+        except ValueError:
+            continue
+    return out
+
+
+def _is_expected(path: str, tp: TopicPartition, expected: Mapping[TopicPartition, uuid.UUID]) -> bool:
+    topic_id = expected.get(tp)
+    if topic_id is None:
+        log.warning("partition directory %s is not in the cluster metadata", path)
+        return False
+    recorded = read_topic_id(path)
+    if recorded is not None and recorded != topic_id:
+        log.warning("partition directory %s belongs to an older topic %s (id %s; the topic now has id %s)",
+                    path, tp[0], encode_topic_id(recorded), encode_topic_id(topic_id))
+        return False
+    return True
+
+
+def _set_aside_stray(path: str) -> str:
+    """Rename aside as Kafka does for stray logs; only an explicit topic deletion removes data."""
+    target = f"{path}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
+    os.replace(path, target)
+    fsync_dir(os.path.dirname(path))
+    log.warning("moved stray partition directory %s aside to %s; its data is kept and no longer served: "
+                "inspect it and delete it by hand once it is not needed", path, target)
+    return target
 
 
 def _read_checkpoint(path: str) -> dict[TopicPartition, int] | None:
