@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -22,7 +23,8 @@ class BrokerProcess:
     """One broker process. Cleans up by pid; never by name."""
 
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, overrides: dict[str, object] | None = None,
-                 port: int | None = None, env: dict[str, str] | None = None) -> None:
+                 port: int | None = None, env: dict[str, str] | None = None,
+                 rlimit_nofile: tuple[int, int] | None = None) -> None:
         self._owned_tmp = None
         if data_dir is None:
             self._owned_tmp = tempfile.TemporaryDirectory(prefix="strom-test-")
@@ -32,6 +34,7 @@ class BrokerProcess:
         self.port = port or free_port()
         self.overrides = dict(overrides or {})
         self.env = dict(env or {})  # extra environment for the child (e.g. STROM_SENDFILE_MIN_BYTES)
+        self.rlimit_nofile = rlimit_nofile  # (soft, hard) open files limit of the child, like `ulimit -n`
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -53,7 +56,7 @@ class BrokerProcess:
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT,
-                                         env={**os.environ, **self.env})
+                                         env={**os.environ, **self.env}, preexec_fn=self._preexec())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -65,6 +68,16 @@ class BrokerProcess:
                 time.sleep(0.05)
         self.kill9()
         raise RuntimeError(f"broker did not listen within {timeout}s:\n{self.log_tail()}")
+
+    def _preexec(self):  # noqa: ANN202 - a callable for Popen, or None
+        if self.rlimit_nofile is None:
+            return None
+        limits = self.rlimit_nofile
+
+        def set_limits() -> None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+
+        return set_limits
 
     def log_tail(self, lines: int = 60) -> str:
         try:

@@ -73,12 +73,18 @@ class RequestMemoryPool:
     Like Kafka's non-strict memory pool, an allocation is granted while anything is left, so a
     single frame larger than the whole budget still gets through; once the budget is spent, a
     connection that needs more stops reading its socket until handled requests give bytes back.
+    Partly received frames hold memory while waiting for more, so to rule out a standstill where
+    every holder waits for the others, one of them at a time (the grower) may go over budget to
+    finish its frame.
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity if capacity > 0 else None
         self.used = 0
-        self._waiting: dict[KafkaConnection, None] = {}  # ordered set: woken oldest first
+        self.grower: KafkaConnection | None = None
+        # Ordered sets, woken oldest first: connections waiting to start a frame or read, and to grow one.
+        self._waiting: dict[KafkaConnection, None] = {}
+        self._grow_waiting: dict[KafkaConnection, None] = {}
 
     @property
     def exhausted(self) -> bool:
@@ -90,23 +96,46 @@ class RequestMemoryPool:
         self.used += nbytes
         return True
 
+    def try_grow(self, conn: KafkaConnection, nbytes: int) -> bool:
+        """Room for a partly received frame: from the budget, or over it as the single grower."""
+        if self.try_take(nbytes):
+            return True
+        if self.grower is None or self.grower is conn:
+            self.grower = conn
+            self.used += nbytes
+            return True
+        return False
+
     def take(self, nbytes: int) -> None:
         """Charge bytes that were already received (they exist whether or not there is room)."""
         self.used += nbytes
 
     def give_back(self, nbytes: int) -> None:
         self.used -= nbytes
-        if self._waiting and not self.exhausted:
-            waiting = list(self._waiting)
+        if (self._waiting or self._grow_waiting) and not self.exhausted:
+            waiting = [*self._grow_waiting, *self._waiting]
             self._waiting.clear()
+            self._grow_waiting.clear()
             for conn in waiting:
                 conn.pool_has_room()
 
-    def wait_for_room(self, conn: KafkaConnection) -> None:
-        self._waiting[conn] = None
+    def wait_for_room(self, conn: KafkaConnection, to_grow: bool) -> None:
+        (self._grow_waiting if to_grow else self._waiting)[conn] = None
+
+    def frame_done(self, conn: KafkaConnection) -> None:
+        """A partly received frame completed or was dropped: hand the grower's role on."""
+        if self.grower is not conn:
+            return
+        self.grower = None
+        if self._grow_waiting:
+            nxt = next(iter(self._grow_waiting))
+            del self._grow_waiting[nxt]
+            nxt.pool_has_room()
 
     def forget(self, conn: KafkaConnection) -> None:
         self._waiting.pop(conn, None)
+        self._grow_waiting.pop(conn, None)
+        self.frame_done(conn)
 
 
 class SocketServer:
@@ -367,7 +396,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     first = size if size <= EAGER_FRAME_BYTES else min(size, max(FIRST_FRAME_CHUNK_BYTES,
                                                                                   2 * available))
                     if not self._pool.try_take(first):
-                        self._wait_for_memory()  # the header stays here until handled requests free memory
+                        self._wait_for_memory(to_grow=False)  # the header stays here until handled requests free memory
                         break
                     big = bytearray(first)
                     big[:available] = data[pos + 4 : end]
@@ -388,8 +417,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             new = size
         if force:
             self._pool.take(new - have)
-        elif not self._pool.try_take(new - have):
-            self._wait_for_memory()
+        elif not self._pool.try_grow(self, new - have):
+            self._wait_for_memory(to_grow=True)
             return
         grown = bytearray(new)
         grown[:have] = self._big
@@ -401,6 +430,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         frame, held = self._big, self._big_held
         self._big, self._big_held = None, 0
         self._held += held  # the charge moves with the frame
+        self._pool.frame_done(self)
         self._enqueue(frame, charge=False)
 
     def _enqueue(self, frame: bytes | bytearray, charge: bool) -> None:
@@ -417,13 +447,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._queue_paused = True
             self._update_reading()
         if self._pool.exhausted:
-            self._wait_for_memory()
+            self._wait_for_memory(to_grow=False)
         self._wakeup.set()
 
     # -- flow control ---------------------------------------------------------------------
-    def _wait_for_memory(self) -> None:
+    def _wait_for_memory(self, to_grow: bool) -> None:
         self._pool_paused = True
-        self._pool.wait_for_room(self)
+        self._pool.wait_for_room(self, to_grow)
         self._update_reading()
 
     def pool_has_room(self) -> None:
@@ -481,6 +511,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
     async def _request_loop(self) -> None:
         pending: list[bytes] = []  # answers to consecutive Produce requests, written together
         pending_bytes = 0
+        frame: bytes | bytearray | None = None
+        view: memoryview | None = None
         try:
             while not self._closed:
                 if not self._frames:
@@ -490,6 +522,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     if self._handling:
                         self._handling = False
                         self._last_active = time.monotonic()
+                        frame = view = None  # a quiet connection must not keep its last request alive
                     self._wakeup.clear()
                     await self._wakeup.wait()
                     continue
