@@ -1,6 +1,6 @@
 """Connection cost benchmark: broker memory per idle connection and under declared-but-unsent frames.
 
-Prints one JSON document on stdout (progress goes to stderr). Starts its own broker through
+Prints one JSON document on stdout (progress goes to stderr). Starts its own brokers through
 tests/support/broker.py with default settings on a free loopback port:
 
     python bench/bench_connections.py
@@ -9,9 +9,10 @@ tests/support/broker.py with default settings on a free loopback port:
 Phases:
 - idle: RSS of the broker (VmRSS from /proc/<pid>/status) before and after opening N idle
   connections; the difference divided by N is the cost of one idle connection.
-- hostile: M connections each send a 4-byte length prefix declaring a large frame plus a few bytes,
-  and never the rest. Reports the broker's RSS meanwhile and the ApiVersions round-trip latency
-  of a normal client (the first request right after the hostile headers, then a series).
+- hostile (on a fresh broker): M connections each send a 4-byte length prefix declaring a large
+  frame plus a few bytes, and never the rest. Reports the broker's RSS (and peak RSS, VmHWM)
+  meanwhile and the ApiVersions round-trip latency of a normal client (the first request right
+  after the hostile headers, then a series).
 """
 
 from __future__ import annotations
@@ -41,11 +42,12 @@ def progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def rss_bytes(pid: int) -> int:
+def rss_bytes(pid: int, field: str = "VmRSS") -> int:
+    """Resident set size (VmRSS) or its peak so far (VmHWM) of a process, in bytes."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
+    raise RuntimeError(f"no {field}")
 
 
 def settle_rss(pid: int, seconds: float = 1.0) -> int:
@@ -79,7 +81,8 @@ def idle_phase(broker: BrokerProcess, n: int) -> dict[str, Any]:
     for s in socks:
         s.close()
     probe.close()
-    return {"connections": n, "rss_before_mib": round(before / MiB, 1), "rss_after_mib": round(after / MiB, 1),
+    return {"connections": n, "rss_before_mib": round(before / MiB, 1),
+            "rss_after_mib": round(after / MiB, 1),
             "rss_per_idle_connection_kib": round((after - before) / n / 1024, 1)}
 
 
@@ -89,6 +92,7 @@ def hostile_phase(broker: BrokerProcess, n: int, declared_mib: int) -> dict[str,
     probe.sock.settimeout(300)  # before the fix the first answer took seconds
     round_trip_ms(probe)
     before = settle_rss(broker.pid)
+    peak_before = rss_bytes(broker.pid, "VmHWM")
     socks = open_idle(broker, n)
     round_trip_ms(probe)
     started = time.perf_counter()
@@ -105,7 +109,9 @@ def hostile_phase(broker: BrokerProcess, n: int, declared_mib: int) -> dict[str,
     return {"connections": n, "declared_mib_each": declared_mib, "rss_before_mib": round(before / MiB, 1),
             "rss_during_mib": round(during / MiB, 1),
             "rss_added_mib": round((during - before) / MiB, 1),
-            "first_round_trip_ms": round(first, 2), "headers_sent_to_first_answer_ms": round(send_to_answer, 2),
+            "peak_rss_added_mib": round((rss_bytes(broker.pid, "VmHWM") - peak_before) / MiB, 1),
+            "first_round_trip_ms": round(first, 2),
+            "headers_sent_to_first_answer_ms": round(send_to_answer, 2),
             "round_trip_median_ms": round(statistics.median(series), 3),
             "round_trip_max_ms": round(max(series), 2)}
 
@@ -114,14 +120,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--idle", type=int, default=1000, help="idle connections to open")
     ap.add_argument("--hostile", type=int, default=40, help="connections declaring a large frame")
-    ap.add_argument("--declared-mib", type=int, default=100, help="frame size each hostile connection declares")
+    ap.add_argument("--declared-mib", type=int, default=100,
+                    help="frame size each hostile connection declares")
     args = ap.parse_args()
     result: dict[str, Any] = {}
-    with BrokerProcess() as broker:
-        progress(f"broker pid {broker.pid} on {broker.bootstrap}")
-        progress(f"idle phase: {args.idle} connections")
+    with BrokerProcess() as broker:  # a fresh broker per phase: freed memory must not hide the next figure
+        progress(f"idle phase: {args.idle} connections (broker pid {broker.pid})")
         result["idle"] = idle_phase(broker, args.idle)
-        progress(f"hostile phase: {args.hostile} connections declaring {args.declared_mib} MiB")
+    with BrokerProcess() as broker:
+        progress(f"hostile phase: {args.hostile} connections declaring {args.declared_mib} MiB "
+                 f"(broker pid {broker.pid})")
         result["hostile"] = hostile_phase(broker, args.hostile, args.declared_mib)
     print(json.dumps(result, indent=2))
 

@@ -61,11 +61,20 @@ def _batch(values: list[bytes]) -> bytes:
     return bytes(b.build())
 
 
+def _fetch(topic: str, max_wait_ms: int, min_bytes: int, max_bytes: int) -> FetchRequest:
+    part = FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0,
+                                                  log_start_offset=-1, partition_max_bytes=max_bytes)
+    return FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes,
+                        isolation_level=0, session_id=0, session_epoch=-1,
+                        topics=[FetchRequest.FetchTopic(topic=topic, partitions=[part])],
+                        forgotten_topics_data=[], rack_id="")
+
+
 # -- request memory --------------------------------------------------------------------------------------
 
 
 def test_declared_but_unsent_frames_cost_little(broker: BrokerProcess) -> None:
-    """20 clients each announce a 100 MiB request and send 4 bytes of it: the broker must not allocate 2 GiB."""
+    """20 clients each announce a 100 MiB request and send 4 bytes of it: the broker must not take 2 GiB."""
     probe = RawClient(broker)
     assert_answers(probe)
     before = peak_rss(broker)
@@ -98,13 +107,7 @@ def test_large_produce_received_in_growing_pieces_is_stored_intact(broker_factor
             c.send_raw(frame[pos : pos + 100_000])
         resp = decode(ProduceResponse, c.read_frame(), 7, False)
         assert resp.responses[0].partition_responses[0].error_code == 0
-        fetch = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=64 * MiB, isolation_level=0,
-                             session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
-                                 FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=-1,
-                                                                        fetch_offset=0, log_start_offset=-1,
-                                                                        partition_max_bytes=64 * MiB)])],
-                             forgotten_topics_data=[], rack_id="")
-        fetched = decode(FetchResponse, c.request(fetch, 11), 11, False)
+        fetched = decode(FetchResponse, c.request(_fetch(topic, 0, 0, 64 * MiB), 11), 11, False)
         records = MemoryRecords(bytes(fetched.responses[0].partitions[0].records))
         got = []
         while (batch := records.next_batch()) is not None:
@@ -174,13 +177,7 @@ def test_long_poll_in_flight_is_not_idle(broker_factory) -> None:  # noqa: ANN00
     topic = new_topic(broker)
     c = RawClient(broker)
     try:
-        fetch = FetchRequest(replica_id=-1, max_wait_ms=2000, min_bytes=1, max_bytes=MiB, isolation_level=0,
-                             session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic=topic, partitions=[
-                                 FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=-1,
-                                                                        fetch_offset=0, log_start_offset=-1,
-                                                                        partition_max_bytes=MiB)])],
-                             forgotten_topics_data=[], rack_id="")
-        resp = decode(FetchResponse, c.request(fetch, 11), 11, False)
+        resp = decode(FetchResponse, c.request(_fetch(topic, 2000, 1, MiB), 11), 11, False)
         assert resp.responses[0].partitions[0].error_code == 0
         assert closed_by_broker(c.sock)  # and once answered, the quiet connection goes
     finally:
@@ -235,7 +232,6 @@ def test_soft_open_files_limit_is_raised_to_the_hard_limit(tmp_path: Path) -> No
     assert line.split()[3:5] == [str(hard), str(hard)]
 
 
-@pytest.mark.slow
 def test_too_low_open_files_limit_fails_at_start_with_the_ulimit_to_use(tmp_path: Path) -> None:
     """300 segments cannot be opened with `ulimit -n 256`: exit status 2 and one clear line, no traceback."""
     broker = BrokerProcess(tmp_path, {"log.segment.bytes": 1024})

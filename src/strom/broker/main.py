@@ -59,7 +59,8 @@ def ensure_open_files_limit(log_dirs: list[str]) -> None:
     if soft < needed:
         raise ConfigError(f"the open files limit is {soft} but this broker needs at least {needed} "
                           f"({needed - FD_MARGIN} log segments + {FD_MARGIN} for connections); "
-                          f"run `ulimit -n {needed}` or higher (as root, or raise the hard limit) and start again")
+                          f"run `ulimit -n {needed}` or higher (raising the hard limit needs root) "
+                          "and start again")
 
 
 async def _serve(config: BrokerConfig) -> None:

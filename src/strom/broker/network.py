@@ -58,7 +58,8 @@ COALESCED_APIS = frozenset({ApiKey.PRODUCE})
 FLUSH_BYTES = 1 << 20
 LISTEN_BACKLOG = 128
 MAX_ACCEPTS_PER_WAKEUP = 64
-# Out of file descriptors: accepting pauses for a back-off doubling from min to max; one log line per interval.
+# Out of file descriptors: accepting pauses for a back-off doubling from min to max;
+# one log line per interval at most.
 ACCEPT_BACKOFF_MIN_S = 0.05
 ACCEPT_BACKOFF_MAX_S = 1.0
 ACCEPT_ERROR_LOG_INTERVAL_S = 10.0
@@ -169,7 +170,10 @@ class SocketServer:
         infos = await loop.getaddrinfo(self._host or None, self._port, type=socket.SOCK_STREAM,
                                        flags=socket.AI_PASSIVE)
         for family, type_, proto, _, addr in dict.fromkeys(infos):
-            sock = socket.socket(family, type_, proto)
+            try:
+                sock = socket.socket(family, type_, proto)
+            except OSError:
+                continue  # an address family this host lacks (as asyncio's create_server does)
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
@@ -182,6 +186,8 @@ class SocketServer:
                 self._close_listeners()
                 raise
             self._sockets.append(sock)
+        if not self._sockets:
+            raise OSError(f"no usable address to listen on for {self._host}:{self._port}")
         for sock in self._sockets:
             loop.add_reader(sock.fileno(), self._accept, sock)
         self._sweeper = loop.create_task(self._sweep_loop(), name="connection-sweeper")
@@ -235,8 +241,9 @@ class SocketServer:
         self._accept_errors += 1
         now = time.monotonic()
         if now - self._accept_error_logged_at >= ACCEPT_ERROR_LOG_INTERVAL_S:
-            log.error("cannot accept connections: %s (%d times since last reported; %d connections open); "
-                      "retrying with back-off up to %.1f s. Raise `ulimit -n` or reduce connections.",
+            log.error("cannot accept connections: %s (failed %d time(s) since the last report; "
+                      "%d connections open); retrying with back-off up to %.1f s. "
+                      "Raise `ulimit -n` or use fewer connections.",
                       exc.strerror, self._accept_errors, len(self.connections), ACCEPT_BACKOFF_MAX_S)
             self._accept_errors = 0
             self._accept_error_logged_at = now
@@ -367,7 +374,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if filled and len(self._scratch) < RECEIVE_BUFFER_BYTES and not self._closed:
             # A busy client: read more per system call. The sweep shrinks the buffer once it is quiet.
             grown = bytearray(len(self._scratch) * 2)
-            grown[: self._scratch_len] = memoryview(self._scratch)[: self._scratch_len]
+            memoryview(grown)[: self._scratch_len] = memoryview(self._scratch)[: self._scratch_len]
             self._scratch = grown
 
     def eof_received(self) -> bool:
@@ -396,10 +403,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     first = size if size <= EAGER_FRAME_BYTES else min(size, max(FIRST_FRAME_CHUNK_BYTES,
                                                                                   2 * available))
                     if not self._pool.try_take(first):
-                        self._wait_for_memory(to_grow=False)  # the header stays here until handled requests free memory
+                        # The header stays here until handled requests give memory back.
+                        self._wait_for_memory(to_grow=False)
                         break
                     big = bytearray(first)
-                    big[:available] = data[pos + 4 : end]
+                    # Through a memoryview: a bytearray slice assignment would copy the source first.
+                    memoryview(big)[:available] = data[pos + 4 : end]
                     self._big, self._big_pos, self._big_size, self._big_held = big, available, size, first
                     pos = end
                 break
@@ -421,7 +430,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._wait_for_memory(to_grow=True)
             return
         grown = bytearray(new)
-        grown[:have] = self._big
+        memoryview(grown)[:have] = self._big
         self._big = grown
         self._big_held += new - have
 
