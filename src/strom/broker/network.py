@@ -310,6 +310,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._big_held = 0  # pool bytes charged for the large frame's buffer
         self._held = 0  # pool bytes charged for frames queued or being handled
         self._frames: collections.deque[bytes | bytearray] = collections.deque()
+        self._last_frame: bytes | bytearray | None = None
         self._queued_bytes = 0
         self._queue_paused = False  # this client has too much queued
         self._pool_paused = False  # the broker-wide budget is spent
@@ -500,7 +501,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return now - self._last_active
 
     def shrink_buffers(self) -> None:
-        """A quiet connection drops its receive buffer; the next bytes to arrive get a small one."""
+        """A quiet connection drops its receive buffer and last request; new bytes get a small buffer."""
+        self._last_frame = None
         if self._scratch and self._scratch_len == 0:
             self._scratch = bytearray()
 
@@ -531,11 +533,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     if self._handling:
                         self._handling = False
                         self._last_active = time.monotonic()
-                        frame = view = None  # a quiet connection must not keep its last request alive
+                        frame = view = None  # only _last_frame keeps the last request now
                     self._wakeup.clear()
                     await self._wakeup.wait()
                     continue
                 frame = self._frames.popleft()
+                # Held until the next request replaces it, as before: freeing a large frame as soon as it is
+                # handled lets malloc trim the heap and fault the pages in again for the next one.
+                # The sweep drops it once the connection is quiet.
+                self._last_frame = frame
                 self._handling = True
                 self._queued_bytes -= len(frame)
                 if (self._queue_paused and self._queued_bytes < MAX_QUEUED_BYTES // 2
@@ -577,6 +583,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._abort()
         finally:
             self._frames.clear()
+            self._last_frame = None
             self._queued_bytes = 0
             self._release(self._held)
 
