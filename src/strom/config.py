@@ -274,7 +274,13 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("socket.receive.buffer.bytes", T.INT, 102400, "SO_RCVBUF; -1 = OS default."),
     ConfigDef("num.network.threads", T.INT, 3, "Accepted for compatibility; Strom uses one event loop.", at_least(1)),
     ConfigDef("num.io.threads", T.INT, 8, "Accepted for compatibility; Strom uses one event loop.", at_least(1)),
-    ConfigDef("connections.max.idle.ms", T.LONG, 600000, "Idle connections are closed after this."),
+    ConfigDef("connections.max.idle.ms", T.LONG, 600000,
+              "Connections with no request in flight and no bytes received for this long are closed; "
+              "-1 = never."),
+    ConfigDef("queued.max.request.bytes", T.LONG, 536870912,
+              "Broker-wide bytes of requests received but not yet handled (partly received frames included) "
+              "before sockets stop being read; -1 = unbounded. Kafka's default is -1; Strom bounds it at "
+              "512 MiB by default because all connections share one process heap.", at_least(-1)),
     ConfigDef("fetch.max.bytes", T.INT, 57671680, "Largest Fetch response.", at_least(1024)),
     # replication
     ConfigDef("min.insync.replicas", T.INT, 1, "ISR size needed for acks=all.", at_least(1)),

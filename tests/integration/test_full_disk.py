@@ -62,7 +62,8 @@ def small_disk_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
         base = tmp_path / f"b{len(brokers)}"
         _mount_tmpfs(base / "data", size_mb)
         mounts.append(base / "data")
-        b = BrokerProcess(base, overrides, max_open_files=max_open_files)
+        b = BrokerProcess(base, overrides,
+                          rlimit_nofile=(max_open_files, max_open_files) if max_open_files else None)
         brokers.append(b)
         return b.start() if start else b
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 
@@ -24,7 +24,7 @@ class BrokerProcess:
 
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, overrides: dict[str, object] | None = None,
                  port: int | None = None, env: dict[str, str] | None = None,
-                 max_open_files: int | None = None) -> None:
+                 rlimit_nofile: tuple[int, int] | None = None) -> None:
         self._owned_tmp = None
         if data_dir is None:
             self._owned_tmp = tempfile.TemporaryDirectory(prefix="strom-test-")
@@ -34,7 +34,7 @@ class BrokerProcess:
         self.port = port or free_port()
         self.overrides = dict(overrides or {})
         self.env = dict(env or {})  # extra environment for the child (e.g. STROM_SENDFILE_MIN_BYTES)
-        self.max_open_files = max_open_files  # RLIMIT_NOFILE of the child, to provoke descriptor exhaustion
+        self.rlimit_nofile = rlimit_nofile  # (soft, hard) open files limit of the child, like `ulimit -n`
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -56,7 +56,7 @@ class BrokerProcess:
     def start(self, timeout: float = 30.0) -> BrokerProcess:
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT,
-                                         env={**os.environ, **self.env}, preexec_fn=self._limits())
+                                         env={**os.environ, **self.env}, preexec_fn=self._preexec())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -69,18 +69,15 @@ class BrokerProcess:
         self.kill9()
         raise RuntimeError(f"broker did not listen within {timeout}s:\n{self.log_tail()}")
 
-    def _limits(self) -> Callable[[], None] | None:
-        if self.max_open_files is None:
+    def _preexec(self):  # noqa: ANN202 - a callable for Popen, or None
+        if self.rlimit_nofile is None:
             return None
-        limit = self.max_open_files
+        limits = self.rlimit_nofile
 
-        def apply() -> None:
-            import resource
+        def set_limits() -> None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
 
-            _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
-
-        return apply
+        return set_limits
 
     def log_tail(self, lines: int = 60) -> str:
         try:

@@ -5,11 +5,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
+import resource
 import signal
 import sys
 
 from strom.config import BrokerConfig, ConfigError
 from strom.storage.log_dirs import LogDirError
+
+# Descriptors kept for client connections, listeners and the metadata store on top of one per segment.
+FD_MARGIN = 128
 
 
 def run(properties_path: str | None, overrides: list[str]) -> None:
@@ -21,10 +26,42 @@ def run(properties_path: str | None, overrides: list[str]) -> None:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
     try:
+        ensure_open_files_limit(config.log_dirs())
         asyncio.run(_serve(config))
     except (ConfigError, LogDirError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
+
+
+def count_segments(log_dirs: list[str]) -> int:
+    """Segment files (`*.log`) under the log directories; each stays open while the broker runs."""
+    count = 0
+    for log_dir in log_dirs:
+        for _root, _dirs, files in os.walk(log_dir):
+            count += sum(1 for f in files if f.endswith(".log"))
+    return count
+
+
+def ensure_open_files_limit(log_dirs: list[str]) -> None:
+    """Raise the soft descriptor limit to the hard one; refuse to start if even that cannot hold the logs.
+
+    Failing here with the `ulimit -n` to use beats dying half-way through log loading with EMFILE.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass  # some systems cap the soft limit below an unlimited hard one: keep what we have
+    if soft == resource.RLIM_INFINITY:
+        return
+    needed = count_segments(log_dirs) + FD_MARGIN
+    if soft < needed:
+        raise ConfigError(f"the open files limit is {soft} but this broker needs at least {needed} "
+                          f"({needed - FD_MARGIN} log segments + {FD_MARGIN} for connections); "
+                          f"run `ulimit -n {needed}` or higher (raising the hard limit needs root) "
+                          "and start again")
 
 
 async def _serve(config: BrokerConfig) -> None:

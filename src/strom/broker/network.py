@@ -9,15 +9,25 @@ straight into a buffer of exactly its size, avoiding the stream reader's
 buffer-growing copies (the codec then slices the records out once). Responses to consecutive
 pipelined Produce requests are gathered into a single socket write, which
 roughly halves the per-request cost of unbatched producers.
+
+Resource limits: the receive buffer of a connection starts small and grows only while the
+client keeps it full; a frame larger than EAGER_FRAME_BYTES gets memory as its bytes arrive
+(so a declared-but-unsent 100 MiB frame costs little); all received-but-unhandled request
+bytes are charged to one broker-wide RequestMemoryPool (`queued.max.request.bytes`);
+connections idle for `connections.max.idle.ms` are closed by one periodic sweep; and when
+the process runs out of file descriptors, accepting pauses with back-off instead of spinning.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import errno
 import logging
 import os
+import socket
 import struct
+import time
 from typing import TYPE_CHECKING
 
 from strom.broker.request import FileRegion, RawResponse, RequestContext
@@ -32,13 +42,101 @@ log = logging.getLogger(__name__)
 # Regions smaller than this are copied: sendfile's syscall overhead beats the copy.
 # Benchmarks set STROM_SENDFILE_MIN_BYTES very high to compare against plain copies.
 SENDFILE_MIN_BYTES = int(os.environ.get("STROM_SENDFILE_MIN_BYTES", 64 * 1024))
+# A connection's receive buffer starts at this size when bytes first arrive, doubles (up to the maximum)
+# while reads fill it, and is dropped again once the connection has been quiet for a sweep interval.
+INITIAL_RECEIVE_BUFFER_BYTES = 16 * 1024
 RECEIVE_BUFFER_BYTES = 256 * 1024
+# Frames up to this size get their whole buffer when the header arrives (a 1 MiB produce is received
+# in place with no extra copy); larger ones start at FIRST_FRAME_CHUNK_BYTES and double as bytes arrive.
+EAGER_FRAME_BYTES = 2 * 1024 * 1024
+FIRST_FRAME_CHUNK_BYTES = 64 * 1024
 # Stop reading from a client that has this much unprocessed input queued (Kafka mutes it).
 MAX_QUEUED_BYTES = 64 * 1024 * 1024
 MAX_QUEUED_FRAMES = 256
 # Responses that may be gathered into one write: handlers that never wait.
 COALESCED_APIS = frozenset({ApiKey.PRODUCE})
 FLUSH_BYTES = 1 << 20
+LISTEN_BACKLOG = 128
+MAX_ACCEPTS_PER_WAKEUP = 64
+# Out of file descriptors: accepting pauses for a back-off doubling from min to max;
+# one log line per interval at most.
+ACCEPT_BACKOFF_MIN_S = 0.05
+ACCEPT_BACKOFF_MAX_S = 1.0
+ACCEPT_ERROR_LOG_INTERVAL_S = 10.0
+_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+# The idle sweep runs this often at most (and at least a few times per connections.max.idle.ms).
+MAX_SWEEP_INTERVAL_S = 30.0
+
+
+class RequestMemoryPool:
+    """Broker-wide budget of request bytes received but not yet handled (`queued.max.request.bytes`).
+
+    Like Kafka's non-strict memory pool, an allocation is granted while anything is left, so a
+    single frame larger than the whole budget still gets through; once the budget is spent, a
+    connection that needs more stops reading its socket until handled requests give bytes back.
+    Partly received frames hold memory while waiting for more, so to rule out a standstill where
+    every holder waits for the others, one of them at a time (the grower) may go over budget to
+    finish its frame.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity if capacity > 0 else None
+        self.used = 0
+        self.grower: KafkaConnection | None = None
+        # Ordered sets, woken oldest first: connections waiting to start a frame or read, and to grow one.
+        self._waiting: dict[KafkaConnection, None] = {}
+        self._grow_waiting: dict[KafkaConnection, None] = {}
+
+    @property
+    def exhausted(self) -> bool:
+        return self.capacity is not None and self.used >= self.capacity
+
+    def try_take(self, nbytes: int) -> bool:
+        if self.exhausted:
+            return False
+        self.used += nbytes
+        return True
+
+    def try_grow(self, conn: KafkaConnection, nbytes: int) -> bool:
+        """Room for a partly received frame: from the budget, or over it as the single grower."""
+        if self.try_take(nbytes):
+            return True
+        if self.grower is None or self.grower is conn:
+            self.grower = conn
+            self.used += nbytes
+            return True
+        return False
+
+    def take(self, nbytes: int) -> None:
+        """Charge bytes that were already received (they exist whether or not there is room)."""
+        self.used += nbytes
+
+    def give_back(self, nbytes: int) -> None:
+        self.used -= nbytes
+        if (self._waiting or self._grow_waiting) and not self.exhausted:
+            waiting = [*self._grow_waiting, *self._waiting]
+            self._waiting.clear()
+            self._grow_waiting.clear()
+            for conn in waiting:
+                conn.pool_has_room()
+
+    def wait_for_room(self, conn: KafkaConnection, to_grow: bool) -> None:
+        (self._grow_waiting if to_grow else self._waiting)[conn] = None
+
+    def frame_done(self, conn: KafkaConnection) -> None:
+        """A partly received frame completed or was dropped: hand the grower's role on."""
+        if self.grower is not conn:
+            return
+        self.grower = None
+        if self._grow_waiting:
+            nxt = next(iter(self._grow_waiting))
+            del self._grow_waiting[nxt]
+            nxt.pool_has_room()
+
+    def forget(self, conn: KafkaConnection) -> None:
+        self._waiting.pop(conn, None)
+        self._grow_waiting.pop(conn, None)
+        self.frame_done(conn)
 
 
 class SocketServer:
@@ -47,7 +145,15 @@ class SocketServer:
         self._host = host
         self._port = port
         self.max_request_bytes = max_request_bytes
-        self._asyncio_server: asyncio.Server | None = None
+        cfg = server.config
+        self.max_idle_ms: int = cfg.get("connections.max.idle.ms")
+        self.memory_pool = RequestMemoryPool(cfg.get("queued.max.request.bytes"))
+        self._sockets: list[socket.socket] = []
+        self._accept_paused_until = 0.0
+        self._accept_backoff = ACCEPT_BACKOFF_MIN_S
+        self._accept_errors = 0  # failures since the last log line
+        self._accept_error_logged_at = float("-inf")
+        self._sweeper: asyncio.Task[None] | None = None
         self.connections: set[KafkaConnection] = set()
 
     @property
@@ -56,20 +162,135 @@ class SocketServer:
 
     @property
     def port(self) -> int:
-        assert self._asyncio_server is not None
-        return self._asyncio_server.sockets[0].getsockname()[1]
+        assert self._sockets
+        return self._sockets[0].getsockname()[1]
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._asyncio_server = await loop.create_server(
-            lambda: KafkaConnection(self), self._host, self._port, reuse_address=True
-        )
+        infos = await loop.getaddrinfo(self._host or None, self._port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+        for family, type_, proto, _, addr in dict.fromkeys(infos):
+            try:
+                sock = socket.socket(family, type_, proto)
+            except OSError:
+                continue  # an address family this host lacks (as asyncio's create_server does)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(addr)
+                sock.listen(LISTEN_BACKLOG)
+                sock.setblocking(False)
+            except OSError:
+                sock.close()
+                self._close_listeners()
+                raise
+            self._sockets.append(sock)
+        if not self._sockets:
+            raise OSError(f"no usable address to listen on for {self._host}:{self._port}")
+        for sock in self._sockets:
+            loop.add_reader(sock.fileno(), self._accept, sock)
+        self._sweeper = loop.create_task(self._sweep_loop(), name="connection-sweeper")
+
+    def _close_listeners(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sock in self._sockets:
+            loop.remove_reader(sock.fileno())
+            sock.close()
+        self._sockets.clear()
 
     async def stop(self) -> None:
-        if self._asyncio_server is not None:
-            self._asyncio_server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        self._close_listeners()
         tasks = [c.close() for c in list(self.connections)]
         await asyncio.gather(*[t for t in tasks if t is not None], return_exceptions=True)
+
+    # -- accepting ----------------------------------------------------------------------
+    def _accept(self, sock: socket.socket) -> None:
+        """Accept what is queued. Our own loop because asyncio's logs every EMFILE and keeps retrying."""
+        loop = asyncio.get_running_loop()
+        for _ in range(MAX_ACCEPTS_PER_WAKEUP):
+            try:
+                conn, _addr = sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as exc:
+                if exc.errno not in _RESOURCE_ERRNOS:
+                    log.warning("accepting a connection failed: %s", exc)
+                    return
+                self._pause_accepting(exc)
+                return
+            self._accept_backoff = ACCEPT_BACKOFF_MIN_S
+            conn.setblocking(False)
+            loop.create_task(self._attach(conn))
+
+    async def _attach(self, conn: socket.socket) -> None:
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(lambda: KafkaConnection(self), sock=conn)
+        except OSError as exc:
+            log.warning("setting up an accepted connection failed: %s", exc)
+            conn.close()
+
+    def _pause_accepting(self, exc: OSError) -> None:
+        """Out of descriptors (or memory): stop accepting for a while; existing connections keep being served.
+
+        Pending clients wait in the listen backlog. One log line per interval says how often it happened.
+        """
+        loop = asyncio.get_running_loop()
+        self._accept_errors += 1
+        now = time.monotonic()
+        if now - self._accept_error_logged_at >= ACCEPT_ERROR_LOG_INTERVAL_S:
+            log.error("cannot accept connections: %s (failed %d time(s) since the last report; "
+                      "%d connections open); retrying with back-off up to %.1f s. "
+                      "Raise `ulimit -n` or use fewer connections.",
+                      exc.strerror, self._accept_errors, len(self.connections), ACCEPT_BACKOFF_MAX_S)
+            self._accept_errors = 0
+            self._accept_error_logged_at = now
+        for sock in self._sockets:
+            loop.remove_reader(sock.fileno())
+        loop.call_later(self._accept_backoff, self._resume_accepting)
+        self._accept_backoff = min(self._accept_backoff * 2, ACCEPT_BACKOFF_MAX_S)
+
+    def _resume_accepting(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sock in self._sockets:
+            if sock.fileno() >= 0:
+                loop.add_reader(sock.fileno(), self._accept, sock)
+
+    # -- idle connections -----------------------------------------------------------------
+    def sweep_interval_s(self) -> float:
+        if self.max_idle_ms <= 0:
+            return MAX_SWEEP_INTERVAL_S
+        return min(max(self.max_idle_ms / 4000, 0.01), MAX_SWEEP_INTERVAL_S)
+
+    async def _sweep_loop(self) -> None:
+        interval = self.sweep_interval_s()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.sweep(interval)
+            except Exception:
+                log.exception("connection sweep failed")
+
+    def sweep(self, interval_s: float) -> None:
+        """Close connections idle beyond connections.max.idle.ms; give quiet ones their small buffer back."""
+        now = time.monotonic()
+        max_idle_s = self.max_idle_ms / 1000 if self.max_idle_ms > 0 else None
+        closed = 0
+        for conn in list(self.connections):
+            quiet_s = conn.idle_seconds(now)
+            if quiet_s is None:
+                continue
+            if max_idle_s is not None and quiet_s > max_idle_s:
+                log.debug("closing connection from %s: idle for %.1f s", conn.client_host, quiet_s)
+                conn.close()
+                closed += 1
+            elif quiet_s >= interval_s:
+                conn.shrink_buffers()
+        if closed:
+            log.info("closed %d connection(s) idle for longer than connections.max.idle.ms=%d",
+                     closed, self.max_idle_ms)
 
 
 class _Close(Exception):
@@ -79,17 +300,26 @@ class _Close(Exception):
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, socket_server: SocketServer) -> None:
         self._socket_server = socket_server
+        self._pool = socket_server.memory_pool
         self._max_request = socket_server.max_request_bytes
-        self._scratch = bytearray(RECEIVE_BUFFER_BYTES)
+        self._scratch = bytearray()  # allocated when the first bytes arrive: idle clients hold none
         self._scratch_len = 0
         self._big: bytearray | None = None  # a large frame being received in place
         self._big_pos = 0
+        self._big_size = 0  # declared size of the large frame; len(_big) may still be smaller
+        self._big_held = 0  # pool bytes charged for the large frame's buffer
+        self._held = 0  # pool bytes charged for frames queued or being handled
         self._frames: collections.deque[bytes | bytearray] = collections.deque()
+        self._last_frame: bytes | bytearray | None = None
         self._queued_bytes = 0
+        self._queue_paused = False  # this client has too much queued
+        self._pool_paused = False  # the broker-wide budget is spent
         self._reading_paused = False
+        self._handling = False
+        self._last_active = time.monotonic()
         self._closed = False
         self._transport: asyncio.Transport | None = None
-        self._client_host = "unknown"
+        self.client_host = "unknown"
         self._wakeup = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()
@@ -100,13 +330,18 @@ class KafkaConnection(asyncio.BufferedProtocol):
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
         peer = transport.get_extra_info("peername")
-        self._client_host = peer[0] if peer else "unknown"
+        self.client_host = peer[0] if peer else "unknown"
         self._socket_server.connections.add(self)
         self._task = asyncio.get_running_loop().create_task(self._request_loop())
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._socket_server.connections.discard(self)
+        self._pool.forget(self)
+        if self._big_held:
+            self._pool.give_back(self._big_held)
+            self._big_held = 0
+        self._big = None
         self._writable.set()
         self._wakeup.set()
 
@@ -118,18 +353,30 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._big is not None:
+            if self._big_pos == len(self._big):  # not reached while paused for memory; never hand out nothing
+                self._grow_big(force=True)
             return memoryview(self._big)[self._big_pos :]
+        if not self._scratch:
+            self._scratch = bytearray(INITIAL_RECEIVE_BUFFER_BYTES)
         return memoryview(self._scratch)[self._scratch_len :]
 
     def buffer_updated(self, nbytes: int) -> None:
+        self._last_active = time.monotonic()
         if self._big is not None:
             self._big_pos += nbytes
-            if self._big_pos == len(self._big):
-                self._enqueue(self._big)
-                self._big = None
+            if self._big_pos == self._big_size:
+                self._finish_big()
+            elif self._big_pos == len(self._big):
+                self._grow_big(force=False)
             return
+        filled = self._scratch_len + nbytes == len(self._scratch)
         self._scratch_len += nbytes
         self._extract_frames()
+        if filled and len(self._scratch) < RECEIVE_BUFFER_BYTES and not self._closed:
+            # A busy client: read more per system call. The sweep shrinks the buffer once it is quiet.
+            grown = bytearray(len(self._scratch) * 2)
+            memoryview(grown)[: self._scratch_len] = memoryview(self._scratch)[: self._scratch_len]
+            self._scratch = grown
 
     def eof_received(self) -> bool:
         return False
@@ -145,18 +392,25 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if size < 0 or size > self._max_request:
                     # Checked before the body is read, so a hostile length never allocates.
                     log.warning("closing connection from %s: request size %d exceeds socket.request.max.bytes %d",
-                                self._client_host, size, self._max_request)
+                                self.client_host, size, self._max_request)
                     self._abort()
                     return
                 available = end - pos - 4
                 if available >= size:
-                    self._enqueue(bytes(data[pos + 4 : pos + 4 + size]))
+                    self._enqueue(bytes(data[pos + 4 : pos + 4 + size]), charge=True)
                     pos += 4 + size
                     continue
                 if size > len(self._scratch) // 2:
-                    big = bytearray(size)
-                    big[:available] = data[pos + 4 : end]
-                    self._big, self._big_pos = big, available
+                    first = size if size <= EAGER_FRAME_BYTES else min(size, max(FIRST_FRAME_CHUNK_BYTES,
+                                                                                  2 * available))
+                    if not self._pool.try_take(first):
+                        # The header stays here until handled requests give memory back.
+                        self._wait_for_memory(to_grow=False)
+                        break
+                    big = bytearray(first)
+                    # Through a memoryview: a bytearray slice assignment would copy the source first.
+                    memoryview(big)[:available] = data[pos + 4 : end]
+                    self._big, self._big_pos, self._big_size, self._big_held = big, available, size, first
                     pos = end
                 break
             remaining = end - pos
@@ -164,13 +418,93 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 data[:remaining] = data[pos:end]
         self._scratch_len = remaining
 
-    def _enqueue(self, frame: bytes | bytearray) -> None:
+    def _grow_big(self, force: bool) -> None:
+        """Give a partly received large frame more room: double it, or its full size once half has arrived."""
+        assert self._big is not None
+        size, have = self._big_size, len(self._big)
+        new = min(size, have * 2)
+        if new * 2 > size:
+            new = size
+        if force:
+            self._pool.take(new - have)
+        elif not self._pool.try_grow(self, new - have):
+            self._wait_for_memory(to_grow=True)
+            return
+        grown = bytearray(new)
+        memoryview(grown)[:have] = self._big
+        self._big = grown
+        self._big_held += new - have
+
+    def _finish_big(self) -> None:
+        assert self._big is not None
+        frame, held = self._big, self._big_held
+        self._big, self._big_held = None, 0
+        self._held += held  # the charge moves with the frame
+        self._pool.frame_done(self)
+        self._enqueue(frame, charge=False)
+
+    def _enqueue(self, frame: bytes | bytearray, charge: bool) -> None:
+        if self._closed:
+            if not charge:
+                self._pool.give_back(len(frame))
+            return
+        if charge:
+            self._pool.take(len(frame))
+            self._held += len(frame)
         self._frames.append(frame)
         self._queued_bytes += len(frame)
-        if (self._queued_bytes > MAX_QUEUED_BYTES or len(self._frames) > MAX_QUEUED_FRAMES) and self._transport:
-            self._transport.pause_reading()
-            self._reading_paused = True
+        if self._queued_bytes > MAX_QUEUED_BYTES or len(self._frames) > MAX_QUEUED_FRAMES:
+            self._queue_paused = True
+            self._update_reading()
+        if self._pool.exhausted:
+            self._wait_for_memory(to_grow=False)
         self._wakeup.set()
+
+    # -- flow control ---------------------------------------------------------------------
+    def _wait_for_memory(self, to_grow: bool) -> None:
+        self._pool_paused = True
+        self._pool.wait_for_room(self, to_grow)
+        self._update_reading()
+
+    def pool_has_room(self) -> None:
+        """Called by the pool when handled requests gave memory back: carry on where reading stopped."""
+        if self._closed:
+            return
+        self._pool_paused = False
+        if self._big is not None:
+            if self._big_pos == len(self._big):
+                self._grow_big(force=False)
+        elif self._scratch_len >= 4:
+            self._extract_frames()
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        paused = self._queue_paused or self._pool_paused
+        if paused == self._reading_paused or self._transport is None or self._closed:
+            return
+        self._reading_paused = paused
+        if paused:
+            self._transport.pause_reading()
+        else:
+            self._transport.resume_reading()
+
+    def _release(self, nbytes: int) -> None:
+        nbytes = min(nbytes, self._held)
+        if nbytes:
+            self._held -= nbytes
+            self._pool.give_back(nbytes)
+
+    def idle_seconds(self, now: float) -> float | None:
+        """Seconds without bytes received or a request in flight; None when busy or waiting on the broker."""
+        if self._handling or self._frames or self._pool_paused or self._closed:
+            return None
+        return now - self._last_active
+
+    def shrink_buffers(self) -> None:
+        """A quiet connection drops its receive buffer and last request; new bytes get a small buffer."""
+        self._last_frame = None
+        if self._scratch and self._scratch_len == 0:
+            self._scratch = bytearray()
 
     def _abort(self) -> None:
         self._closed = True
@@ -188,20 +522,32 @@ class KafkaConnection(asyncio.BufferedProtocol):
     async def _request_loop(self) -> None:
         pending: list[bytes] = []  # answers to consecutive Produce requests, written together
         pending_bytes = 0
+        frame: bytes | bytearray | None = None
+        view: memoryview | None = None
         try:
             while not self._closed:
                 if not self._frames:
                     if pending:
                         await self._write(pending)
                         pending, pending_bytes = [], 0
+                    if self._handling:
+                        self._handling = False
+                        self._last_active = time.monotonic()
+                        frame = view = None  # only _last_frame keeps the last request now
                     self._wakeup.clear()
                     await self._wakeup.wait()
                     continue
                 frame = self._frames.popleft()
+                # Held until the next request replaces it, as before: freeing a large frame as soon as it is
+                # handled lets malloc trim the heap and fault the pages in again for the next one.
+                # The sweep drops it once the connection is quiet.
+                self._last_frame = frame
+                self._handling = True
                 self._queued_bytes -= len(frame)
-                if self._reading_paused and self._queued_bytes < MAX_QUEUED_BYTES // 2 and self._transport:
-                    self._transport.resume_reading()
-                    self._reading_paused = False
+                if (self._queue_paused and self._queued_bytes < MAX_QUEUED_BYTES // 2
+                        and len(self._frames) < MAX_QUEUED_FRAMES // 2):
+                    self._queue_paused = False
+                    self._update_reading()
                 view = memoryview(frame)
                 header, body_pos = self._parse_header(view)
                 coalesce = header.api_key in COALESCED_APIS
@@ -209,7 +555,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     # This handler may wait (long poll, rebalance): earlier answers must not wait with it.
                     await self._write(pending)
                     pending, pending_bytes = [], 0
-                response = await self._dispatch(header, view[body_pos:])
+                try:
+                    response = await self._dispatch(header, view[body_pos:])
+                finally:
+                    self._release(len(frame))  # handled: its bytes no longer count against the broker budget
                 if response is None:
                     continue
                 if isinstance(response, RawResponse):
@@ -230,22 +579,27 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except (ConnectionError, asyncio.CancelledError):
             self._abort()
         except Exception:
-            log.exception("connection from %s failed; closing it", self._client_host)
+            log.exception("connection from %s failed; closing it", self.client_host)
             self._abort()
+        finally:
+            self._frames.clear()
+            self._last_frame = None
+            self._queued_bytes = 0
+            self._release(self._held)
 
     def _parse_header(self, view: memoryview) -> tuple[codec.RequestHeader, int]:
         try:
             return codec.parse_request_header(view)
         except codec.MalformedRequest as exc:
-            log.warning("closing connection from %s: %s", self._client_host, exc)
+            log.warning("closing connection from %s: %s", self.client_host, exc)
             raise _Close from exc
 
     async def _dispatch(self, header: codec.RequestHeader, body: memoryview) -> bytes | RawResponse | None:
-        ctx = RequestContext(header, self._socket_server.kafka_server, self._client_host)
+        ctx = RequestContext(header, self._socket_server.kafka_server, self.client_host)
         try:
             return await self._socket_server.kafka_server.apis.handle(ctx, body)
         except codec.MalformedRequest as exc:
-            log.warning("closing connection from %s: %s", self._client_host, exc)
+            log.warning("closing connection from %s: %s", self.client_host, exc)
             raise _Close from exc
 
     async def _write(self, chunks: list[bytes]) -> None:
