@@ -189,7 +189,7 @@ def test_delete_topic_when_metadata_write_keeps_failing_converges_after_restart(
     produce(b, topic, [{"value": VALUE, "partition": i % 2} for i in range(200)])
     fill(b.data_dir)
     # A directory where the metadata store writes its temp file: the write fails whatever the free space.
-    blocker = os.path.join(b.data_dir, "__cluster_metadata.tmp")
+    blocker = os.path.join(b.data_dir, "__cluster_metadata.json.tmp")
     os.mkdir(blocker)
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
     admin.delete_topics([topic])[topic].result(15)

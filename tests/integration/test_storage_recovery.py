@@ -5,10 +5,8 @@ from __future__ import annotations
 import glob
 import os
 
-from confluent_kafka import Consumer, TopicPartition
-
+from tests.integration.test_admin_and_retention import watermarks
 from tests.integration.test_produce_consume import consume_all, new_topic, produce
-from tests.support.broker import BrokerProcess
 
 
 def open_descriptors(pid: int) -> int:
@@ -17,14 +15,6 @@ def open_descriptors(pid: int) -> int:
 
 def segment_files(data_dir: str, topic: str = "*") -> list[str]:
     return glob.glob(os.path.join(data_dir, f"{topic}-*", "*.log"))
-
-
-def watermarks(b: BrokerProcess, topic: str, partition: int = 0) -> tuple[int, int]:
-    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "wm"})
-    try:
-        return c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-    finally:
-        c.close()
 
 
 def test_damaged_older_segment_loses_only_its_damaged_records(broker_factory) -> None:  # noqa: ANN001

@@ -73,7 +73,7 @@ def test_failing_log_dir_goes_offline_and_new_logs_avoid_it(tmp_path: Path) -> N
 def test_metadata_store_rolls_back_failed_writes(tmp_path: Path) -> None:
     store = EmbeddedMetadataStore(tmp_path, 0)
     store.create_topic("kept", {0: [0]}, {})
-    blocker = tmp_path / (Path(METADATA_FILE).stem + ".tmp")
+    blocker = tmp_path / (METADATA_FILE + ".tmp")
     blocker.mkdir()
     with pytest.raises(OSError):
         store.create_topic("new", {0: [0]}, {})

@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 from strom.cluster.metadata import BrokerInfo, MetadataStore, PartitionState, TopicMetadata
+from strom.storage.checkpoints import write_atomically
 from strom.storage.log_dirs import LogDirError, MetaProperties, check_identities, write_meta_properties
 from strom.storage.log_manager import partition_dirs
 
@@ -85,19 +86,7 @@ class EmbeddedMetadataStore(MetadataStore):
                 for t in self._topics.values()
             ],
         }
-        tmp = self._path.with_suffix(".tmp")
-        try:
-            with open(tmp, "w") as f:
-                json.dump(data, f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self._path)
-        except OSError:
-            try:
-                os.unlink(tmp)  # never leave a partial file holding the last free blocks
-            except OSError:
-                pass
-            raise
+        write_atomically(str(self._path), json.dumps(data, indent=1).encode())
         self._save_pending = False
 
     def _save_or_restore(self, topics: dict[str, TopicMetadata]) -> None:

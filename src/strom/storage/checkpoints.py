@@ -37,14 +37,7 @@ class OffsetCheckpointFile:
         lines.extend(
             f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(offsets.items())
         )
-        data = ("\n".join(lines) + "\n").encode()
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
-        fsync_dir(os.path.dirname(self.path) or ".")
+        write_atomically(self.path, ("\n".join(lines) + "\n").encode())
 
     def read(self) -> dict[TopicPartition, int]:
         """Entries of the file; {} if it does not exist. Raises CorruptCheckpointError if malformed."""
@@ -71,6 +64,29 @@ class OffsetCheckpointFile:
         if len(out) != count or any(line.strip() for line in lines[2 + count :]):
             raise CorruptCheckpointError(f"checkpoint file {self.path} expected {count} entries")
         return out
+
+
+def write_atomically(path: str, data: bytes, fsync: bool = True) -> None:
+    """Temp file, (fsync), rename, (fsync dir): a crash leaves the old file or the new one.
+
+    On failure the temp file is removed, so a full disk does not keep a partial copy's blocks.
+    """
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if fsync:
+        fsync_dir(os.path.dirname(path) or ".")
 
 
 def fsync_dir(path: str) -> None:

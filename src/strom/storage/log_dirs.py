@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from strom.config import parse_properties
-from strom.storage.checkpoints import fsync_dir
+from strom.storage.checkpoints import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -132,13 +132,7 @@ def write_meta_properties(log_dir: str, meta: MetaProperties) -> None:
         f"version={META_PROPERTIES_VERSION}\n"
         f"cluster.id={meta.cluster_id}\n"
     )
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(log_dir)
+    write_atomically(path, text.encode())
 
 
 def check_identities(

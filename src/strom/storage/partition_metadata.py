@@ -16,7 +16,7 @@ import os
 import uuid
 
 from strom.config import parse_properties
-from strom.storage.checkpoints import fsync_dir
+from strom.storage.checkpoints import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +69,7 @@ def write_topic_id(partition_dir: str, topic_id: uuid.UUID) -> None:
 
 
 def _write_atomically(path: str, text: str) -> None:
-    """Temp file, fsync, rename, fsync dir: a crash leaves the old file or the new one."""
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path))
+    write_atomically(path, text.encode())
 
 
 def ensure_topic_id(partition_dir: str, topic_id: uuid.UUID) -> None:

@@ -17,7 +17,6 @@ batch headers after it.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import struct
 from collections import deque
@@ -28,6 +27,7 @@ import crc32c
 from kafka.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
 
 from strom.protocol.record_batch import NO_SEQUENCE, RecordBatchHeader
+from strom.storage.checkpoints import write_atomically
 
 SNAPSHOT_SUFFIX = ".snapshot"
 NUM_BATCHES_TO_RETAIN = 5
@@ -224,18 +224,7 @@ class ProducerStateManager:
         body = b"".join(parts)
         data = _SNAP_HEAD.pack(_SNAP_MAGIC, 1, crc32c.crc32c(body), len(self.producers)) + body
         path = self.snapshot_path(offset)
-        tmp = path + ".tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                if fsync:
-                    f.flush()
-                    os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)  # a full disk must not keep a partial snapshot's blocks
-            raise
+        write_atomically(path, data, fsync=fsync)
         return path
 
     @staticmethod
