@@ -61,6 +61,7 @@ class MetadataStore(ABC):
 
     def __init__(self) -> None:
         self._listeners: list[MetadataListener] = []
+        self._topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
 
     def add_listener(self, listener: MetadataListener) -> None:
         self._listeners.append(listener)
@@ -85,10 +86,17 @@ class MetadataStore(ABC):
         return self.topics().get(name)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
-        for t in self.topics().values():
-            if t.topic_id == topic_id:
-                return t
-        return None
+        """O(1) for Fetch v13+, which names topics by id on every request.
+
+        The index validates itself (the entry must still be the live topic of its name) and is
+        rebuilt on a miss, so no mutation path (including rollbacks) has to maintain it.
+        """
+        t = self._topics_by_id.get(topic_id)
+        if t is not None and self.topics().get(t.name) is t:
+            return t
+        index = {t.topic_id: t for t in self.topics().values()}
+        self._topics_by_id = index
+        return index.get(topic_id)
 
     @abstractmethod
     def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> TopicMetadata:
