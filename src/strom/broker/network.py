@@ -30,7 +30,7 @@ import struct
 import time
 from typing import TYPE_CHECKING
 
-from strom.broker.request import FileRegion, RawResponse, RequestContext
+from strom.broker.request import CloseConnection, FileRegion, RawResponse, RequestContext
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
 
@@ -601,6 +601,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return await server.apis.handle(ctx, body)
         except codec.MalformedRequest as exc:
             log.warning("closing connection from %s: %s", self.client_host, exc)
+            raise _Close from exc
+        except CloseConnection as exc:
             raise _Close from exc
 
     async def _write(self, chunks: list[bytes]) -> None:

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 CoordinatorLookup = Callable[[str | None], tuple[int, str | None, int, str, int]]
 
 
+class CloseConnection(Exception):
+    """Answer nothing and close the client's connection (a failed acks=0 produce, as in Kafka)."""
+
+
 @dataclass(slots=True)
 class FileRegion:
     """A byte range of an open file, written to the socket with sendfile (zero copy)."""
