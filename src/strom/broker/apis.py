@@ -73,6 +73,9 @@ class KafkaApis:
             if header.api_key in self._fail_apis:
                 raise InjectedFailure(f"{FAIL_API_ENV} fails API {header.api_key}")
             response = await handler(ctx, request)
+            if response is None or isinstance(response, RawResponse | bytes):
+                return response
+            return codec.encode_response(header, response)  # inside: a response that cannot encode is a bug too
         except codec.MalformedRequest:
             raise
         except Exception:
@@ -83,6 +86,3 @@ class KafkaApis:
                 # No response to carry the error: closing is how an acks=0 producer learns of it.
                 raise CloseConnection("acks=0 produce failed") from None
             return encode_error_response(header, request, UNKNOWN_SERVER_ERROR)
-        if response is None or isinstance(response, RawResponse | bytes):
-            return response
-        return codec.encode_response(header, response)
