@@ -7,23 +7,38 @@ Handlers are thin: they translate between the wire and a domain service
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any
 
-from strom.broker.request import RawResponse, RequestContext
+from strom.broker.error_response import encode_error_response
+from strom.broker.request import CloseConnection, RawResponse, RequestContext
 from strom.protocol import codec
 from strom.protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+UNKNOWN_SERVER_ERROR = -1
+# Test hook: API keys (numbers, comma separated) whose handlers always raise, to exercise the
+# unexpected-error path end to end. Unset in production.
+FAIL_API_ENV = "STROM_TEST_FAIL_API"
+
+
+class InjectedFailure(RuntimeError):
+    """Raised in place of a handler named by STROM_TEST_FAIL_API (tests only)."""
+
+
+def _injected_failure_apis() -> frozenset[int]:
+    return frozenset(int(k) for k in os.environ.get(FAIL_API_ENV, "").split(",") if k.strip())
 
 
 class KafkaApis:
     def __init__(self) -> None:
         self._handlers: dict[int, Handler] = {}
         self.supported_versions: dict[int, tuple[int, int]] = dict(SUPPORTED_VERSIONS)
+        self._fail_apis = _injected_failure_apis()
 
     def register(self, api_key: int, handler: Handler, versions: tuple[int, int] | None = None) -> None:
         self._handlers[api_key] = handler
@@ -54,7 +69,20 @@ class KafkaApis:
                 f"(supported {versions[0]}-{versions[1]})"
             )
         request = codec.decode_request(header, body)
-        response = await handler(ctx, request)
-        if response is None or isinstance(response, RawResponse | bytes):
-            return response
-        return codec.encode_response(header, response)
+        try:
+            if header.api_key in self._fail_apis:
+                raise InjectedFailure(f"{FAIL_API_ENV} fails API {header.api_key}")
+            response = await handler(ctx, request)
+            if response is None or isinstance(response, RawResponse | bytes):
+                return response
+            return codec.encode_response(header, response)  # inside: a response that cannot encode is a bug too
+        except codec.MalformedRequest:
+            raise
+        except Exception:
+            # As Kafka does: this request gets UNKNOWN_SERVER_ERROR, the connection stays open.
+            log.exception("unexpected error handling %s v%d (correlation id %d) from %s",
+                          ApiKey(header.api_key).name, header.api_version, header.correlation_id, ctx.client_host)
+            if header.api_key == ApiKey.PRODUCE and request.acks == 0:
+                # No response to carry the error: closing is how an acks=0 producer learns of it.
+                raise CloseConnection("acks=0 produce failed") from None
+            return encode_error_response(header, request, UNKNOWN_SERVER_ERROR)

@@ -30,7 +30,7 @@ import struct
 import time
 from typing import TYPE_CHECKING
 
-from strom.broker.request import FileRegion, RawResponse, RequestContext
+from strom.broker.request import CloseConnection, FileRegion, RawResponse, RequestContext
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
 
@@ -595,11 +595,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
             raise _Close from exc
 
     async def _dispatch(self, header: codec.RequestHeader, body: memoryview) -> bytes | RawResponse | None:
-        ctx = RequestContext(header, self._socket_server.kafka_server, self.client_host)
+        server = self._socket_server.kafka_server
+        ctx = RequestContext(header, server.services, self.client_host, legacy_server=server)
         try:
-            return await self._socket_server.kafka_server.apis.handle(ctx, body)
+            return await server.apis.handle(ctx, body)
         except codec.MalformedRequest as exc:
             log.warning("closing connection from %s: %s", self.client_host, exc)
+            raise _Close from exc
+        except CloseConnection as exc:
             raise _Close from exc
 
     async def _write(self, chunks: list[bytes]) -> None:

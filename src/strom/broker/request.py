@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from strom.protocol.codec import RequestHeader
 
 if TYPE_CHECKING:
+    from strom.broker.admin_manager import AdminManager
+    from strom.broker.apis import KafkaApis
+    from strom.broker.producer_id_manager import ProducerIdManager
+    from strom.broker.replica_manager import ReplicaManager
     from strom.broker.server import KafkaServer
+    from strom.cluster.metadata import MetadataStore
+    from strom.config import BrokerConfig
+    from strom.coordinator.group.group_coordinator import GroupCoordinator
+
+# (error code, error message, node id, host, port) for one coordinator key.
+CoordinatorLookup = Callable[[str | None], tuple[int, str | None, int, str, int]]
+
+
+class CloseConnection(Exception):
+    """Answer nothing and close the client's connection (a failed acks=0 produce, as in Kafka)."""
 
 
 @dataclass(slots=True)
@@ -31,12 +46,67 @@ class RawResponse:
         return sum(len(p) if isinstance(p, bytes | bytearray | memoryview) else p.size for p in self.parts)
 
 
+@dataclass(frozen=True, slots=True)
+class BrokerServices:
+    """Exactly what handlers may use, built once by KafkaServer.
+
+    Handlers see these narrow services, never the server object, so a handler can be tested with a
+    context built from fakes and a multi-broker harness can inject its own metadata store.
+    """
+
+    broker_id: int
+    config: BrokerConfig
+    metadata: MetadataStore  # the read side of cluster metadata; writes go through admin_manager
+    replica_manager: ReplicaManager
+    admin_manager: AdminManager
+    group_coordinator: GroupCoordinator
+    producer_id_manager: ProducerIdManager
+    apis: KafkaApis  # what ApiVersions advertises
+    find_transaction_coordinator: CoordinatorLookup | None = None  # None until transactions exist
+
+
 @dataclass(slots=True)
 class RequestContext:
     header: RequestHeader
-    server: KafkaServer
+    services: BrokerServices
     client_host: str
+    legacy_server: KafkaServer | None = None
 
     @property
     def version(self) -> int:
         return self.header.api_version
+
+    @property
+    def server(self) -> KafkaServer:
+        """Deprecated, transitional: remove once every handler uses the accessors below."""
+        if self.legacy_server is None:
+            raise AttributeError("this request context carries no KafkaServer; use its service accessors")
+        return self.legacy_server
+
+    @property
+    def broker_id(self) -> int:
+        return self.services.broker_id
+
+    @property
+    def config(self) -> BrokerConfig:
+        return self.services.config
+
+    @property
+    def metadata(self) -> MetadataStore:
+        return self.services.metadata
+
+    @property
+    def replica_manager(self) -> ReplicaManager:
+        return self.services.replica_manager
+
+    @property
+    def admin_manager(self) -> AdminManager:
+        return self.services.admin_manager
+
+    @property
+    def group_coordinator(self) -> GroupCoordinator:
+        return self.services.group_coordinator
+
+    @property
+    def producer_id_manager(self) -> ProducerIdManager:
+        return self.services.producer_id_manager

@@ -48,6 +48,7 @@ from strom.broker.network import SocketServer
 from strom.broker.producer_id_manager import ProducerIdManager
 from strom.broker.purgatory import DelayedOperationPurgatory, TimerDriver
 from strom.broker.replica_manager import ReplicaManager
+from strom.broker.request import BrokerServices
 from strom.broker.timing_wheel import Timer
 from strom.cluster.embedded import open_metadata_store
 from strom.cluster.metadata import BrokerInfo, MetadataStore
@@ -86,6 +87,7 @@ class KafkaServer:
         self.admin_manager: AdminManager
         self.producer_id_manager: ProducerIdManager
         self.socket_server: SocketServer
+        self.services: BrokerServices  # what handlers see, instead of this object
         self._timer_driver: TimerDriver
         self._tasks: list[asyncio.Task[None]] = []
         self._log_dir_locks: list[LogDirLock] = []
@@ -131,6 +133,11 @@ class KafkaServer:
         self.replica_manager.purge_tombstones()
         self.group_coordinator: GroupCoordinator = create_group_coordinator(self, timer)
         sync_ownership(self, self.group_coordinator)
+        self.services = BrokerServices(
+            broker_id=self.broker_id, config=cfg, metadata=self.metadata, replica_manager=self.replica_manager,
+            admin_manager=self.admin_manager, group_coordinator=self.group_coordinator,
+            producer_id_manager=self.producer_id_manager, apis=self.apis,
+        )
         host, port = cfg.listener_host_port()
         self.socket_server = SocketServer(self, host, port, cfg.get("socket.request.max.bytes"))
         await self.socket_server.start()

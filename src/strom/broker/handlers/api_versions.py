@@ -24,7 +24,7 @@ def _body(apis: KafkaApis, error_code: int) -> ApiVersionsResponse:
 
 
 async def handle(ctx: RequestContext, request: Any) -> ApiVersionsResponse:
-    return _body(ctx.server.apis, 0)
+    return _body(ctx.services.apis, 0)
 
 
 def unsupported_version_response(ctx: RequestContext, apis: KafkaApis) -> bytes:

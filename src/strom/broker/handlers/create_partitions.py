@@ -20,7 +20,7 @@ async def handle(ctx: RequestContext, request: Any) -> CreatePartitionsResponse:
         res = Result(name=t.name, error_code=0, error_message=None)
         try:
             assignment = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
-            ctx.server.admin_manager.create_partitions(t.name, t.count, assignment, request.validate_only)
+            ctx.admin_manager.create_partitions(t.name, t.count, assignment, request.validate_only)
         except Exception as exc:
             res.error_code = error_code_of(exc)
             res.error_message = error_message_of(exc)

@@ -17,7 +17,7 @@ Result = CreateTopicsResponse.CreatableTopicResult
 
 
 async def handle(ctx: RequestContext, request: Any) -> CreateTopicsResponse:
-    admin = ctx.server.admin_manager
+    admin = ctx.admin_manager
     results = []
     seen: set[str] = set()
     for t in request.topics:
@@ -38,7 +38,7 @@ async def handle(ctx: RequestContext, request: Any) -> CreateTopicsResponse:
                 res.configs = [
                     Result.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
                                                  config_source=e.source, is_sensitive=e.is_sensitive)
-                    for e in describe_topic_configs(ctx.server.config, created.configs)
+                    for e in describe_topic_configs(ctx.config, created.configs)
                 ]
         except Exception as exc:
             res.error_code = error_code_of(exc)

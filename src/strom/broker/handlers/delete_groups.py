@@ -16,6 +16,6 @@ Result = DeleteGroupsResponse.DeletableGroupResult
 
 async def handle(ctx: RequestContext, request: Any) -> DeleteGroupsResponse:
     names = list(dict.fromkeys(request.groups_names or []))
-    results = await ctx.server.group_coordinator.handle_delete_groups(names)
+    results = await ctx.group_coordinator.handle_delete_groups(names)
     return DeleteGroupsResponse(throttle_time_ms=0,
                                 results=[Result(group_id=g, error_code=results[g]) for g in names])

@@ -18,7 +18,7 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 async def handle(ctx: RequestContext, request: Any) -> DeleteTopicsResponse:
-    server = ctx.server
+    services = ctx.services
     if ctx.version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
@@ -28,12 +28,12 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteTopicsResponse:
         res = Result(name=name, topic_id=topic_id, error_code=0, error_message=None)
         try:
             if name is None:
-                meta = server.metadata.topic_by_id(topic_id)
+                meta = services.metadata.topic_by_id(topic_id)
                 if meta is None:
                     raise Errors.UnknownTopicIdError(f"No topic with id {topic_id}")
                 name = meta.name
                 res.name = name
-            deleted = server.admin_manager.delete_topic(name)
+            deleted = services.admin_manager.delete_topic(name)
             res.topic_id = deleted.topic_id
         except Exception as exc:
             res.error_code = error_code_of(exc)

@@ -13,7 +13,7 @@ API_KEY = ApiKey.DESCRIBE_CLUSTER
 
 
 async def handle(ctx: RequestContext, request: Any) -> DescribeClusterResponse:
-    store = ctx.server.metadata
+    store = ctx.metadata
     brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=b.broker_id, host=b.host, port=b.port,
                                                              rack=b.rack, is_fenced=False)
                for b in store.live_brokers()]

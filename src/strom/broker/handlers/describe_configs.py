@@ -19,16 +19,16 @@ Entry = Result.DescribeConfigsResourceResult
 
 
 def _entries(ctx: RequestContext, resource_type: int, name: str) -> list[Any]:
-    server = ctx.server
+    services = ctx.services
     if resource_type == TOPIC:
-        topic = server.metadata.topic(name)
+        topic = services.metadata.topic(name)
         if topic is None:
             raise Errors.UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
-        return describe_topic_configs(server.config, topic.configs)
+        return describe_topic_configs(services.config, topic.configs)
     if resource_type == BROKER:
-        if name not in ("", str(server.config.get("broker.id"))):
-            raise Errors.InvalidRequestError(f"Unexpected broker id, expected {server.config.get('broker.id')}")
-        return list(server.config.items())
+        if name not in ("", str(services.config.get("broker.id"))):
+            raise Errors.InvalidRequestError(f"Unexpected broker id, expected {services.config.get('broker.id')}")
+        return list(services.config.items())
     raise Errors.InvalidRequestError(f"Unsupported resource type {resource_type}")
 
 

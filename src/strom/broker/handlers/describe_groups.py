@@ -19,7 +19,7 @@ GROUP_OPERATIONS = {3, 6, 8}
 
 
 async def handle(ctx: RequestContext, request: Any) -> DescribeGroupsResponse:
-    coordinator = ctx.server.group_coordinator
+    coordinator = ctx.group_coordinator
     include_ops = ctx.version >= 3 and request.include_authorized_operations
     groups = []
     for group_id in request.groups or []:

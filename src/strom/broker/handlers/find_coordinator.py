@@ -26,9 +26,9 @@ Coordinator = FindCoordinatorResponse.Coordinator
 
 def lookup(ctx: RequestContext, key: str | None, key_type: int) -> tuple[int, str | None, int, str, int]:
     """(error, message, node id, host, port) for one key."""
-    server = ctx.server
+    services = ctx.services
     if key_type == TRANSACTION_KEY_TYPE:
-        finder = getattr(server, "find_transaction_coordinator", None)
+        finder = services.find_transaction_coordinator
         if finder is None:
             return Errors.CoordinatorNotAvailableError.errno, "transactions are not supported yet", -1, "", -1
         return finder(key)
@@ -37,13 +37,13 @@ def lookup(ctx: RequestContext, key: str | None, key_type: int) -> tuple[int, st
     if key is None:
         return Errors.InvalidGroupIdError.errno, "null group id", -1, "", -1
     try:
-        topic = ensure_offsets_topic(server)
+        topic = ensure_offsets_topic(services.config, services.metadata, services.admin_manager)
     except Errors.KafkaError as exc:
         return Errors.CoordinatorNotAvailableError.errno, str(exc), -1, "", -1
     if topic is None or not topic.partitions:
         return Errors.CoordinatorNotAvailableError.errno, None, -1, "", -1
     state = topic.partitions.get(partition_for(key, len(topic.partitions)))
-    brokers = {b.broker_id: b for b in server.metadata.live_brokers()}
+    brokers = {b.broker_id: b for b in services.metadata.live_brokers()}
     broker = brokers.get(state.leader) if state is not None else None
     if broker is None:
         return Errors.CoordinatorNotAvailableError.errno, f"{GROUP_METADATA_TOPIC_NAME} has no live leader", \

@@ -14,7 +14,7 @@ VERSIONS = (0, 4)
 
 
 async def handle(ctx: RequestContext, request: Any) -> HeartbeatResponse:
-    error = await ctx.server.group_coordinator.handle_heartbeat(
+    error = await ctx.group_coordinator.handle_heartbeat(
         request.group_id, request.member_id, request.group_instance_id if ctx.version >= 3 else None,
         request.generation_id)
     return HeartbeatResponse(throttle_time_ms=0, error_code=error)

@@ -36,19 +36,19 @@ def _apply(current: dict[str, str], op: int, name: str, value: str | None, defau
 
 
 async def handle(ctx: RequestContext, request: Any) -> IncrementalAlterConfigsResponse:
-    server = ctx.server
+    services = ctx.services
     results = []
     for r in request.resources:
         res = Result(error_code=0, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name)
         try:
             check_topic_resource(r.resource_type)
-            topic = server.metadata.topic(r.resource_name)
+            topic = services.metadata.topic(r.resource_name)
             if topic is None:
                 raise Errors.UnknownTopicOrPartitionError(f"Topic '{r.resource_name}' does not exist.")
             configs = dict(topic.configs)
             for c in r.configs:
-                _apply(configs, c.config_operation, c.name, c.value, server.config.topic_defaults())
-            server.admin_manager.set_topic_configs(r.resource_name, configs, request.validate_only)
+                _apply(configs, c.config_operation, c.name, c.value, services.config.topic_defaults())
+            services.admin_manager.set_topic_configs(r.resource_name, configs, request.validate_only)
         except Exception as exc:
             res.error_code = error_code_of(exc)
             res.error_message = error_message_of(exc)

@@ -23,7 +23,7 @@ async def handle(ctx: RequestContext, request: Any) -> InitProducerIdResponse:
     if request.transactional_id is not None:
         resp.error_code = Errors.TransactionalIdAuthorizationFailedError.errno
         return resp
-    pid_manager = ctx.server.producer_id_manager
+    pid_manager = ctx.producer_id_manager
     if ctx.version >= 3 and request.producer_id >= 0 and 0 <= request.producer_epoch < MAX_EPOCH - 1:
         # KIP-360: an idempotent producer may bump its own epoch to reset sequences.
         resp.producer_id, resp.producer_epoch = request.producer_id, request.producer_epoch + 1

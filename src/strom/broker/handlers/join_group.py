@@ -16,7 +16,7 @@ Member = JoinGroupResponse.JoinGroupResponseMember
 
 async def handle(ctx: RequestContext, request: Any) -> JoinGroupResponse:
     v = ctx.version
-    result = await ctx.server.group_coordinator.handle_join_group(
+    result = await ctx.group_coordinator.handle_join_group(
         group_id=request.group_id,
         member_id=request.member_id or "",
         group_instance_id=request.group_instance_id if v >= 5 else None,

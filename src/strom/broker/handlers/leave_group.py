@@ -27,7 +27,7 @@ async def handle(ctx: RequestContext, request: Any) -> LeaveGroupResponse:
     else:
         leaving = [MemberIdentity(request.member_id or "")]
         reason = None
-    error, results = await ctx.server.group_coordinator.handle_leave_group(request.group_id, leaving, reason)
+    error, results = await ctx.group_coordinator.handle_leave_group(request.group_id, leaving, reason)
     if v < 3:
         if not error and results:
             error = results[0][1]

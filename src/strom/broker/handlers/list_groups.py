@@ -19,7 +19,7 @@ async def handle(ctx: RequestContext, request: Any) -> ListGroupsResponse:
     v = ctx.version
     states = set(request.states_filter or []) if v >= 4 else set()
     types = {t.lower() for t in request.types_filter or []} if v >= 5 else set()
-    error, groups = ctx.server.group_coordinator.handle_list_groups(states or None)
+    error, groups = ctx.group_coordinator.handle_list_groups(states or None)
     if types and CLASSIC not in types:
         groups = []
     return ListGroupsResponse(throttle_time_ms=0, error_code=error, groups=[

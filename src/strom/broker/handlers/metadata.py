@@ -44,15 +44,15 @@ def _error_topic(name: str | None, error_code: int, topic_id: uuid.UUID = ZERO_U
 
 
 async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
-    server = ctx.server
-    store = server.metadata
+    services = ctx.services
+    store = services.metadata
     version = ctx.version
     requested = request.topics
     if version == 0 and not requested:
         requested = None  # v0: an empty list means all topics
     allow_auto = request.allow_auto_topic_creation if version >= 4 else True
     offline: dict[str, set[int]] = {}
-    for name, index in server.replica_manager.offline_partitions:
+    for name, index in services.replica_manager.offline_partitions:
         offline.setdefault(name, set()).add(index)
 
     def topic_response(t: TopicMetadata) -> Any:
@@ -70,9 +70,9 @@ async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
                                                                           req.topic_id))
                 continue
             t = store.topic(name)
-            if t is None and allow_auto and server.config.get("auto.create.topics.enable"):
+            if t is None and allow_auto and services.config.get("auto.create.topics.enable"):
                 try:
-                    t = server.admin_manager.create_topic(name)
+                    t = services.admin_manager.create_topic(name)
                 except Errors.TopicAlreadyExistsError:
                     t = store.topic(name)
                 except Errors.KafkaError as exc:

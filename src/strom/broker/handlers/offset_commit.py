@@ -23,7 +23,7 @@ Part = Topic.OffsetCommitResponsePartition
 
 async def handle(ctx: RequestContext, request: Any) -> OffsetCommitResponse:
     v = ctx.version
-    store = ctx.server.metadata
+    store = ctx.metadata
     now = now_ms()
     retention = request.retention_time_ms if 2 <= v <= 4 else -1
     errors: dict[tuple[str, int], int] = {}
@@ -44,7 +44,7 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetCommitResponse:
                 commit_timestamp=now,
                 expire_timestamp=now + retention if retention is not None and retention >= 0 else -1)
     if offsets:
-        errors.update(await ctx.server.group_coordinator.handle_commit_offsets(
+        errors.update(await ctx.group_coordinator.handle_commit_offsets(
             request.group_id, request.member_id or "", request.group_instance_id if v >= 7 else None,
             request.generation_id_or_member_epoch, offsets))
     topics: dict[str, list[Any]] = {}

@@ -17,7 +17,7 @@ Part = Topic.OffsetDeleteResponsePartition
 
 async def handle(ctx: RequestContext, request: Any) -> OffsetDeleteResponse:
     partitions = [(t.name, p.partition_index) for t in request.topics or [] for p in t.partitions or []]
-    error, results = await ctx.server.group_coordinator.handle_delete_offsets(request.group_id, partitions)
+    error, results = await ctx.group_coordinator.handle_delete_offsets(request.group_id, partitions)
     topics: dict[str, list[Any]] = {}
     if not error:
         for (topic, part), code in results.items():

@@ -22,7 +22,7 @@ def _fetch(ctx: RequestContext, group_id: str, topics: list[Any] | None
            ) -> tuple[int, dict[str, list[tuple[int, int, int, str | None]]]]:
     """(group error, topic -> [(partition, offset, leader_epoch, metadata)])."""
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-    error, offsets = ctx.server.group_coordinator.handle_fetch_offsets(group_id, wanted)
+    error, offsets = ctx.group_coordinator.handle_fetch_offsets(group_id, wanted)
     out: dict[str, list[tuple[int, int, int, str | None]]] = {}
     if error:
         return error, out

@@ -18,7 +18,7 @@ async def handle(ctx: RequestContext, request: Any) -> SyncGroupResponse:
     assignments: dict[str, bytes] = {}
     for a in request.assignments or []:
         assignments[a.member_id] = bytes(a.assignment or b"")
-    result = await ctx.server.group_coordinator.handle_sync_group(
+    result = await ctx.group_coordinator.handle_sync_group(
         group_id=request.group_id, generation_id=request.generation_id, member_id=request.member_id,
         instance_id=request.group_instance_id if v >= 3 else None,
         protocol_type=request.protocol_type if v >= 5 else None,

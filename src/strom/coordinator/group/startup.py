@@ -20,7 +20,10 @@ from strom.coordinator.group.group_coordinator import GroupConfig, GroupCoordina
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
 
 if TYPE_CHECKING:
+    from strom.broker.admin_manager import AdminManager
     from strom.broker.server import KafkaServer
+    from strom.cluster.metadata import MetadataStore
+    from strom.config import BrokerConfig
 
 log = logging.getLogger(__name__)
 _LOADS: set[asyncio.Task[None]] = set()  # keeps running loads referenced until they finish
@@ -81,20 +84,21 @@ def sync_ownership(server: KafkaServer, coordinator: GroupCoordinator) -> None:
             task.add_done_callback(_LOADS.discard)
 
 
-def ensure_offsets_topic(server: KafkaServer) -> TopicMetadata | None:
+def ensure_offsets_topic(
+    cfg: BrokerConfig, metadata: MetadataStore, admin_manager: AdminManager
+) -> TopicMetadata | None:
     """Create ``__consumer_offsets`` on first use: compacted, replication capped to live brokers."""
-    topic = server.metadata.topic(GROUP_METADATA_TOPIC_NAME)
+    topic = metadata.topic(GROUP_METADATA_TOPIC_NAME)
     if topic is not None:
         return topic
-    cfg = server.config
-    live = len(server.metadata.live_brokers())
+    live = len(metadata.live_brokers())
     rf = min(cfg.get("offsets.topic.replication.factor"), max(live, 1))
     try:
-        server.admin_manager.create_topic(
+        admin_manager.create_topic(
             GROUP_METADATA_TOPIC_NAME, cfg.get("offsets.topic.num.partitions"), rf,
             configs={"cleanup.policy": "compact", "segment.bytes": str(cfg.get("offsets.topic.segment.bytes")),
                      "compression.type": "producer"})
         log.info("created %s with replication factor %d", GROUP_METADATA_TOPIC_NAME, rf)
     except Errors.TopicAlreadyExistsError:
         pass
-    return server.metadata.topic(GROUP_METADATA_TOPIC_NAME)
+    return metadata.topic(GROUP_METADATA_TOPIC_NAME)
