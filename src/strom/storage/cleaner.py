@@ -57,6 +57,7 @@ from strom.protocol.record_batch import (
     set_base_offset,
     set_partition_leader_epoch,
 )
+from strom.server_common.types import TopicPartition
 from strom.storage.checkpoints import OffsetCheckpointFile
 from strom.storage.log import Log
 from strom.storage.segment import LogSegment
@@ -70,7 +71,6 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
-TopicPartition = tuple[str, int]
 
 
 def time_ms() -> int:

@@ -24,16 +24,15 @@ from dataclasses import dataclass
 
 import kafka.errors as Errors
 
-from strom.broker.purgatory import DelayedOperationPurgatory
-from strom.broker.timing_wheel import Timer
 from strom.coordinator.group.delayed import DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin
 from strom.coordinator.group.group_metadata import GroupMetadata, GroupState, OffsetAndMetadata
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
 from strom.coordinator.group.member_metadata import JoinGroupResult, MemberMetadata, SyncGroupResult
+from strom.server_common.purgatory import DelayedOperationPurgatory
+from strom.server_common.timing_wheel import Timer
+from strom.server_common.types import TopicPartition
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 NONE = 0
 COORDINATOR_LOAD_IN_PROGRESS = Errors.CoordinatorLoadInProgressError.errno

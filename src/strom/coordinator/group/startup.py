@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 import kafka.errors as Errors
 
-from strom.broker.timing_wheel import Timer
 from strom.cluster.metadata import TopicMetadata
 from strom.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
+from strom.server_common.timing_wheel import Timer
 
 if TYPE_CHECKING:
     from strom.broker.server import KafkaServer
