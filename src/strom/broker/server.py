@@ -50,8 +50,9 @@ from strom.broker.replica_manager import ReplicaManager
 from strom.cluster.embedded import open_metadata_store
 from strom.cluster.metadata import BrokerInfo, MetadataStore
 from strom.config import BrokerConfig, ConfigError
+from strom.coordinator.common import sync_ownership
 from strom.coordinator.group.group_coordinator import GroupCoordinator
-from strom.coordinator.group.startup import create_group_coordinator, sync_ownership
+from strom.coordinator.group.startup import create_group_coordinator
 from strom.server_common.purgatory import DelayedOperationPurgatory, TimerDriver
 from strom.server_common.timing_wheel import Timer
 from strom.storage.cleaner import LogCleaner, cleaner_backoff_ms
