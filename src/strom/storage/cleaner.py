@@ -60,12 +60,11 @@ from strom.protocol.record_batch import (
 from strom.server_common.types import TopicPartition
 from strom.storage.checkpoints import OffsetCheckpointFile
 from strom.storage.log import Log
-from strom.storage.segment import LogSegment
+from strom.storage.segment import CLEANED_SUFFIX, LogSegment
 
 log = logging.getLogger(__name__)
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
-CLEANED_SUFFIX = ".cleaned"
 _READ_CHUNK = 1024 * 1024
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
