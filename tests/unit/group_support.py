@@ -8,10 +8,10 @@ from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
-from strom.broker.purgatory import TimerDriver
-from strom.broker.timing_wheel import Timer
 from strom.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
+from strom.server_common.purgatory import TimerDriver
+from strom.server_common.timing_wheel import Timer
 from strom.storage.log import Log
 from strom.storage.log_config import LogConfig
 

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from strom.broker.purgatory import DelayedOperation, DelayedOperationPurgatory, TimerDriver
-from strom.broker.timing_wheel import Timer
+from strom.server_common.purgatory import DelayedOperation, DelayedOperationPurgatory, TimerDriver
+from strom.server_common.timing_wheel import Timer
 
 
 class FakeClock:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from strom.broker.timing_wheel import Timer, TimerTask
+from strom.server_common.timing_wheel import Timer, TimerTask
 
 
 class FakeClock:

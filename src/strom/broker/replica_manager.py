@@ -16,16 +16,15 @@ from typing import Any
 import kafka.errors as Errors
 
 from strom.broker.partition import Partition
-from strom.broker.purgatory import DelayedOperation, DelayedOperationPurgatory
 from strom.cluster.metadata import MetadataStore, TopicMetadata
 from strom.config import BrokerConfig
+from strom.server_common.purgatory import DelayedOperation, DelayedOperationPurgatory
+from strom.server_common.types import TopicPartition
 from strom.storage.log_config import LogConfig
 from strom.storage.log_manager import LogManager
 from strom.storage.partition_metadata import ensure_topic_configs, ensure_topic_id
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 # A full disk fails every produce: log it once per partition per interval, not once per request.
 STORAGE_ERROR_LOG_INTERVAL_S = 60.0

@@ -46,15 +46,16 @@ from strom.broker.handlers import (
 )
 from strom.broker.network import SocketServer
 from strom.broker.producer_id_manager import ProducerIdManager
-from strom.broker.purgatory import DelayedOperationPurgatory, TimerDriver
 from strom.broker.replica_manager import ReplicaManager
 from strom.broker.request import BrokerServices
-from strom.broker.timing_wheel import Timer
 from strom.cluster.embedded import open_metadata_store
 from strom.cluster.metadata import BrokerInfo, MetadataStore
 from strom.config import BrokerConfig, ConfigError
+from strom.coordinator.common import sync_ownership
 from strom.coordinator.group.group_coordinator import GroupCoordinator
-from strom.coordinator.group.startup import create_group_coordinator, sync_ownership
+from strom.coordinator.group.startup import create_group_coordinator
+from strom.server_common.purgatory import DelayedOperationPurgatory, TimerDriver
+from strom.server_common.timing_wheel import Timer
 from strom.storage.cleaner import LogCleaner, cleaner_backoff_ms
 from strom.storage.log_config import LogConfig
 from strom.storage.log_dirs import LogDirLock, lock_log_dirs

@@ -16,12 +16,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from strom.server_common.types import TopicPartition
+
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 CHECKPOINT_VERSION = 0
-
-TopicPartition = tuple[str, int]
 
 
 class CorruptCheckpointError(ValueError):

@@ -57,20 +57,19 @@ from strom.protocol.record_batch import (
     set_base_offset,
     set_partition_leader_epoch,
 )
+from strom.server_common.types import TopicPartition
 from strom.storage.checkpoints import OffsetCheckpointFile
 from strom.storage.log import Log
-from strom.storage.segment import LogSegment
+from strom.storage.segment import CLEANED_SUFFIX, LogSegment
 
 log = logging.getLogger(__name__)
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
-CLEANED_SUFFIX = ".cleaned"
 _READ_CHUNK = 1024 * 1024
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _U32 = struct.Struct(">I")
-TopicPartition = tuple[str, int]
 
 
 def time_ms() -> int:

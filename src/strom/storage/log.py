@@ -38,7 +38,14 @@ from strom.storage.checkpoints import fsync_dir
 from strom.storage.log_config import LogConfig
 from strom.storage.log_loader import LogLoader, rebuild_producer_state
 from strom.storage.producer_state import ProducerStateManager
-from strom.storage.segment import DELETED_SUFFIX, FileSlice, LogSegment
+from strom.storage.segment import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    LOG_SUFFIX,
+    FileSlice,
+    LogSegment,
+    segment_path,
+)
 from strom.storage.validator import LogValidator
 
 log = logging.getLogger(__name__)
@@ -634,35 +641,48 @@ class Log:
     def replace_segment(self, old: LogSegment, cleaned_path: str) -> LogSegment | None:
         """Swap a compacted copy in for an inactive segment; None if the segment went away meanwhile.
 
-        Crash-safe order: drop the old indexes (a restart rebuilds missing ones), then
-        atomically rename ``<base>.log.cleaned`` over ``<base>.log``, then index the new
-        file. Offsets keep their values; the old file stays readable through open
+        The slow part (scanning the cleaned file, building and fsyncing its indexes under
+        ``<base>.index.cleaned`` and ``<base>.timeindex.cleaned``) runs before the log lock is
+        taken, so appends on the event loop (``__consumer_offsets`` above all) never wait for it.
+        Under the lock only the swap happens, in a crash-safe order: drop the old indexes (a
+        restart rebuilds missing ones), atomically rename ``<base>.log.cleaned`` over
+        ``<base>.log``, then rename the new indexes into place. A crash at any point leaves
+        either the old or the new segment complete, and any ``.cleaned`` leftover is deleted
+        at load. Offsets keep their values; the old file stays readable through open
         FileSlices until it is closed after file.delete.delay.ms.
         """
+        expected = segment_path(self.directory, old.base_offset, LOG_SUFFIX + CLEANED_SUFFIX)
+        if os.path.abspath(cleaned_path) != os.path.abspath(expected):
+            raise ValueError(f"a cleaned copy must be at {expected}, not {cleaned_path}")
+        new = LogSegment(self.directory, old.base_offset, self.config, old.created_ms, active=False,
+                         suffix=CLEANED_SUFFIX)
+        try:
+            new.recover()
+            new.on_become_inactive()
+            new.flush()
+        except BaseException:
+            new.delete_files()
+            raise
         with self._lock:
             try:
                 i = next(k for k, seg in enumerate(self._segments) if seg is old)
             except StopIteration:
                 i = -1
             if self.closed or i < 0 or old is self._segments[-1] or old.deleted:
-                os.unlink(cleaned_path)
+                new.delete_files()
                 return None
             for index in (old.offset_index, old.time_index):
                 try:
                     os.unlink(index.path)
                 except FileNotFoundError:
                     pass
-            os.replace(cleaned_path, old.log_path)
-            fsync_dir(self.directory)
-            new = LogSegment(self.directory, old.base_offset, self.config, old.created_ms, active=False)
-            new.recover()
-            new.on_become_inactive()
-            new.flush()
+            new.change_suffix("")
             self._segments[i] = new
             old.deleted = True  # its paths now name the new files: never rename or unlink through it
-            delay = self.config.file_delete_delay_ms
-            if delay <= 0:
-                old.close()
-            else:
-                DELETE_SCHEDULER.schedule(delay / 1000.0, old.close)
-            return new
+        fsync_dir(self.directory)  # the renames are atomic already; this only makes them durable
+        delay = self.config.file_delete_delay_ms
+        if delay <= 0:
+            old.close()
+        else:
+            DELETE_SCHEDULER.schedule(delay / 1000.0, old.close)
+        return new

@@ -39,6 +39,7 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"  # a compacted copy being prepared beside the segment it replaces
 
 _SCAN_CHUNK = 16 * 1024
 _RECOVERY_WINDOW = 1024 * 1024
@@ -95,22 +96,25 @@ class LogSegment:
         config: LogConfig,
         now_ms: int | None = None,
         active: bool = True,
+        suffix: str = "",
     ) -> None:
+        """``suffix`` opens the files under another name (``.cleaned``): a segment built beside
+        the one it will replace, renamed into place later with ``change_suffix("")``."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = config.index_interval_bytes
-        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX)
+        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX + suffix)
         fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self._file = io.FileIO(fd, "r+", closefd=True)
         self._fd = fd
         self._size = os.fstat(fd).st_size
         max_index = config.segment_index_bytes
         self.offset_index = OffsetIndex(
-            segment_path(directory, base_offset, INDEX_SUFFIX), base_offset, max_index,
+            segment_path(directory, base_offset, INDEX_SUFFIX + suffix), base_offset, max_index,
             on_corrupt=self._rebuild_index, log_size=lambda: self._size,
         )
         self.time_index = TimeIndex(
-            segment_path(directory, base_offset, TIME_INDEX_SUFFIX), base_offset, max_index,
+            segment_path(directory, base_offset, TIME_INDEX_SUFFIX + suffix), base_offset, max_index,
             on_corrupt=self._rebuild_index,
         )
         self.created_ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -513,7 +517,11 @@ class LogSegment:
         self._file.close()
 
     def change_suffix(self, new_suffix: str) -> None:
-        """Rename all three files with an extra suffix (``.deleted``); open handles stay valid."""
+        """Rename all three files to carry ``new_suffix`` (``.deleted``; ``""`` for the plain names).
+
+        Open handles stay valid. The log file goes first, so a crash in between leaves the
+        log under its new name without an index, which a restart rebuilds.
+        """
         new_log_path = segment_path(self.directory, self.base_offset, LOG_SUFFIX + new_suffix)
         os.replace(self.log_path, new_log_path)
         self.log_path = new_log_path

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from strom.broker.purgatory import DelayedOperation
+from strom.server_common.purgatory import DelayedOperation
 
 if TYPE_CHECKING:
     from strom.coordinator.group.group_coordinator import GroupCoordinator

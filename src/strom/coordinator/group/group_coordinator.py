@@ -24,16 +24,15 @@ from dataclasses import dataclass
 
 import kafka.errors as Errors
 
-from strom.broker.purgatory import DelayedOperationPurgatory
-from strom.broker.timing_wheel import Timer
 from strom.coordinator.group.delayed import DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin
 from strom.coordinator.group.group_metadata import GroupMetadata, GroupState, OffsetAndMetadata
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
 from strom.coordinator.group.member_metadata import JoinGroupResult, MemberMetadata, SyncGroupResult
+from strom.server_common.purgatory import DelayedOperationPurgatory
+from strom.server_common.timing_wheel import Timer
+from strom.server_common.types import TopicPartition
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 NONE = 0
 COORDINATOR_LOAD_IN_PROGRESS = Errors.CoordinatorLoadInProgressError.errno
@@ -714,7 +713,22 @@ class GroupCoordinator:
                 log.info("deleted group %s", group_id)
         return results
 
-    # -- partition ownership -------------------------------------------------------
+    # -- partition ownership (strom.coordinator.common.PartitionedCoordinator) ------
+    @property
+    def topic_name(self) -> str:
+        return GROUP_METADATA_TOPIC_NAME
+
+    @property
+    def owned_partitions(self) -> set[int]:
+        return self.manager.owned_partitions
+
+    @property
+    def loading_partitions(self) -> set[int]:
+        return self.manager.loading_partitions
+
+    def set_partition_count(self, count: int) -> None:
+        self.manager.num_partitions = count
+
     def on_election(self, partition: int) -> None:
         """This broker became leader of an ``__consumer_offsets`` partition: load its groups (blocking)."""
         if self.manager.is_partition_owned(partition):
@@ -723,15 +737,13 @@ class GroupCoordinator:
 
     async def load_partition(self, partition: int) -> None:
         """Like on_election, but reads the log in a worker thread; meanwhile requests for
-        the partition's groups get COORDINATOR_LOAD_IN_PROGRESS and clients retry."""
+        the partition's groups get COORDINATOR_LOAD_IN_PROGRESS and clients retry. A read
+        failure propagates so the caller (``coordinator.common.load_with_retry``) retries it."""
         if self.manager.is_partition_owned(partition):
             return
         self.manager.loading_partitions.add(partition)  # callers may have marked it already
         try:
             records = await asyncio.get_running_loop().run_in_executor(None, self.manager.read_partition, partition)
-        except Exception:
-            log.exception("loading %s-%d failed", GROUP_METADATA_TOPIC_NAME, partition)
-            return
         finally:
             self.manager.loading_partitions.discard(partition)
         if self.active:

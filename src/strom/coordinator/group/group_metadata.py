@@ -23,8 +23,7 @@ from enum import Enum
 
 from strom.coordinator.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE, subscribed_topics
 from strom.coordinator.group.member_metadata import MemberMetadata
-
-TopicPartition = tuple[str, int]
+from strom.server_common.types import TopicPartition
 
 
 class GroupState(Enum):

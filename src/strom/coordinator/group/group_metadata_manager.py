@@ -35,11 +35,11 @@ from strom.coordinator.group.records import (
     read_offset_commit_value,
 )
 from strom.protocol.record_batch import build_batch, decode_records, iter_batches
+from strom.server_common.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
 GROUP_METADATA_TOPIC_NAME = "__consumer_offsets"
-TopicPartition = tuple[str, int]
 
 NONE = 0
 UNKNOWN_SERVER_ERROR = Errors.UnknownError.errno

@@ -20,7 +20,7 @@ for each. The structure follows Kafka:
   they really expire.
 
 Everything runs on one thread (the broker's event loop); time is injectable, so the
-wheel is tested with simulated milliseconds. ``strom.broker.purgatory.TimerDriver``
+wheel is tested with simulated milliseconds. ``strom.server_common.purgatory.TimerDriver``
 connects a ``Timer`` to asyncio.
 """
 

@@ -47,7 +47,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Hashable, Iterable
 
-from strom.broker.timing_wheel import Timer, TimerTask
+from strom.server_common.timing_wheel import Timer, TimerTask
 
 __all__ = ["DelayedOperation", "DelayedOperationPurgatory", "TimerDriver"]
 
