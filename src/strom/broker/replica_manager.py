@@ -66,6 +66,7 @@ class FetchParams:
 
 @dataclass(slots=True)
 class ProducePartitionResult:
+    index: int = -1  # the partition
     error_code: int = 0
     base_offset: int = -1
     log_append_time_ms: int = -1
@@ -201,6 +202,7 @@ class ReplicaManager:
                                                 self.broker_id)
             else:
                 part.update_state(state)
+                self.produce_purgatory.check_and_complete(tp)  # a shrunk ISR may move the HW
 
     @staticmethod
     def _record_topic_in_dir(directory: str, topic: TopicMetadata) -> None:
@@ -318,10 +320,13 @@ class ReplicaManager:
             return self._append_one(entries, required_acks, timeout_ms, legacy[0])
         results: ProduceResults = {}
         waiting = False
+        partitions = self.partitions
         for tp, records in entries.items():
-            res = results[tp] = ProducePartitionResult()
+            res = results[tp] = ProducePartitionResult(tp[1])
+            part = partitions.get(tp)
             try:
-                part = self.get_partition(*tp)
+                if part is None:
+                    part = self.get_partition(*tp)  # raises the error to answer
                 info = self._append_to_local_log(part, tp, records, required_acks)
             except Exception as exc:
                 res.error_code = error_code_of(exc)

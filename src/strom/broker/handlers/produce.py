@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import kafka.errors as Errors
 
-from strom.broker.replica_manager import ProduceResults, TopicPartition
+from strom.broker.replica_manager import ProducePartitionResult, ProduceResults, TopicPartition
 from strom.broker.request import RawResponse, RequestContext
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
@@ -24,14 +24,8 @@ FLEXIBLE_FROM = 9
 _PARTITION = struct.Struct(">ihqq")
 
 
-@dataclass(slots=True)
-class PartitionResult:
-    index: int
-    error_code: int = 0
-    base_offset: int = -1
-    log_append_time_ms: int = -1
-    log_start_offset: int = -1
-    error_message: str | None = None
+# The per-partition answer, as the ReplicaManager fills it in.
+PartitionResult = ProducePartitionResult
 
 
 @dataclass(slots=True)
@@ -41,7 +35,7 @@ class DeferredResponse(RawResponse):
     The connection keeps answering later requests in order behind it instead of blocking on it.
     """
 
-    ready: asyncio.Future[bytes] = field(default_factory=asyncio.Future)
+    ready: asyncio.Future[bytes]
 
 
 async def handle(ctx: RequestContext, request: Any) -> bytes | DeferredResponse | None:
@@ -79,15 +73,10 @@ def _layout(request: Any, results: ProduceResults, err: int) -> list[tuple[str, 
     topics: list[tuple[str, list[PartitionResult]]] = []
     for topic in request.topic_data:
         name = topic.name
-        parts = []
-        for pd in topic.partition_data:
-            r = results.get((name, pd.index))
-            if r is None:
-                parts.append(PartitionResult(pd.index, err))
-            else:
-                parts.append(PartitionResult(pd.index, r.error_code, r.base_offset, r.log_append_time_ms,
-                                             r.log_start_offset, r.error_message))
-        topics.append((name, parts))
+        if err:
+            topics.append((name, [PartitionResult(pd.index, err) for pd in topic.partition_data]))
+        else:
+            topics.append((name, [results[(name, pd.index)] for pd in topic.partition_data]))
     return topics
 
 
