@@ -348,7 +348,7 @@ class ReplicaManager:
         return results, future
 
     def _append_one(self, topic: str, partition: int, records: Any, required_acks: int) -> Any:
-        """One partition: the LogAppendInfo, or an awaitable of it while acks=all waits for the ISR."""
+        """One partition: its result, or an awaitable of it while acks=all waits for the ISR; errors raise."""
         tp = (topic, partition)
         results, done = self.append_records({tp: records}, required_acks)
         res = results[tp]
