@@ -30,7 +30,7 @@ import struct
 import time
 from typing import TYPE_CHECKING
 
-from strom.broker.request import CloseConnection, FileRegion, RawResponse, RequestContext
+from strom.broker.request import CloseConnection, DeferredResponse, FileRegion, RawResponse, RequestContext
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
 
@@ -53,8 +53,11 @@ FIRST_FRAME_CHUNK_BYTES = 64 * 1024
 # Stop reading from a client that has this much unprocessed input queued (Kafka mutes it).
 MAX_QUEUED_BYTES = 64 * 1024 * 1024
 MAX_QUEUED_FRAMES = 256
-# Responses that may be gathered into one write: handlers that never wait.
+# Responses that may be gathered into one write. Their handlers answer at once, or (acks=all) return a
+# DeferredResponse: phase 1 is done and the connection goes on reading while phase 2 waits.
 COALESCED_APIS = frozenset({ApiKey.PRODUCE})
+# Answers a connection may queue behind a waiting Produce before it stops reading requests.
+MAX_DEFERRED_ANSWERS = 64
 FLUSH_BYTES = 1 << 20
 LISTEN_BACKLOG = 128
 MAX_ACCEPTS_PER_WAKEUP = 64
@@ -66,6 +69,10 @@ ACCEPT_ERROR_LOG_INTERVAL_S = 10.0
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 # The idle sweep runs this often at most (and at least a few times per connections.max.idle.ms).
 MAX_SWEEP_INTERVAL_S = 30.0
+
+
+def _answer_ready(answer: bytes | asyncio.Future[bytes]) -> bool:
+    return not isinstance(answer, asyncio.Future) or answer.done()
 
 
 class RequestMemoryPool:
@@ -520,22 +527,28 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     # -- request loop ---------------------------------------------------------------------
     async def _request_loop(self) -> None:
-        pending: list[bytes] = []  # answers to consecutive Produce requests, written together
+        pending: list[bytes] = []  # complete answers to consecutive Produce requests, written together
         pending_bytes = 0
+        # Once a Produce waits (acks=all), its answer and every later one queue here, in request order:
+        # Kafka answers a connection's requests in order. Empty whenever pending is not.
+        deferred: collections.deque[bytes | asyncio.Future[bytes]] = collections.deque()
         frame: bytes | bytearray | None = None
         view: memoryview | None = None
         try:
             while not self._closed:
+                if deferred and _answer_ready(deferred[0]):
+                    await self._write_deferred(deferred, wait=False)
                 if not self._frames:
                     if pending:
                         await self._write(pending)
                         pending, pending_bytes = [], 0
-                    if self._handling:
+                    if self._handling and not deferred:
                         self._handling = False
                         self._last_active = time.monotonic()
                         frame = view = None  # only _last_frame keeps the last request now
                     self._wakeup.clear()
-                    await self._wakeup.wait()
+                    if not self._frames and not (deferred and _answer_ready(deferred[0])):
+                        await self._wakeup.wait()  # a new frame, or a waiting Produce completed
                     continue
                 frame = self._frames.popleft()
                 # Held until the next request replaces it, as before: freeing a large frame as soon as it is
@@ -551,10 +564,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 view = memoryview(frame)
                 header, body_pos = self._parse_header(view)
                 coalesce = header.api_key in COALESCED_APIS
-                if pending and not coalesce:
+                if not coalesce:
                     # This handler may wait (long poll, rebalance): earlier answers must not wait with it.
-                    await self._write(pending)
-                    pending, pending_bytes = [], 0
+                    if pending:
+                        await self._write(pending)
+                        pending, pending_bytes = [], 0
+                    if deferred:
+                        await self._write_deferred(deferred, wait=True)
+                elif len(deferred) >= MAX_DEFERRED_ANSWERS:
+                    await self._write_deferred(deferred, wait=True)  # bound what a pipelining client holds
                 try:
                     response = await self._dispatch(header, view[body_pos:])
                 finally:
@@ -562,10 +580,21 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if response is None:
                     continue
                 if isinstance(response, RawResponse):
+                    if isinstance(response, DeferredResponse):
+                        # Phase 1 is done, phase 2 waits: send what is ready, keep reading requests.
+                        if pending:
+                            await self._write(pending)
+                            pending, pending_bytes = [], 0
+                        response.ready.add_done_callback(self._answer_done)
+                        deferred.append(response.ready)
+                        continue
                     if pending:
                         await self._write(pending)
                         pending, pending_bytes = [], 0
                     await self._send_raw(header, response)
+                    continue
+                if deferred:
+                    deferred.append(response)
                     continue
                 pending.append(response)
                 pending_bytes += len(response)
@@ -587,6 +616,29 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._queued_bytes = 0
             self._release(self._held)
 
+    def _answer_done(self, _: asyncio.Future[bytes]) -> None:
+        self._wakeup.set()
+
+    async def _write_deferred(self, deferred: collections.deque[bytes | asyncio.Future[bytes]], wait: bool) -> None:
+        """Write queued answers in order: the ready ones at the head, or (wait) all of them."""
+        chunks: list[bytes] = []
+        while deferred:
+            head = deferred[0]
+            if isinstance(head, asyncio.Future):
+                if not head.done():
+                    if not wait:
+                        break
+                    if chunks:
+                        await self._write(chunks)
+                        chunks = []
+                    await head
+                chunks.append(head.result())
+            else:
+                chunks.append(head)
+            deferred.popleft()
+        if chunks:
+            await self._write(chunks)
+
     def _parse_header(self, view: memoryview) -> tuple[codec.RequestHeader, int]:
         try:
             return codec.parse_request_header(view)
@@ -596,7 +648,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _dispatch(self, header: codec.RequestHeader, body: memoryview) -> bytes | RawResponse | None:
         server = self._socket_server.kafka_server
-        ctx = RequestContext(header, server.services, self.client_host, legacy_server=server)
+        ctx = RequestContext(header, server.services, self.client_host)
         try:
             return await server.apis.handle(ctx, body)
         except codec.MalformedRequest as exc:

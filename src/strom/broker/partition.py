@@ -8,6 +8,7 @@ alone and HW = LEO after every append.
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import Any
 
@@ -15,6 +16,10 @@ import kafka.errors as Errors
 
 from strom.cluster.metadata import PartitionState
 from strom.storage.log import Log
+
+# FetchRequest / ListOffsetsRequest isolation_level.
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
 
 
 class Partition:
@@ -54,6 +59,29 @@ class Partition:
         # No transactions yet: every record below the HW is stable.
         return self.log.high_watermark
 
+    @property
+    def isr_size(self) -> int:
+        return len(self.isr)
+
+    @property
+    def min_insync_replicas(self) -> int:
+        return self.log.config.min_insync_replicas
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.log.size_in_bytes
+
+    @property
+    def log_dir(self) -> str:
+        """The log dir (not the partition dir) holding this partition."""
+        return os.path.dirname(self.log.directory)
+
+    def fetch_offset_limit(self, isolation: int, replica_id: int = -1) -> int:
+        """Exclusive upper offset a fetch may read: LEO for a follower, else HW (LSO for read_committed)."""
+        if replica_id >= 0:
+            return self.log.log_end_offset
+        return self.last_stable_offset if isolation == READ_COMMITTED else self.log.high_watermark
+
     def update_state(self, state: PartitionState) -> None:
         self.leader_id = state.leader
         self.leader_epoch = state.leader_epoch
@@ -84,6 +112,34 @@ class Partition:
         self.maybe_increment_high_watermark()
         return info
 
-    def read_records(self, fetch_offset: int, max_bytes: int, committed_only: bool, min_one_message: bool) -> Any:
-        max_offset = self.last_stable_offset if committed_only else self.high_watermark
+    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int) -> bool:
+        """A follower's fetch offset is its LEO; returns True if the HW moved (acks=all may complete)."""
+        if replica_id == self.local_broker_id or replica_id not in self.replicas:
+            raise Errors.NotLeaderForPartitionError(f"broker {replica_id} is not a follower of "
+                                                    f"{self.topic}-{self.index}")
+        self._follower_leo[replica_id] = fetch_offset
+        old = self.log.high_watermark
+        self.maybe_increment_high_watermark()
+        return self.log.high_watermark != old
+
+    def read_records(self, fetch_offset: int, max_bytes: int, isolation: int, min_one_message: bool,
+                     replica_id: int = -1) -> Any:
+        max_offset = self.fetch_offset_limit(isolation, replica_id)
         return self.log.read(fetch_offset, max_bytes, max_offset, min_one_message)
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to offset (-1 = the HW); returns the new start."""
+        hw = self.log.high_watermark
+        if offset == -1:
+            offset = hw
+        if offset < 0 or offset > hw:
+            raise Errors.OffsetOutOfRangeError(f"offset {offset} is outside [0, {hw}] for {self.topic}-{self.index}")
+        self.log.delete_records(offset)
+        return self.log.log_start_offset
+
+    def fetch_offset_for_timestamp(self, timestamp: int, isolation: int) -> tuple[int, int] | None:
+        """ListOffsets by timestamp: (offset, timestamp) of the first record at or after it, if visible."""
+        found = self.log.fetch_offset_by_timestamp(timestamp)
+        if found is None or found[0] >= self.fetch_offset_limit(isolation):
+            return None
+        return found

@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import kafka.errors as Errors
 
-from strom.broker.partition import Partition
+from strom.broker.handlers import error_code_of, error_message_of
+from strom.broker.partition import READ_UNCOMMITTED, Partition
 from strom.cluster.metadata import MetadataStore, TopicMetadata
 from strom.config import BrokerConfig
 from strom.server_common.purgatory import DelayedOperation, DelayedOperationPurgatory
@@ -53,8 +54,73 @@ class FetchParams:
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
-    committed_only: bool
+    isolation_level: int = READ_UNCOMMITTED  # 1 = read_committed: up to the LSO
+    replica_id: int = -1  # a follower's broker id; -1 for consumers
     partitions: list[FetchPartitionRequest] = field(default_factory=list)
+
+    @property
+    def is_from_follower(self) -> bool:
+        return self.replica_id >= 0
+
+
+@dataclass(slots=True)
+class ProducePartitionResult:
+    index: int = -1  # the partition
+    error_code: int = 0
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+    required_offset: int = -1  # acks=all: the HW must reach this (last appended offset + 1)
+    acks_pending: bool = False
+
+
+ProduceResults = dict[TopicPartition, ProducePartitionResult]
+
+
+def check_replicated(part: Any, res: ProducePartitionResult) -> None:
+    """acks=all: settle res once the HW passed its records (Kafka's checkEnoughReplicasReachOffset).
+
+    min.insync.replicas is checked again here: the ISR may have shrunk while the records were
+    replicated, and then they are durable on fewer brokers than the topic asked for.
+    """
+    if part is None:
+        res.acks_pending = False
+        res.error_code = Errors.UnknownTopicOrPartitionError.errno
+    elif not part.is_leader:
+        res.acks_pending = False
+        res.error_code = Errors.NotLeaderForPartitionError.errno
+    elif part.high_watermark >= res.required_offset:
+        res.acks_pending = False
+        if part.isr_size < part.min_insync_replicas:
+            res.error_code = Errors.NotEnoughReplicasAfterAppendError.errno
+
+
+class DelayedProduce(DelayedOperation):
+    """An acks=all produce parked until every written partition's HW passed its records, or timeout_ms."""
+
+    def __init__(self, timeout_ms: int, results: ProduceResults, lookup: Callable[[TopicPartition], Any],
+                 future: asyncio.Future[ProduceResults]) -> None:
+        super().__init__(timeout_ms)
+        self._results = results
+        self._lookup = lookup
+        self._future = future
+
+    def try_complete(self) -> bool:
+        pending = False
+        for tp, res in self._results.items():
+            if res.acks_pending:
+                check_replicated(self._lookup(tp), res)
+                pending = pending or res.acks_pending
+        return False if pending else self.force_complete()
+
+    def on_complete(self) -> None:
+        for res in self._results.values():
+            if res.acks_pending:  # expired: the followers did not catch up in time
+                res.acks_pending = False
+                res.error_code = Errors.RequestTimedOutError.errno
+        if not self._future.done():
+            self._future.set_result(self._results)
 
 
 class DelayedFetch(DelayedOperation):
@@ -88,12 +154,15 @@ class DelayedFetch(DelayedOperation):
 
 class ReplicaManager:
     def __init__(self, config: BrokerConfig, log_manager: LogManager, metadata: MetadataStore,
-                 fetch_purgatory: DelayedOperationPurgatory) -> None:
+                 fetch_purgatory: DelayedOperationPurgatory,
+                 produce_purgatory: DelayedOperationPurgatory | None = None) -> None:
         self.config = config
         self.broker_id: int = config.get("broker.id")
         self.log_manager = log_manager
         self.metadata = metadata
         self.fetch_purgatory = fetch_purgatory
+        # acks=all produces waiting for the ISR; on the fetch purgatory's timing wheel unless given its own.
+        self.produce_purgatory = produce_purgatory or DelayedOperationPurgatory("Produce", fetch_purgatory.timer)
         self.partitions: dict[TopicPartition, Partition] = {}
         # Partitions whose log is in an offline log dir: they answer KAFKA_STORAGE_ERROR.
         self.offline_partitions: set[TopicPartition] = set()
@@ -132,6 +201,7 @@ class ReplicaManager:
                                                 self.broker_id)
             else:
                 part.update_state(state)
+                self.produce_purgatory.check_and_complete(tp)  # a shrunk ISR may move the HW
 
     @staticmethod
     def _record_topic_in_dir(directory: str, topic: TopicMetadata) -> None:
@@ -197,6 +267,7 @@ class ReplicaManager:
                 log.error("could not tombstone %s-%d: %s (an orphan log is removed at the next start)",
                           *tp, exc)
             self.fetch_purgatory.check_and_complete(tp)
+            self.produce_purgatory.check_and_complete(tp)
         return done
 
     def purge_tombstones(self) -> None:
@@ -229,19 +300,81 @@ class ReplicaManager:
     def partitions_of(self, topic: str) -> Iterable[Partition]:
         return (p for (t, _), p in self.partitions.items() if t == topic)
 
+    @property
+    def offline_log_dirs(self) -> set[str]:
+        return self.log_manager.offline_log_dirs
+
     # -- produce ---------------------------------------------------------------
-    def append_records(self, topic: str, partition: int, records: Any, required_acks: int) -> Any:
-        part = self.get_partition(topic, partition)
+    def append_records(self, entries: Any, required_acks: Any, timeout_ms: int = 30_000,
+                       *legacy: Any) -> tuple[ProduceResults, asyncio.Future[ProduceResults] | None] | Any:
+        """Append a whole produce request; returns (per-partition results, None or what to await).
+
+        Phase 1, the local append, is done when this returns. Phase 2 waits for the ISR: with
+        acks=all and followers still behind, the second item is a future completed by a
+        DelayedProduce; when nothing waits (acks 0/1, or the ISR is the leader alone) it is None,
+        so the common path allocates no future. The results of a waiting request are final only
+        once its future is done.
+        """
+        if isinstance(entries, str):  # (topic, partition, records, acks): the group coordinator's form
+            return self._append_one(entries, required_acks, timeout_ms, legacy[0])
+        results: ProduceResults = {}
+        waiting = False
+        partitions = self.partitions
+        for tp, records in entries.items():
+            res = results[tp] = ProducePartitionResult(tp[1])
+            part = partitions.get(tp)
+            try:
+                if part is None:
+                    part = self.get_partition(*tp)  # raises the error to answer
+                info = self._append_to_local_log(part, tp, records, required_acks)
+            except Exception as exc:
+                res.error_code = error_code_of(exc)
+                res.error_message = error_message_of(exc)
+                continue
+            res.base_offset = info.first_offset
+            res.log_append_time_ms = info.log_append_time_ms
+            res.log_start_offset = info.log_start_offset
+            if required_acks == -1:
+                res.required_offset = info.last_offset + 1
+                res.acks_pending = True
+                check_replicated(part, res)
+                waiting = waiting or res.acks_pending
+        if not waiting:
+            return results, None
+        future: asyncio.Future[ProduceResults] = asyncio.get_running_loop().create_future()
+        op = DelayedProduce(timeout_ms, results, self.partitions.get, future)
+        self.produce_purgatory.try_complete_else_watch(op, [tp for tp, r in results.items() if r.acks_pending])
+        return results, future
+
+    def _append_one(self, topic: str, partition: int, records: Any, required_acks: int) -> Any:
+        """One partition: its result, or an awaitable of it while acks=all waits for the ISR; errors raise."""
+        tp = (topic, partition)
+        results, done = self.append_records({tp: records}, required_acks)
+        res = results[tp]
+        if res.error_code:
+            raise Errors.for_code(res.error_code)(res.error_message or "")
+        return res if done is None else self._await_one(tp, done)
+
+    @staticmethod
+    async def _await_one(tp: TopicPartition, done: asyncio.Future[ProduceResults]) -> ProducePartitionResult:
+        res = (await done)[tp]
+        if res.error_code:
+            raise Errors.for_code(res.error_code)()
+        return res
+
+    def _append_to_local_log(self, part: Partition, tp: TopicPartition, records: Any, required_acks: int) -> Any:
+        if records is None:
+            raise Errors.InvalidRecordError("no records in produce request")
         try:
             info = part.append_records_to_leader(records, required_acks)
         except OSError as exc:
-            self._log_storage_error((topic, partition), exc)
-            raise Errors.KafkaStorageError(f"error appending to {topic}-{partition}: {exc}") from exc
+            self._log_storage_error(tp, exc)
+            raise Errors.KafkaStorageError(f"error appending to {tp[0]}-{tp[1]}: {exc}") from exc
         except Errors.KafkaStorageError as exc:
-            self._log_storage_error((topic, partition), exc)
+            self._log_storage_error(tp, exc)
             raise
         if not info.duplicate:
-            self.fetch_purgatory.check_and_complete((topic, partition))
+            self.fetch_purgatory.check_and_complete(tp)
         return info
 
     def _log_storage_error(self, tp: TopicPartition, exc: BaseException) -> None:
@@ -262,8 +395,7 @@ class ReplicaManager:
             part = self.partitions.get((req.topic, req.partition))
             if part is None:
                 return True
-            limit = part.last_stable_offset if params.committed_only else part.high_watermark
-            if limit > req.fetch_offset or req.fetch_offset < part.log_start_offset:
+            if part.fetch_offset_limit(params.isolation_level, params.replica_id) > req.fetch_offset or req.fetch_offset < part.log_start_offset:
                 return True
         return False
 
@@ -275,13 +407,15 @@ class ReplicaManager:
             res = FetchPartitionResult()
             try:
                 part = self.get_partition(req.topic, req.partition)
+                if params.replica_id >= 0 and part.update_follower_fetch_state(params.replica_id, req.fetch_offset):
+                    self.produce_purgatory.check_and_complete((req.topic, req.partition))
                 res.high_watermark = part.high_watermark
                 res.last_stable_offset = part.last_stable_offset
                 res.log_start_offset = part.log_start_offset
                 limit = min(req.max_bytes, remaining)
                 if limit > 0 or total == 0:
-                    data = part.read_records(req.fetch_offset, max(limit, 0), params.committed_only,
-                                             min_one_message=(total == 0))
+                    data = part.read_records(req.fetch_offset, max(limit, 0), params.isolation_level,
+                                             min_one_message=(total == 0), replica_id=params.replica_id)
                     res.records = data
                     res.size = data.size
                     remaining -= data.size

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -13,7 +14,6 @@ if TYPE_CHECKING:
     from strom.broker.apis import KafkaApis
     from strom.broker.producer_id_manager import ProducerIdManager
     from strom.broker.replica_manager import ReplicaManager
-    from strom.broker.server import KafkaServer
     from strom.cluster.metadata import MetadataStore
     from strom.config import BrokerConfig
     from strom.coordinator.group.group_coordinator import GroupCoordinator
@@ -66,22 +66,24 @@ class BrokerServices:
 
 
 @dataclass(slots=True)
+class DeferredResponse(RawResponse):
+    """An answer that is complete once ``ready`` is done: an acks=all produce waiting for the ISR.
+
+    The connection keeps answering later requests in order behind it instead of blocking on it.
+    """
+
+    ready: asyncio.Future[bytes]
+
+
+@dataclass(slots=True)
 class RequestContext:
     header: RequestHeader
     services: BrokerServices
     client_host: str
-    legacy_server: KafkaServer | None = None
 
     @property
     def version(self) -> int:
         return self.header.api_version
-
-    @property
-    def server(self) -> KafkaServer:
-        """Deprecated, transitional: remove once every handler uses the accessors below."""
-        if self.legacy_server is None:
-            raise AttributeError("this request context carries no KafkaServer; use its service accessors")
-        return self.legacy_server
 
     @property
     def broker_id(self) -> int:

@@ -126,7 +126,9 @@ class KafkaServer:
         self._timer_driver = TimerDriver(timer, loop)
         self._timer_driver.start()
         fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
-        self.replica_manager = ReplicaManager(cfg, self.log_manager, self.metadata, fetch_purgatory)
+        produce_purgatory = DelayedOperationPurgatory("Produce", timer)  # acks=all waiting for the ISR
+        self.replica_manager = ReplicaManager(cfg, self.log_manager, self.metadata, fetch_purgatory,
+                                              produce_purgatory)
         self.admin_manager = AdminManager(cfg, self.metadata, self.replica_manager)
         self.producer_id_manager = ProducerIdManager(self.metadata)
         self.replica_manager.load_partitions()

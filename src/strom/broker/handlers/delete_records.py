@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import kafka.errors as Errors
 from kafka.protocol.admin import DeleteRecordsResponse
 
 from strom.broker.handlers import error_code_of
@@ -17,21 +16,14 @@ PartRes = TopicRes.DeleteRecordsPartitionResult
 
 
 async def handle(ctx: RequestContext, request: Any) -> DeleteRecordsResponse:
-    rm = ctx.server.replica_manager
+    rm = ctx.replica_manager
     topics = []
     for t in request.topics:
         parts = []
         for p in t.partitions:
             res = PartRes(partition_index=p.partition_index, low_watermark=-1, error_code=0)
             try:
-                part = rm.get_partition(t.name, p.partition_index)
-                offset = part.high_watermark if p.offset == -1 else p.offset
-                if offset < 0 or offset > part.high_watermark:
-                    raise Errors.OffsetOutOfRangeError(
-                        f"offset {offset} is outside [0, {part.high_watermark}] for {t.name}-{p.partition_index}"
-                    )
-                part.log.delete_records(offset)
-                res.low_watermark = part.log_start_offset
+                res.low_watermark = rm.get_partition(t.name, p.partition_index).delete_records_before(p.offset)
             except Exception as exc:
                 res.error_code = error_code_of(exc)
             parts.append(res)

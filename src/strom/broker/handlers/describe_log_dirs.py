@@ -19,20 +19,20 @@ PartRes = TopicRes.DescribeLogDirsPartition
 
 
 async def handle(ctx: RequestContext, request: Any) -> DescribeLogDirsResponse:
-    rm = ctx.server.replica_manager
+    rm = ctx.replica_manager
     wanted: dict[str, set[int]] | None = None
     if request.topics is not None:
         wanted = {t.topic: set(t.partitions) for t in request.topics}
-    by_dir: dict[str, dict[str, list[Any]]] = {os.path.abspath(d): {} for d in ctx.server.config.log_dirs()}
+    by_dir: dict[str, dict[str, list[Any]]] = {os.path.abspath(d): {} for d in ctx.config.log_dirs()}
     for (topic, index), part in sorted(rm.partitions.items()):
         if wanted is not None and index not in wanted.get(topic, ()):
             continue
-        log_dir = os.path.abspath(rm.log_manager.log_dir_of(topic, index) or os.path.dirname(part.log.directory))
+        log_dir = os.path.abspath(part.log_dir)
         by_dir.setdefault(log_dir, {}).setdefault(topic, []).append(
-            PartRes(partition_index=index, partition_size=part.log.size_in_bytes,
+            PartRes(partition_index=index, partition_size=part.size_in_bytes,
                     offset_lag=max(0, part.log_end_offset - part.high_watermark), is_future_key=False))
     results = []
-    offline = rm.log_manager.offline_log_dirs
+    offline = rm.offline_log_dirs
     for log_dir, topics in by_dir.items():
         if log_dir in offline:
             results.append(Result(error_code=Errors.KafkaStorageError.errno, log_dir=log_dir, topics=[],

@@ -13,6 +13,7 @@ from typing import Any
 
 import kafka.errors as Errors
 
+from strom.broker.partition import READ_UNCOMMITTED
 from strom.broker.replica_manager import FetchParams, FetchPartitionRequest, FetchPartitionResult
 from strom.broker.request import FileRegion, RawResponse, RequestContext
 from strom.protocol.api_keys import ApiKey
@@ -24,22 +25,21 @@ TOPIC_IDS_FROM = 13
 
 
 async def handle(ctx: RequestContext, request: Any) -> RawResponse:
-    server = ctx.server
     version = ctx.version
     top_error = 0
     if version >= 7 and request.session_id != 0:
         # We never hand out sessions (session_id 0 in every response), so any id is unknown.
         top_error = Errors.FetchSessionIdNotFoundError.errno
-    committed_only = version >= 4 and request.isolation_level == 1
     params = FetchParams(max_wait_ms=request.max_wait_ms, min_bytes=request.min_bytes,
                          max_bytes=request.max_bytes if version >= 3 else 0x7FFFFFFF,
-                         committed_only=committed_only)
+                         isolation_level=request.isolation_level if version >= 4 else READ_UNCOMMITTED,
+                         replica_id=_replica_id(version, request))
     # (topic key as sent, name or None if unknown id, [partition indexes])
     layout: list[tuple[Any, str | None, list[int]]] = []
     unknown: list[tuple[Any, list[int]]] = []
     for t in request.topics if not top_error else []:
         if version >= TOPIC_IDS_FROM:
-            meta = server.metadata.topic_by_id(t.topic_id)
+            meta = ctx.metadata.topic_by_id(t.topic_id)
             name = meta.name if meta else None
             key: Any = t.topic_id
         else:
@@ -51,8 +51,16 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
         for p in t.partitions:
             params.partitions.append(FetchPartitionRequest(name, p.partition, p.fetch_offset, p.partition_max_bytes))
         layout.append((key, name, [p.partition for p in t.partitions]))
-    results = await server.replica_manager.fetch_messages(params) if params.partitions else []
+    results = await ctx.replica_manager.fetch_messages(params) if params.partitions else []
     return _encode(version, top_error, layout, unknown, results)
+
+
+def _replica_id(version: int, request: Any) -> int:
+    """The follower's broker id, -1 for a consumer (v15+ carry it in the ReplicaState tagged field)."""
+    if version >= 15:
+        state = getattr(request, "replica_state", None)
+        return getattr(state, "replica_id", -1) if state is not None else -1
+    return request.replica_id
 
 
 def _encode(version: int, top_error: int, layout: list[tuple[Any, str | None, list[int]]],

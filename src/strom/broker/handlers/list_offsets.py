@@ -8,6 +8,7 @@ import kafka.errors as Errors
 from kafka.protocol.consumer import ListOffsetsResponse
 
 from strom.broker.handlers import error_code_of
+from strom.broker.partition import READ_UNCOMMITTED
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
 
@@ -19,8 +20,8 @@ EARLIEST_LOCAL, LATEST_TIERED = -4, -5
 
 
 async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
-    rm = ctx.server.replica_manager
-    committed_only = ctx.version >= 2 and request.isolation_level == 1
+    rm = ctx.replica_manager
+    isolation = request.isolation_level if ctx.version >= 2 else READ_UNCOMMITTED
     topics = []
     for t in request.topics:
         parts = []
@@ -32,7 +33,7 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
                 resp.leader_epoch = part.leader_epoch
                 ts = p.timestamp
                 if ts == LATEST:
-                    resp.offset = part.last_stable_offset if committed_only else part.high_watermark
+                    resp.offset = part.fetch_offset_limit(isolation)  # HW, or the LSO for read_committed
                 elif ts in (EARLIEST, EARLIEST_LOCAL):
                     resp.offset = part.log_start_offset
                 elif ts == LATEST_TIERED:
@@ -42,12 +43,9 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
                 elif ts < MAX_TIMESTAMP:
                     raise Errors.InvalidRequestError(f"unknown special timestamp {ts}")
                 else:
-                    found = part.log.fetch_offset_by_timestamp(ts)
+                    found = part.fetch_offset_for_timestamp(ts, isolation)
                     if found is not None:
-                        offset, timestamp = found
-                        limit = part.last_stable_offset if committed_only else part.high_watermark
-                        if offset < limit:
-                            resp.offset, resp.timestamp = offset, timestamp
+                        resp.offset, resp.timestamp = found
             except Exception as exc:
                 resp.error_code = error_code_of(exc)
             parts.append(resp)
