@@ -672,6 +672,7 @@ class Log:
                 new.delete_files()
                 return None
             for index in (old.offset_index, old.time_index):
+                _ = index.entries  # load it now: after the swap its path names the new segment's file
                 try:
                     os.unlink(index.path)
                 except FileNotFoundError:
