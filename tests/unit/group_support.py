@@ -34,13 +34,17 @@ class LogBackedReplicaManager:
             self.logs[partition] = Log(path, self.config)
         return self.logs[partition]
 
-    def append_records(self, topic: str, partition: int, records: bytes, acks: int) -> Any:
-        assert topic == GROUP_METADATA_TOPIC_NAME
-        plog = self.log(partition)
-        info = plog.append_as_leader(records, 0)
-        plog.update_high_watermark(plog.log_end_offset)
-        self.appends += 1
-        return info
+    def append_records(self, entries: dict[tuple[str, int], bytes], acks: int) -> Any:
+        results = {}
+        for (topic, partition), records in entries.items():
+            assert topic == GROUP_METADATA_TOPIC_NAME
+            plog = self.log(partition)
+            info = plog.append_as_leader(records, 0)
+            plog.update_high_watermark(plog.log_end_offset)
+            self.appends += 1
+            results[(topic, partition)] = SimpleNamespace(error_code=0, error_message=None,
+                                                          base_offset=info.first_offset)
+        return results, None
 
     def get_partition(self, topic: str, partition: int) -> Any:
         return SimpleNamespace(log=self.log(partition))

@@ -305,8 +305,8 @@ class ReplicaManager:
         return self.log_manager.offline_log_dirs
 
     # -- produce ---------------------------------------------------------------
-    def append_records(self, entries: Any, required_acks: Any, timeout_ms: int = 30_000,
-                       *legacy: Any) -> tuple[ProduceResults, asyncio.Future[ProduceResults] | None] | Any:
+    def append_records(self, entries: dict[TopicPartition, Any], required_acks: int, timeout_ms: int = 30_000
+                       ) -> tuple[ProduceResults, asyncio.Future[ProduceResults] | None]:
         """Append a whole produce request; returns (per-partition results, None or what to await).
 
         Phase 1, the local append, is done when this returns. Phase 2 waits for the ISR: with
@@ -315,8 +315,6 @@ class ReplicaManager:
         so the common path allocates no future. The results of a waiting request are final only
         once its future is done.
         """
-        if isinstance(entries, str):  # (topic, partition, records, acks): the group coordinator's form
-            return self._append_one(entries, required_acks, timeout_ms, legacy[0])
         results: ProduceResults = {}
         waiting = False
         partitions = self.partitions
@@ -345,22 +343,6 @@ class ReplicaManager:
         op = DelayedProduce(timeout_ms, results, self.partitions.get, future)
         self.produce_purgatory.try_complete_else_watch(op, [tp for tp, r in results.items() if r.acks_pending])
         return results, future
-
-    def _append_one(self, topic: str, partition: int, records: Any, required_acks: int) -> Any:
-        """One partition: its result, or an awaitable of it while acks=all waits for the ISR; errors raise."""
-        tp = (topic, partition)
-        results, done = self.append_records({tp: records}, required_acks)
-        res = results[tp]
-        if res.error_code:
-            raise Errors.for_code(res.error_code)(res.error_message or "")
-        return res if done is None else self._await_one(tp, done)
-
-    @staticmethod
-    async def _await_one(tp: TopicPartition, done: asyncio.Future[ProduceResults]) -> ProducePartitionResult:
-        res = (await done)[tp]
-        if res.error_code:
-            raise Errors.for_code(res.error_code)()
-        return res
 
     def _append_to_local_log(self, part: Partition, tp: TopicPartition, records: Any, required_acks: int) -> Any:
         if records is None:

@@ -11,7 +11,6 @@ group. Becoming leader of a partition means replaying it to rebuild the cache
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -88,7 +87,8 @@ def _map_append_error(exc: BaseException, for_offsets: bool) -> int:
 class GroupMetadataManager:
     """Owns the groups of the ``__consumer_offsets`` partitions this broker leads.
 
-    ``replica_manager`` needs ``append_records(topic, partition, bytes, acks)`` and
+    ``replica_manager`` needs ``append_records({tp: bytes}, acks)`` (results, and None or a future
+    of them while acks=all waits for the ISR) and
     ``get_partition(topic, partition).log`` (a storage Log) — the broker's
     ReplicaManager in production, a small stand-in in unit tests.
     """
@@ -136,9 +136,13 @@ class GroupMetadataManager:
         if partition not in self.owned_partitions:
             raise Errors.NotLeaderForPartitionError(f"{GROUP_METADATA_TOPIC_NAME}-{partition} is not led here")
         batch = build_batch((k, v, (), timestamp) for k, v in records)
-        result = self.replica_manager.append_records(GROUP_METADATA_TOPIC_NAME, partition, batch, -1)
-        if inspect.isawaitable(result):
-            await result
+        tp = (GROUP_METADATA_TOPIC_NAME, partition)
+        results, replicated = self.replica_manager.append_records({tp: batch}, -1)
+        if replicated is not None:
+            results = await replicated
+        res = results[tp]
+        if res.error_code:
+            raise Errors.for_code(res.error_code)(res.error_message or "")
 
     @staticmethod
     def group_record(group: GroupMetadata, assignments: dict[str, bytes]) -> GroupMetadataRecord:
