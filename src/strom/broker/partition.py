@@ -129,13 +129,7 @@ class Partition:
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to offset (-1 = the HW); returns the new start."""
-        hw = self.log.high_watermark
-        if offset == -1:
-            offset = hw
-        if offset < 0 or offset > hw:
-            raise Errors.OffsetOutOfRangeError(f"offset {offset} is outside [0, {hw}] for {self.topic}-{self.index}")
-        self.log.delete_records(offset)
-        return self.log.log_start_offset
+        return self.log.delete_records(offset)  # checks the offset against [0, HW]
 
     def fetch_offset_for_timestamp(self, timestamp: int, isolation: int) -> tuple[int, int] | None:
         """ListOffsets by timestamp: (offset, timestamp) of the first record at or after it, if visible."""

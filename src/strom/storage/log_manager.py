@@ -241,6 +241,12 @@ class LogManager:
                 except Exception as close_exc:  # the dir is failing: closing may fail too
                     log.warning("error closing %r in offline dir %s: %s", lg, log_dir, close_exc)
 
+    def _detach(self, topic: str, partition: int) -> Log | None:
+        """Stop managing a partition's log (the caller closes it and moves its directory)."""
+        with self._lock:
+            self._log_dir_of.pop((topic, partition), None)
+            return self._logs.pop((topic, partition), None)
+
     def delete_log(self, topic: str, partition: int, topic_id: uuid.UUID | None = None) -> bool:
         """Tombstone the partition dir, then remove its files, so deleting frees space even on a full disk.
 
@@ -249,10 +255,7 @@ class LogManager:
         empty tombstone dir stays until the metadata no longer lists the topic.  Without a topic
         id (orphan logs, rolled-back creations) nothing needs recording and the dir goes at once.
         """
-        tp = (topic, partition)
-        with self._lock:
-            victim = self._logs.pop(tp, None)
-            self._log_dir_of.pop(tp, None)
+        victim = self._detach(topic, partition)
         if victim is None:
             return False
         with victim._lock:
@@ -314,10 +317,7 @@ class LogManager:
 
     def set_aside_stray_log(self, topic: str, partition: int) -> str | None:
         """Close a log and rename its directory to ``<dir>.<uuid>-stray``: kept on disk, never loaded again."""
-        tp = (topic, partition)
-        with self._lock:
-            victim = self._logs.pop(tp, None)
-            self._log_dir_of.pop(tp, None)
+        victim = self._detach(topic, partition)
         if victim is None:
             return None
         with victim._lock:
