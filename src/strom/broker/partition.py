@@ -9,7 +9,10 @@ alone and HW = LEO after every append.
 from __future__ import annotations
 
 import os
+import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import kafka.errors as Errors
@@ -22,20 +25,43 @@ READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 
 
+@dataclass(slots=True)
+class FollowerState:
+    """A follower as its leader sees it (Kafka's Replica): LEO from its fetches, and when it last caught up."""
+
+    log_end_offset: int = -1  # unknown until its first fetch
+    last_caught_up_ms: int = 0
+    last_fetch_leo_ms: int = 0  # when the leader's LEO was last_fetch_leader_leo
+    last_fetch_leader_leo: int = -1
+
+
+# AlterPartition sender: (partition, proposed ISR) -> None; the answer comes back via on_isr_committed.
+IsrChangeSender = Callable[["Partition", list[int]], None]
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
 class Partition:
     def __init__(self, topic: str, index: int, topic_id: uuid.UUID, state: PartitionState, log: Log,
-                 local_broker_id: int) -> None:
+                 local_broker_id: int, isr_change_sender: IsrChangeSender | None = None) -> None:
         self.topic = topic
         self.index = index
         self.topic_id = topic_id
         self.log = log
         self.local_broker_id = local_broker_id
+        self.isr_change_sender = isr_change_sender  # None on a single node: the ISR is the leader alone
         self.leader_id = state.leader
         self.leader_epoch = state.leader_epoch
+        self.partition_epoch = state.partition_epoch
         self.replicas = list(state.replicas)
         self.isr = list(state.isr)
-        # LEO of each follower as last reported by its fetches (replication comes later).
-        self._follower_leo: dict[int, int] = {}
+        self.pending_isr: list[int] | None = None  # proposed to the controller, not yet committed
+        self.leader_epoch_start_offset = log.log_end_offset
+        self._followers: dict[int, FollowerState] = {}
+        if self.is_leader:
+            self._reset_followers()
         self.maybe_increment_high_watermark()
 
     @property
@@ -64,6 +90,16 @@ class Partition:
         return len(self.isr)
 
     @property
+    def maximal_isr(self) -> list[int]:
+        """The ISR the HW must wait for: committed plus proposed members (Kafka's maximal ISR).
+
+        While a shrink is pending the HW still waits for the leaving replica, and a joining
+        replica counts at once; so the HW never passes a record some possible ISR lacks."""
+        if self.pending_isr is None:
+            return self.isr
+        return self.isr + [b for b in self.pending_isr if b not in self.isr]
+
+    @property
     def min_insync_replicas(self) -> int:
         return self.log.config.min_insync_replicas
 
@@ -82,22 +118,55 @@ class Partition:
             return self.log.log_end_offset
         return self.last_stable_offset if isolation == READ_COMMITTED else self.log.high_watermark
 
-    def update_state(self, state: PartitionState) -> None:
+    # -- leadership (LeaderAndIsr) -----------------------------------------------------------------
+    def update_state(self, state: PartitionState) -> bool:
+        """Apply the controller's state; returns True if this broker became leader (or a new epoch of it)."""
+        was_leader = self.is_leader
+        new_epoch = state.leader_epoch != self.leader_epoch
         self.leader_id = state.leader
         self.leader_epoch = state.leader_epoch
+        self.partition_epoch = state.partition_epoch
         self.replicas = list(state.replicas)
         self.isr = list(state.isr)
+        self.pending_isr = None
+        if self.is_leader and (new_epoch or not was_leader):
+            self.make_leader()
+            return True
+        if not self.is_leader:
+            self._followers.clear()
+        self.maybe_increment_high_watermark()
+        return False
+
+    def make_leader(self) -> None:
+        """A new leader epoch starts at our LEO: followers learn divergence points from it."""
+        self.leader_epoch_start_offset = self.log.log_end_offset
+        assign = getattr(self.log, "assign_epoch_start_offset", None)
+        if assign is not None:
+            assign(self.leader_epoch, self.log.log_end_offset)
+        self._reset_followers()
         self.maybe_increment_high_watermark()
 
-    def maybe_increment_high_watermark(self) -> None:
-        """HW = smallest LEO among ISR members; it never moves backwards on the leader."""
+    def _reset_followers(self) -> None:
+        now = _now_ms()
+        self._followers = {
+            b: FollowerState(last_caught_up_ms=now if b in self.isr else 0)
+            for b in self.replicas if b != self.local_broker_id
+        }
+
+    # -- high watermark ------------------------------------------------------------------------------
+    def maybe_increment_high_watermark(self) -> bool:
+        """HW = smallest LEO among (maximal) ISR members; it never moves backwards on the leader."""
         if not self.is_leader:
-            return
-        leos = [self.log.log_end_offset]
-        leos += [self._follower_leo.get(b, 0) for b in self.isr if b != self.local_broker_id]
-        new_hw = min(leos)
+            return False
+        new_hw = self.log.log_end_offset
+        for b in self.maximal_isr:
+            if b != self.local_broker_id:
+                follower = self._followers.get(b)
+                new_hw = min(new_hw, follower.log_end_offset if follower else 0)
         if new_hw > self.log.high_watermark:
             self.log.update_high_watermark(new_hw)
+            return True
+        return False
 
     def append_records_to_leader(self, records: Any, required_acks: int) -> Any:
         if not self.is_leader:
@@ -112,15 +181,80 @@ class Partition:
         self.maybe_increment_high_watermark()
         return info
 
+    # -- followers, as the leader sees them ------------------------------------------------------------
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int) -> bool:
-        """A follower's fetch offset is its LEO; returns True if the HW moved (acks=all may complete)."""
-        if replica_id == self.local_broker_id or replica_id not in self.replicas:
-            raise Errors.NotLeaderForPartitionError(f"broker {replica_id} is not a follower of "
+        """A follower's fetch offset is its LEO; returns True if the HW moved (acks=all may complete).
+
+        Caught up (Kafka's rule): the fetch reached our LEO now, or reached the LEO we had at its
+        previous fetch, in which case it was caught up as of that previous fetch."""
+        if not self.is_leader:
+            raise Errors.NotLeaderForPartitionError(f"broker {self.local_broker_id} is not the leader of "
                                                     f"{self.topic}-{self.index}")
-        self._follower_leo[replica_id] = fetch_offset
-        old = self.log.high_watermark
-        self.maybe_increment_high_watermark()
-        return self.log.high_watermark != old
+        follower = self._followers.get(replica_id)
+        if follower is None:
+            if replica_id == self.local_broker_id or replica_id not in self.replicas:
+                raise Errors.NotLeaderForPartitionError(f"broker {replica_id} is not a follower of "
+                                                        f"{self.topic}-{self.index}")
+            follower = self._followers[replica_id] = FollowerState()
+        now = _now_ms()
+        leo = self.log.log_end_offset
+        if fetch_offset >= leo:
+            follower.last_caught_up_ms = now
+        elif fetch_offset >= follower.last_fetch_leader_leo >= 0:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_leo_ms)
+        follower.last_fetch_leader_leo = leo
+        follower.last_fetch_leo_ms = now
+        follower.log_end_offset = fetch_offset
+        self._maybe_expand_isr(replica_id, fetch_offset)
+        return self.maybe_increment_high_watermark()
+
+    def _maybe_expand_isr(self, replica_id: int, fetch_offset: int) -> None:
+        """A follower rejoins the ISR once it has everything below the HW of the current epoch."""
+        if (self.isr_change_sender is None or self.pending_isr is not None or replica_id in self.isr
+                or fetch_offset < self.log.high_watermark or fetch_offset < self.leader_epoch_start_offset):
+            return
+        self._propose_isr(self.isr + [replica_id])
+
+    def maybe_shrink_isr(self, lag_time_max_ms: int) -> list[int]:
+        """Drop followers that have not caught up within replica.lag.time.max.ms; returns the ones dropped."""
+        if not self.is_leader or self.isr_change_sender is None or self.pending_isr is not None:
+            return []
+        now = _now_ms()
+        out = [b for b in self.isr if b != self.local_broker_id
+               and now - self._followers.get(b, FollowerState()).last_caught_up_ms > lag_time_max_ms]
+        if out:
+            self._propose_isr([b for b in self.isr if b not in out])
+        return out
+
+    def _propose_isr(self, new_isr: list[int]) -> None:
+        assert self.isr_change_sender is not None
+        self.pending_isr = new_isr
+        self.isr_change_sender(self, new_isr)
+
+    def on_isr_committed(self, leader_epoch: int, isr: list[int] | None, partition_epoch: int) -> bool:
+        """The controller's answer to AlterPartition; None isr = rejected. Returns True if the HW moved."""
+        if leader_epoch != self.leader_epoch:
+            return False  # an answer for an older epoch: LeaderAndIsr already replaced the state
+        self.pending_isr = None
+        if isr is not None and partition_epoch >= self.partition_epoch:
+            self.isr = list(isr)
+            self.partition_epoch = partition_epoch
+        return self.maybe_increment_high_watermark()
+
+    # -- follower side -------------------------------------------------------------------------------
+    def append_records_as_follower(self, records: Any, leader_high_watermark: int,
+                                   leader_log_start_offset: int) -> Any:
+        info = self.log.append_as_follower(records) if records else None
+        self.update_follower_high_watermark(leader_high_watermark, leader_log_start_offset)
+        return info
+
+    def update_follower_high_watermark(self, leader_high_watermark: int, leader_log_start_offset: int) -> None:
+        """A follower's HW is the leader's, capped at its own LEO; its log start follows the leader's."""
+        hw = min(leader_high_watermark, self.log.log_end_offset)
+        if hw > self.log.high_watermark:
+            self.log.update_high_watermark(hw)
+        if self.log.log_start_offset < leader_log_start_offset <= self.log.high_watermark:
+            self.log.delete_records(leader_log_start_offset)
 
     def read_records(self, fetch_offset: int, max_bytes: int, isolation: int, min_one_message: bool,
                      replica_id: int = -1) -> Any:

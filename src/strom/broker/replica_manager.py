@@ -9,15 +9,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import kafka.errors as Errors
 
 from strom.broker.handlers import error_code_of, error_message_of
-from strom.broker.partition import READ_UNCOMMITTED, Partition
-from strom.cluster.metadata import MetadataStore, TopicMetadata
+from strom.broker.partition import READ_UNCOMMITTED, IsrChangeSender, Partition
+from strom.cluster.metadata import ChangeKind, MetadataStore, PartitionState, TopicChange, TopicMetadata
 from strom.config import BrokerConfig
 from strom.server_common.purgatory import DelayedOperation, DelayedOperationPurgatory
 from strom.server_common.types import TopicPartition
@@ -76,6 +77,26 @@ class ProducePartitionResult:
 
 
 ProduceResults = dict[TopicPartition, ProducePartitionResult]
+
+
+@dataclass(slots=True)
+class LeaderAndIsrPartition:
+    """One partition of a LeaderAndIsr request, decoded: what the controller decided for it."""
+
+    topic: str
+    topic_id: uuid.UUID
+    state: PartitionState
+    is_new: bool = False
+
+
+class FetcherManager(Protocol):
+    """Replica fetchers (cluster only): one per source broker, fetching its partitions for us."""
+
+    def add_partitions(self, partitions: dict[TopicPartition, tuple[int, int]]) -> None:
+        """tp -> (leader id, leader epoch): start (or move) fetching; truncation by epoch comes first."""
+        ...
+
+    def remove_partitions(self, partitions: Iterable[TopicPartition]) -> None: ...
 
 
 def check_replicated(part: Any, res: ProducePartitionResult) -> None:
@@ -168,7 +189,10 @@ class ReplicaManager:
         self.offline_partitions: set[TopicPartition] = set()
         self._storage_error_logged: dict[TopicPartition, tuple[float, int]] = {}
         self.purge_due = False  # tombstones wait for a pending metadata write
-        metadata.add_listener(self._on_metadata_change)
+        # Cluster mode only: the controller epoch we obey, fetchers, and the AlterPartition sender.
+        self.controller_epoch = 0
+        self.fetcher_manager: FetcherManager | None = None
+        self.isr_change_sender: IsrChangeSender | None = None
 
     # -- partition lifecycle ---------------------------------------------------
     def log_config_for(self, topic: TopicMetadata) -> LogConfig:
@@ -277,17 +301,145 @@ class ReplicaManager:
         live = None if pending else [t.topic_id.hex for t in self.metadata.topics().values()]
         self.log_manager.purge_tombstones(live)
 
-    def _on_metadata_change(self, kind: str, topic: TopicMetadata) -> None:
-        if kind in ("created", "partitions"):
+    def apply_topic_change(self, change: TopicChange) -> None:
+        """First step of every metadata change (see MetadataPublisher): logs and partition states."""
+        topic = change.topic
+        if change.kind in (ChangeKind.CREATED, ChangeKind.PARTITIONS, ChangeKind.LEADERSHIP):
             self._ensure_partitions(topic)
-        elif kind == "configs":
-            cfg = self.log_config_for(topic)
-            for (name, _), part in self.partitions.items():
-                if name == topic.name:
-                    part.log.update_config(cfg)
-                    self._record_topic_in_dir(part.log.directory, topic)
-        elif kind == "deleted":
+        elif change.kind is ChangeKind.CONFIGS:
+            self.update_topic_configs(topic)
+        elif change.kind is ChangeKind.DELETED:
             self.tombstone_topic(topic)  # usually done already, before the metadata changed
+
+    def update_topic_configs(self, topic: TopicMetadata) -> None:
+        cfg = self.log_config_for(topic)
+        for (name, _), part in self.partitions.items():
+            if name == topic.name:
+                part.log.update_config(cfg)
+                self._record_topic_in_dir(part.log.directory, topic)
+
+    # -- leadership from the controller (LeaderAndIsr, StopReplica) -----------------------------------
+    def become_leader_or_follower(self, controller_epoch: int, partitions: list[LeaderAndIsrPartition],
+                                  topic_configs: Callable[[str], dict[str, str]]
+                                  ) -> dict[TopicPartition, int]:
+        """Apply one LeaderAndIsr request; returns an error code per partition.
+
+        A request from an older controller epoch is refused whole (STALE_CONTROLLER_EPOCH); a
+        partition state older than ours is refused per partition. Leaders stop fetching and start
+        a new epoch at their LEO; followers (re)start fetching from the new leader, truncating to
+        the divergence point the leader's epochs give them first.
+        """
+        if controller_epoch < self.controller_epoch:
+            raise Errors.StaleControllerEpochError(
+                f"controller epoch {controller_epoch} is older than {self.controller_epoch}")
+        self.controller_epoch = controller_epoch
+        errors: dict[TopicPartition, int] = {}
+        leaders: list[TopicPartition] = []
+        followers: dict[TopicPartition, tuple[int, int]] = {}
+        for lp in partitions:
+            st = lp.state
+            tp = (lp.topic, st.partition)
+            errors[tp] = 0
+            if self.broker_id not in st.replicas:
+                continue
+            part = self.partitions.get(tp)
+            if part is not None and (st.leader_epoch < part.leader_epoch or (
+                    st.leader_epoch == part.leader_epoch and st.partition_epoch < part.partition_epoch)):
+                log.info("ignoring stale state of %s-%d: leader epoch %d < %d", *tp, st.leader_epoch,
+                         part.leader_epoch)
+                errors[tp] = Errors.StaleControllerEpochError.errno
+                continue
+            if part is None:
+                try:
+                    part = self._create_partition(lp, topic_configs(lp.topic))
+                except Errors.KafkaError as exc:
+                    log.error("cannot create replica %s-%d: %s", *tp, exc)
+                    errors[tp] = exc.errno
+                    continue
+                if part.is_leader:
+                    part.make_leader()
+            else:
+                part.update_state(st)
+            if part.is_leader:
+                leaders.append(tp)
+            else:
+                followers[tp] = (st.leader, st.leader_epoch)
+            self.fetch_purgatory.check_and_complete(tp)
+            self.produce_purgatory.check_and_complete(tp)  # a resigned leader fails its parked acks=all
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_partitions(leaders)
+            if followers:
+                self.fetcher_manager.add_partitions(followers)
+        return errors
+
+    def _create_partition(self, lp: LeaderAndIsrPartition, configs: dict[str, str]) -> Partition:
+        st = lp.state
+        tp = (lp.topic, st.partition)
+        log_config = LogConfig.from_props({**self.config.topic_defaults(), **configs})
+        plog = self.log_manager.get_or_create_log(lp.topic, st.partition, log_config, is_new=lp.is_new)
+        try:
+            ensure_topic_id(plog.directory, lp.topic_id)
+            ensure_topic_configs(plog.directory, configs)
+        except OSError as exc:
+            log.warning("could not record the topic id of %s-%d: %s", *tp, exc)
+        part = Partition(lp.topic, st.partition, lp.topic_id, st, plog, self.broker_id, self.isr_change_sender)
+        self.partitions[tp] = part
+        self.offline_partitions.discard(tp)
+        return part
+
+    def stop_replicas(self, controller_epoch: int, partitions: dict[TopicPartition, bool]
+                      ) -> dict[TopicPartition, int]:
+        """StopReplica: stop fetching; with delete=True tombstone the replica's log (topic deletion)."""
+        if controller_epoch < self.controller_epoch:
+            raise Errors.StaleControllerEpochError(
+                f"controller epoch {controller_epoch} is older than {self.controller_epoch}")
+        self.controller_epoch = controller_epoch
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_partitions(list(partitions))
+        errors: dict[TopicPartition, int] = {}
+        for tp, delete in partitions.items():
+            errors[tp] = 0
+            if not delete:
+                part = self.partitions.get(tp)
+                if part is not None:
+                    part.leader_id = -1  # neither leader nor fetching until the next LeaderAndIsr
+                continue
+            part = self.partitions.pop(tp, None)
+            self.offline_partitions.discard(tp)
+            if part is not None:
+                try:
+                    self.log_manager.delete_log(*tp, topic_id=part.topic_id)
+                except OSError as exc:
+                    log.error("could not delete replica %s-%d: %s", *tp, exc)
+                    errors[tp] = Errors.KafkaStorageError.errno
+            self.fetch_purgatory.check_and_complete(tp)
+            self.produce_purgatory.check_and_complete(tp)
+        return errors
+
+    def maybe_shrink_isr(self) -> None:
+        """Periodic (replica.lag.time.max.ms / 2): leaders drop followers that fell behind."""
+        lag = self.config.get("replica.lag.time.max.ms")
+        for tp, part in list(self.partitions.items()):
+            if part.is_leader and part.maybe_shrink_isr(lag):
+                log.info("shrinking the ISR of %s-%d from %s (followers behind for over %d ms)", *tp, part.isr, lag)
+
+    def on_isr_committed(self, tp: TopicPartition, leader_epoch: int, isr: list[int] | None,
+                         partition_epoch: int) -> None:
+        part = self.partitions.get(tp)
+        if part is not None and part.on_isr_committed(leader_epoch, isr, partition_epoch):
+            self.fetch_purgatory.check_and_complete(tp)
+        self.produce_purgatory.check_and_complete(tp)
+
+    def append_as_follower(self, tp: TopicPartition, records: Any, leader_high_watermark: int,
+                           leader_log_start_offset: int) -> None:
+        """What a replica fetcher got from the leader: append it, then follow the leader's HW."""
+        part = self.partitions.get(tp)
+        if part is None or part.is_leader:
+            return  # the leadership moved while the fetch was in flight
+        old_hw = part.high_watermark
+        part.append_records_as_follower(records, leader_high_watermark, leader_log_start_offset)
+        if part.high_watermark != old_hw:
+            self.fetch_purgatory.check_and_complete(tp)
 
     def get_partition(self, topic: str, partition: int) -> Partition:
         part = self.partitions.get((topic, partition))

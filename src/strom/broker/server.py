@@ -50,6 +50,7 @@ from strom.broker.replica_manager import ReplicaManager
 from strom.broker.request import BrokerServices
 from strom.cluster.embedded import open_metadata_store
 from strom.cluster.metadata import BrokerInfo, MetadataStore
+from strom.cluster.publisher import MetadataPublisher
 from strom.config import BrokerConfig, ConfigError
 from strom.coordinator.common import sync_ownership
 from strom.coordinator.group.group_coordinator import GroupCoordinator
@@ -89,6 +90,7 @@ class KafkaServer:
         self.producer_id_manager: ProducerIdManager
         self.socket_server: SocketServer
         self.services: BrokerServices  # what handlers see, instead of this object
+        self.publisher: MetadataPublisher  # metadata changes -> replica manager, then coordinators
         self._timer_driver: TimerDriver
         self._tasks: list[asyncio.Task[None]] = []
         self._log_dir_locks: list[LogDirLock] = []
@@ -131,11 +133,14 @@ class KafkaServer:
                                               produce_purgatory)
         self.admin_manager = AdminManager(cfg, self.metadata, self.replica_manager)
         self.producer_id_manager = ProducerIdManager(self.metadata)
+        self.publisher = MetadataPublisher(self.replica_manager)
+        self.publisher.set_coordinator_sync(lambda c: sync_ownership(self, c))
+        self.metadata.set_publisher(self.publisher.publish)
         self.replica_manager.load_partitions()
         self._set_aside_unhosted_logs()
         self.replica_manager.purge_tombstones()
         self.group_coordinator: GroupCoordinator = create_group_coordinator(self, timer)
-        sync_ownership(self, self.group_coordinator)
+        self.publisher.sync_coordinators()
         self.services = BrokerServices(
             broker_id=self.broker_id, config=cfg, metadata=self.metadata, replica_manager=self.replica_manager,
             admin_manager=self.admin_manager, group_coordinator=self.group_coordinator,

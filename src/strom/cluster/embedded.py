@@ -14,7 +14,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from strom.cluster.metadata import BrokerInfo, MetadataStore, PartitionState, TopicMetadata
+from strom.cluster.metadata import BrokerInfo, ChangeKind, MetadataStore, PartitionState, TopicMetadata
 from strom.storage.checkpoints import write_atomically
 from strom.storage.log_dirs import LogDirError, MetaProperties, check_identities, write_meta_properties
 from strom.storage.log_manager import partition_dirs
@@ -138,7 +138,7 @@ class EmbeddedMetadataStore(MetadataStore):
             before = dict(self._topics)
             self._topics[name] = topic
             self._save_or_restore(before)
-        self._notify("created", topic)
+        self._notify(ChangeKind.CREATED, topic)
         return topic
 
     def delete_topic(self, name: str, recorded_elsewhere: bool = False) -> None:
@@ -154,7 +154,7 @@ class EmbeddedMetadataStore(MetadataStore):
                 # The tombstoned partition dirs make the deletion durable; write the file later.
                 log.error("could not write metadata after deleting topic %s (%s); will retry", name, exc)
                 self._save_pending = True
-        self._notify("deleted", topic)
+        self._notify(ChangeKind.DELETED, topic)
 
     def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
         with self._lock:
@@ -167,7 +167,7 @@ class EmbeddedMetadataStore(MetadataStore):
             except OSError:
                 topic.partitions = before
                 raise
-        self._notify("partitions", topic)
+        self._notify(ChangeKind.PARTITIONS, topic)
         return topic
 
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata:
@@ -180,7 +180,7 @@ class EmbeddedMetadataStore(MetadataStore):
             except OSError:
                 topic.configs = before
                 raise
-        self._notify("configs", topic)
+        self._notify(ChangeKind.CONFIGS, topic)
         return topic
 
     def restore_topics(self, topics: list[TopicMetadata], next_producer_id: int) -> None:

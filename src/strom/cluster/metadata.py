@@ -8,6 +8,7 @@ replication. Keeping topic IDs, partition assignments and topic configs here
 
 from __future__ import annotations
 
+import enum
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -31,6 +32,7 @@ class PartitionState:
     leader_epoch: int
     replicas: list[int]
     isr: list[int]
+    partition_epoch: int = 0  # the state znode's version: AlterPartition must name the current one
 
 
 @dataclass
@@ -50,8 +52,24 @@ class TopicMetadata:
         return len(first.replicas) if first else 0
 
 
-# Callback(kind, topic) where kind is "created", "deleted", "partitions", "configs".
-MetadataListener = Callable[[str, TopicMetadata], None]
+class ChangeKind(enum.Enum):
+    CREATED = "created"
+    DELETED = "deleted"
+    PARTITIONS = "partitions"  # partitions added
+    CONFIGS = "configs"
+    LEADERSHIP = "leadership"  # leader, epoch or ISR of some partitions changed
+
+
+@dataclass(frozen=True, slots=True)
+class TopicChange:
+    """One typed change of the cluster metadata, handed to the broker's MetadataPublisher."""
+
+    kind: ChangeKind
+    topic: TopicMetadata
+
+
+# The one subscriber of a store: the broker's MetadataPublisher, which turns changes into ordered calls.
+MetadataListener = Callable[[TopicChange], None]
 
 
 class MetadataStore(ABC):
@@ -60,15 +78,16 @@ class MetadataStore(ABC):
     cluster_id: str
 
     def __init__(self) -> None:
-        self._listeners: list[MetadataListener] = []
+        self._publisher: MetadataListener | None = None
         self._topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
 
-    def add_listener(self, listener: MetadataListener) -> None:
-        self._listeners.append(listener)
+    def set_publisher(self, publisher: MetadataListener | None) -> None:
+        """One subscriber, not a listener list: the order of reactions is the publisher's explicit code."""
+        self._publisher = publisher
 
-    def _notify(self, kind: str, topic: TopicMetadata) -> None:
-        for listener in self._listeners:
-            listener(kind, topic)
+    def _notify(self, kind: ChangeKind, topic: TopicMetadata) -> None:
+        if self._publisher is not None:
+            self._publisher(TopicChange(kind, topic))
 
     @abstractmethod
     def register_broker(self, broker: BrokerInfo) -> None: ...

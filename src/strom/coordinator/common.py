@@ -5,7 +5,7 @@ coordinator will own those of ``__transaction_state``. Both follow one rule: the
 coordinator of a key is whichever broker leads the key's partition of the internal
 topic, so the broker loads a partition's state when it becomes leader and unloads it on
 losing leadership. This module keeps that rule in one place: the ``PartitionedCoordinator``
-protocol a coordinator implements, ``attach_coordinator`` to follow the metadata store,
+protocol a coordinator implements, ``attach_coordinator`` to follow the metadata publisher,
 ``sync_ownership`` to reconcile, and ``ensure_internal_topic`` to create the topic on
 first use with the coordinator's own settings.
 
@@ -87,21 +87,16 @@ def internal_topic_partitions(server: KafkaServer, topic_name: str, configured: 
 
 
 def attach_coordinator(server: KafkaServer, coordinator: PartitionedCoordinator) -> None:
-    """Follow the metadata store: reconcile ownership whenever the internal topic changes."""
-    def on_metadata_change(kind: str, topic: TopicMetadata) -> None:
-        if topic.name == coordinator.topic_name:
-            sync_ownership(server, coordinator)
-
-    server.metadata.add_listener(on_metadata_change)
+    """Follow the metadata: the broker's publisher reconciles ownership after every change of the
+    internal topic, once the replica manager has applied it."""
+    server.publisher.add_coordinator(coordinator)
 
 
 def led_partitions(server: KafkaServer, topic_name: str) -> set[int]:
-    """Partitions of the internal topic this broker leads and hosts a replica of."""
-    topic = server.metadata.topic(topic_name)
-    if topic is None:
-        return set()
-    return {p for p, st in topic.partitions.items() if st.leader == server.broker_id
-            and (topic_name, p) in server.replica_manager.partitions}
+    """Partitions of the internal topic this broker hosts and leads (as the replica manager says:
+    in a cluster, LeaderAndIsr reaches the replica manager before UpdateMetadata reaches the cache)."""
+    return {p for (t, p), part in server.replica_manager.partitions.items()
+            if t == topic_name and part.is_leader}
 
 
 def sync_ownership(server: KafkaServer, coordinator: PartitionedCoordinator) -> None:

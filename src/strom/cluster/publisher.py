@@ -1,0 +1,48 @@
+"""MetadataPublisher: turns typed metadata changes into explicit, ordered calls on the broker.
+
+Kafka's broker applies a metadata delta in one place (``applyDelta``): first the replica
+manager (logs, leadership), then the coordinators whose internal topic changed. Listener
+lists made that order an accident of registration; here it is the code below.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from strom.cluster.metadata import TopicChange
+
+if TYPE_CHECKING:
+    from strom.broker.replica_manager import ReplicaManager
+    from strom.coordinator.common import PartitionedCoordinator
+
+log = logging.getLogger(__name__)
+
+
+class MetadataPublisher:
+    def __init__(self, replica_manager: ReplicaManager,
+                 coordinators: Sequence[PartitionedCoordinator] = (),
+                 sync_coordinator: Callable[[PartitionedCoordinator], None] | None = None) -> None:
+        self.replica_manager = replica_manager
+        self.coordinators = list(coordinators)
+        self._sync = sync_coordinator
+
+    def add_coordinator(self, coordinator: PartitionedCoordinator) -> None:
+        self.coordinators.append(coordinator)
+
+    def set_coordinator_sync(self, sync: Callable[[PartitionedCoordinator], None]) -> None:
+        self._sync = sync
+
+    def publish(self, change: TopicChange) -> None:
+        # 1. Partitions and logs: a coordinator may only load what the replica manager hosts.
+        self.replica_manager.apply_topic_change(change)
+        # 2. Coordinators of internal topics: load what we now lead, unload what we lost.
+        self.sync_coordinators({change.topic.name})
+
+    def sync_coordinators(self, topics: set[str] | None = None) -> None:
+        if self._sync is None:
+            return
+        for coordinator in self.coordinators:
+            if topics is None or coordinator.topic_name in topics:
+                self._sync(coordinator)
