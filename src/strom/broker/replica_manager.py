@@ -523,6 +523,19 @@ class ReplicaManager:
         log.error("storage error on produce to %s-%d: %s%s; answering KAFKA_STORAGE_ERROR", *tp, exc, more)
 
     # -- fetch -----------------------------------------------------------------
+    def _on_high_watermark_moved(self, tp: TopicPartition) -> None:
+        """acks=all produces and consumer long polls waiting for this HW may complete now.
+
+        Scheduled, not called: this runs inside a follower's fetch, possibly from the fetch
+        purgatory itself, which must not be re-entered."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.produce_purgatory.check_and_complete(tp)
+            return
+        loop.call_soon(self.produce_purgatory.check_and_complete, tp)
+        loop.call_soon(self.fetch_purgatory.check_and_complete, tp)
+
     def has_new_data(self, params: FetchParams) -> bool:
         """Whether any watched partition moved past its fetch offset (or vanished) since parking."""
         for req in params.partitions:
@@ -542,7 +555,7 @@ class ReplicaManager:
             try:
                 part = self.get_partition(req.topic, req.partition)
                 if params.replica_id >= 0 and part.update_follower_fetch_state(params.replica_id, req.fetch_offset):
-                    self.produce_purgatory.check_and_complete((req.topic, req.partition))
+                    self._on_high_watermark_moved((req.topic, req.partition))
                 res.high_watermark = part.high_watermark
                 res.last_stable_offset = part.last_stable_offset
                 res.log_start_offset = part.log_start_offset

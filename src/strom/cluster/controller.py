@@ -1,0 +1,652 @@
+"""KafkaController: the one broker that decides leaders and ISRs, elected through ZooKeeper.
+
+Every broker runs one; the broker holding the ephemeral ``/controller`` znode is active. Its
+work is a single queue of events handled one at a time (Kafka's ControllerEventManager), so
+the controller's view of the cluster (``ControllerContext``) is never changed concurrently:
+ZooKeeper watches (kazoo's thread) and requests from brokers (AlterPartition,
+ControlledShutdown) only enqueue events.
+
+Every partition-state write is a conditional set on the znode version inside a multi-op that
+also checks ``/controller_epoch``'s version, so a controller that lost its seat (SIGSTOP, a
+partition from ZooKeeper) cannot overwrite its successor's decisions; every request it sends
+carries its epoch, and brokers refuse older epochs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import kafka.errors as Errors
+
+from strom.cluster.controller_channel import ControllerChannelManager
+from strom.cluster.zk import zk_data as zd
+from strom.cluster.zk.errors import BadVersionError, ControllerMovedError, KafkaZkError, ZNodeNotFoundError
+from strom.cluster.zk.kafka_zk_client import KafkaZkClient
+from strom.config import BrokerConfig
+from strom.protocol.inter_broker import (
+    LeaderAndIsrRequest,
+    StopReplicaRequest,
+    UpdateMetadataRequest,
+)
+from strom.server_common.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+LEADER_AND_ISR_VERSION = 6
+UPDATE_METADATA_VERSION = 7
+STOP_REPLICA_VERSION = 3
+NO_LEADER = -1
+LEADER_DURING_DELETE = -2  # UpdateMetadata: the partition is being deleted
+PLAINTEXT = 0  # security protocol id
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class PartitionLeadership:
+    """A partition as the controller knows it: assignment plus the state znode (and its version)."""
+
+    replicas: list[int]
+    leader: int = NO_LEADER
+    leader_epoch: int = -1
+    isr: list[int] = field(default_factory=list)
+    controller_epoch: int = 0
+    zk_version: int = -1  # -1: no state znode yet (new partition)
+
+
+@dataclass(slots=True)
+class ControllerContext:
+    epoch: int = 0
+    epoch_zk_version: int = -1
+    live_brokers: dict[int, zd.BrokerRegistration] = field(default_factory=dict)
+    shutting_down: set[int] = field(default_factory=set)
+    topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
+    partitions: dict[TopicPartition, PartitionLeadership] = field(default_factory=dict)
+    deleting: set[str] = field(default_factory=set)
+
+    def partitions_of(self, topic: str) -> list[TopicPartition]:
+        return sorted(tp for tp in self.partitions if tp[0] == topic)
+
+    def is_live(self, broker_id: int) -> bool:
+        return broker_id in self.live_brokers and broker_id not in self.shutting_down
+
+
+class ControllerMoved(Exception):
+    """Another broker is controller now: stop acting."""
+
+
+class KafkaController:
+    def __init__(self, broker_id: int, config: BrokerConfig, zk: KafkaZkClient,
+                 unclean_election_enabled: Callable[[str], bool]) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        self.zk = zk
+        self._unclean_enabled = unclean_election_enabled
+        self.ctx = ControllerContext()
+        self.active = False
+        self.channel: ControllerChannelManager | None = None
+        self._events: asyncio.Queue[tuple[str, Callable[[], Awaitable[Any]]]] = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+        self._task: asyncio.Task[None] | None = None
+        self._watches: list[Any] = []
+        self._rebalance_task: asyncio.Task[None] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def startup(self) -> None:
+        self._task = self._loop.create_task(self._process_events(), name="controller-events")
+        self._watches.append(self.zk.watch_data(zd.CONTROLLER_PATH, self._on_controller_znode))
+
+    async def shutdown(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._resign()
+
+    def _enqueue(self, name: str, handler: Callable[[], Awaitable[Any]]) -> None:
+        """Thread-safe: ZooKeeper watches call this on kazoo's thread."""
+        self._loop.call_soon_threadsafe(self._events.put_nowait, (name, handler))
+
+    async def _process_events(self) -> None:
+        while True:
+            name, handler = await self._events.get()
+            try:
+                await handler()
+            except asyncio.CancelledError:
+                raise
+            except (ControllerMoved, ControllerMovedError):
+                log.warning("controller %d lost the controllership while handling %s", self.broker_id, name)
+                await self._resign()
+                self._enqueue("elect", self._elect)
+            except KafkaZkError as exc:
+                log.error("controller event %s failed on ZooKeeper: %s; re-electing", name, exc)
+                await self._resign()
+                self._enqueue("elect", self._elect)
+            except Exception:
+                log.exception("controller event %s failed", name)
+
+    async def _zk(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """ZooKeeper round trips run off the event loop."""
+        return await self._loop.run_in_executor(None, lambda: fn(*args, **kwargs))
+
+    # -- election ------------------------------------------------------------------------------------
+    def _on_controller_znode(self, data: bytes | None, _stat: Any) -> None:
+        if data is None:
+            self._enqueue("elect", self._elect)
+        else:
+            try:
+                holder = zd.decode_controller(data)
+            except Exception:  # noqa: BLE001 - garbage in the znode: treat as someone else
+                holder = -1
+            if holder != self.broker_id and self.active:
+                self._enqueue("resign", self._resign)
+
+    async def _elect(self) -> None:
+        if self.active:
+            return
+        try:
+            epoch, version = await self._zk(self.zk.register_controller_and_increment_controller_epoch,
+                                            self.broker_id)
+        except ControllerMovedError:
+            return  # someone else won; the /controller watch tells us when it goes
+        except KafkaZkError as exc:
+            log.info("controller election failed: %s", exc)
+            return
+        self.ctx = ControllerContext(epoch=epoch, epoch_zk_version=version)
+        self.active = True
+        log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
+        await self._on_controller_failover()
+
+    async def _resign(self) -> None:
+        if not self.active:
+            return
+        self.active = False
+        for w in self._watches[1:]:
+            stop = getattr(w, "_stopped", None)
+            if stop is not None:
+                w._stopped = True
+        del self._watches[1:]
+        if self._rebalance_task is not None:
+            self._rebalance_task.cancel()
+            self._rebalance_task = None
+        if self.channel is not None:
+            await self.channel.close()
+            self.channel = None
+        log.info("broker %d resigned as controller", self.broker_id)
+
+    async def _on_controller_failover(self) -> None:
+        """Load the cluster from ZooKeeper, bring every partition online, tell every broker."""
+        self.channel = ControllerChannelManager(self.broker_id, self.config.get("controller.socket.timeout.ms"))
+        brokers = await self._zk(self.zk.get_all_brokers)
+        for b in brokers.values():
+            self._add_live_broker(b)
+        for topic in await self._zk(self.zk.get_all_topics):
+            await self._load_topic(topic)
+        self.ctx.deleting = set(await self._zk(self.zk.get_topic_deletions))
+        self._watches.append(self.zk.watch_children(zd.BROKER_IDS_PATH,
+                                                    lambda _c: self._enqueue("brokers", self._on_broker_change)))
+        self._watches.append(self.zk.watch_children(zd.TOPICS_PATH,
+                                                    lambda _c: self._enqueue("topics", self._on_topic_change)))
+        self._watches.append(self.zk.watch_children(zd.DELETE_TOPICS_PATH,
+                                                    lambda _c: self._enqueue("deletions", self._on_topic_deletion)))
+        await self._elect_offline_partitions(list(self.ctx.partitions))
+        all_tps = list(self.ctx.partitions)
+        self._send_update_metadata(list(self.ctx.live_brokers), all_tps)
+        self._send_leader_and_isr(all_tps)
+        if self.config.get("auto.leader.rebalance.enable"):
+            self._rebalance_task = self._loop.create_task(self._auto_rebalance_loop(), name="leader-rebalance")
+
+    def _add_live_broker(self, reg: zd.BrokerRegistration) -> None:
+        self.ctx.live_brokers[reg.id] = reg
+        host, port = self._address(reg)
+        assert self.channel is not None
+        self.channel.add_broker(reg.id, host, port)
+
+    def _address(self, reg: zd.BrokerRegistration) -> tuple[str, int]:
+        listener = self.config.get("inter.broker.listener.name") or "PLAINTEXT"
+        return reg.endpoint(listener) or (reg.host or "127.0.0.1", reg.port)
+
+    async def _load_topic(self, topic: str) -> list[TopicPartition]:
+        """Read a topic's assignment and states; returns partitions the controller had not known."""
+        assignment = await self._zk(self.zk.get_topic_assignment, topic)
+        if assignment is None:
+            return []
+        if assignment.topic_id is not None:
+            self.ctx.topic_ids[topic] = assignment.topic_id
+        states = await self._zk(self.zk.get_partition_states, topic)
+        new: list[TopicPartition] = []
+        for p, replicas in assignment.partitions.items():
+            tp = (topic, p)
+            known = self.ctx.partitions.get(tp)
+            if known is not None:
+                known.replicas = list(replicas)
+                continue
+            pl = PartitionLeadership(list(replicas))
+            if p in states:
+                st, version = states[p]
+                pl.leader, pl.leader_epoch, pl.isr = st.leader, st.leader_epoch, list(st.isr)
+                pl.controller_epoch, pl.zk_version = st.controller_epoch, version
+            self.ctx.partitions[tp] = pl
+            new.append(tp)
+        return new
+
+    # -- leader election -----------------------------------------------------------------------------
+    def _choose_leader(self, tp: TopicPartition, pl: PartitionLeadership, exclude: Iterable[int] = ()
+                       ) -> tuple[int, list[int], bool]:
+        """(leader, isr, unclean): first live replica in assignment order that is in the ISR; with
+        none, the first live replica if unclean election is enabled, else no leader."""
+        excluded = set(exclude)
+        live = [b for b in pl.replicas if self.ctx.is_live(b) and b not in excluded]
+        if pl.zk_version < 0:  # a new partition: every live replica starts in sync
+            return (live[0] if live else NO_LEADER), (live or list(pl.isr) or list(pl.replicas[:1])), False
+        in_isr = [b for b in live if b in pl.isr]
+        if in_isr:
+            return in_isr[0], [b for b in pl.isr if b in in_isr], False
+        if live and self._unclean_enabled(tp[0]):
+            return live[0], [live[0]], True
+        # Offline: keep the ISR (the last replicas known to be in sync) so one of them can come back.
+        return NO_LEADER, list(pl.isr), False
+
+    async def _write_state(self, tp: TopicPartition, pl: PartitionLeadership, leader: int, isr: list[int],
+                           bump_epoch: bool = True) -> bool:
+        """Write a new leader/ISR for tp, fenced; returns False if the znode moved under us (re-read)."""
+        epoch = pl.leader_epoch + 1 if bump_epoch else pl.leader_epoch
+        state = zd.LeaderIsrAndControllerEpoch(leader, epoch, list(isr), self.ctx.epoch)
+        try:
+            if pl.zk_version < 0:
+                versions = await self._zk(self.zk.create_partition_states, tp[0], {tp[1]: state},
+                                          self.ctx.epoch_zk_version)
+                new_version = versions[tp[1]]
+            else:
+                new_version = await self._zk(self.zk.update_partition_state, tp[0], tp[1], state, pl.zk_version,
+                                             self.ctx.epoch_zk_version)
+        except BadVersionError:
+            got = await self._zk(self.zk.get_partition_state, *tp)
+            if got is not None:
+                st, version = got
+                pl.leader, pl.leader_epoch, pl.isr = st.leader, st.leader_epoch, list(st.isr)
+                pl.controller_epoch, pl.zk_version = st.controller_epoch, version
+            return False
+        except ZNodeNotFoundError:
+            return False
+        pl.leader, pl.leader_epoch, pl.isr = leader, epoch, list(isr)
+        pl.controller_epoch, pl.zk_version = self.ctx.epoch, new_version
+        return True
+
+    async def _elect_offline_partitions(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """Elect leaders for partitions without a live leader; returns those that changed."""
+        changed = []
+        for tp in tps:
+            pl = self.ctx.partitions.get(tp)
+            if pl is None or tp[0] in self.ctx.deleting:
+                continue
+            if pl.zk_version >= 0 and self.ctx.is_live(pl.leader):
+                continue
+            for _ in range(3):
+                leader, isr, unclean = self._choose_leader(tp, pl)
+                if leader == NO_LEADER and pl.leader == NO_LEADER and pl.zk_version >= 0:
+                    break  # still offline, nothing to write
+                if unclean:
+                    log.error("unclean leader election for %s-%d: broker %d was not in the ISR %s; records "
+                              "it lacks are lost", *tp, leader, pl.isr)
+                if await self._write_state(tp, pl, leader, isr):
+                    changed.append(tp)
+                    if leader == NO_LEADER:
+                        log.warning("partition %s-%d is offline: no live replica in its ISR %s", *tp, isr)
+                    break
+        return changed
+
+    # -- events ----------------------------------------------------------------------------------------
+    async def _on_broker_change(self) -> None:
+        if not self.active:
+            return
+        current = await self._zk(self.zk.get_all_brokers)
+        known = self.ctx.live_brokers
+        # A broker that re-registered (new epoch) restarted: it lost its state, so treat it as dead and new.
+        bounced = {b for b in current if b in known and current[b].epoch != known[b].epoch}
+        dead = (set(known) - set(current)) | bounced
+        new = (set(current) - set(known)) | bounced
+        if not dead and not new:
+            return
+        log.info("controller: brokers joined %s, left %s", sorted(new), sorted(dead))
+        assert self.channel is not None
+        for b in dead:
+            known.pop(b, None)
+            self.ctx.shutting_down.discard(b)
+            self.channel.remove_broker(b)
+        for b in new:
+            self._add_live_broker(current[b])
+        changed: set[TopicPartition] = set()
+        if dead:
+            changed |= set(await self._on_brokers_failed(dead))
+        if new:
+            changed |= set(await self._elect_offline_partitions(list(self.ctx.partitions)))
+        live = list(self.ctx.live_brokers)
+        if new:  # newcomers need the whole picture, and leadership of every replica they host
+            self._send_update_metadata(sorted(new), list(self.ctx.partitions))
+            hosted = [tp for tp, pl in self.ctx.partitions.items() if set(pl.replicas) & new]
+            self._send_leader_and_isr(hosted, only=new)
+        if changed:
+            self._send_leader_and_isr(sorted(changed))
+        self._send_update_metadata([b for b in live if b not in new], sorted(changed))
+
+    async def _on_brokers_failed(self, dead: set[int]) -> list[TopicPartition]:
+        """New leaders for what the dead brokers led; drop them from every ISR (leader epoch bumps)."""
+        changed = []
+        for tp, pl in sorted(self.ctx.partitions.items()):
+            if not (set(pl.isr) & dead or pl.leader in dead) or tp[0] in self.ctx.deleting:
+                continue
+            for _ in range(3):
+                if pl.leader in dead or pl.leader == NO_LEADER:
+                    leader, isr, unclean = self._choose_leader(tp, pl, exclude=dead)
+                    if unclean:
+                        log.error("unclean leader election for %s-%d: broker %d was not in the ISR %s; records "
+                                  "it lacks are lost", *tp, leader, pl.isr)
+                    if leader == NO_LEADER:
+                        isr = list(pl.isr)  # keep who was last in sync
+                else:
+                    leader = pl.leader
+                    isr = [b for b in pl.isr if b not in dead] or [leader]
+                if leader == pl.leader and isr == pl.isr:
+                    break
+                if await self._write_state(tp, pl, leader, isr):
+                    changed.append(tp)
+                    if leader == NO_LEADER:
+                        log.warning("partition %s-%d is offline: no live replica in its ISR %s", *tp, isr)
+                    break
+        return changed
+
+    async def _on_topic_change(self) -> None:
+        if not self.active:
+            return
+        topics = set(await self._zk(self.zk.get_all_topics))
+        known = {t for t, _ in self.ctx.partitions}
+        for gone in known - topics:
+            for tp in self.ctx.partitions_of(gone):
+                del self.ctx.partitions[tp]
+        new_tps: list[TopicPartition] = []
+        for topic in sorted(topics):
+            if topic not in known:
+                self._watches.append(self.zk.watch_data(
+                    zd.topic_path(topic), lambda _d, _s, t=topic: self._enqueue(
+                        f"partitions-{t}", lambda: self._on_partition_change(t))))
+            new_tps += await self._load_topic(topic)
+        await self._bring_online(new_tps)
+
+    async def _on_partition_change(self, topic: str) -> None:
+        if self.active and topic not in self.ctx.deleting:
+            await self._bring_online(await self._load_topic(topic))
+
+    async def _bring_online(self, new_tps: list[TopicPartition]) -> None:
+        if not new_tps:
+            return
+        changed = await self._elect_offline_partitions(new_tps)
+        log.info("controller: %d new partitions online", len(changed))
+        self._send_update_metadata(list(self.ctx.live_brokers), changed)
+        self._send_leader_and_isr(changed, is_new=True)
+
+    async def _on_topic_deletion(self) -> None:
+        if not self.active:
+            return
+        queued = set(await self._zk(self.zk.get_topic_deletions))
+        for topic in sorted(queued):
+            tps = self.ctx.partitions_of(topic)
+            self.ctx.deleting.add(topic)
+            if tps:
+                self._send_stop_replica(tps, delete=True)
+                self._send_update_metadata(list(self.ctx.live_brokers), tps, deleting=True)
+            await self._zk(self.zk.delete_topic_znodes, topic, self.ctx.epoch_zk_version)
+            await self._zk(self.zk.remove_topic_deletion, topic, self.ctx.epoch_zk_version)
+            for tp in tps:
+                self.ctx.partitions.pop(tp, None)
+            self.ctx.topic_ids.pop(topic, None)
+            self.ctx.deleting.discard(topic)
+            log.info("controller: deleted topic %s", topic)
+
+    # -- requests from brokers -----------------------------------------------------------------------
+    def alter_partition(self, broker_id: int, changes: list[tuple[TopicPartition, int, list[int], int]]
+                        ) -> asyncio.Future[dict[TopicPartition, tuple[int, PartitionLeadership | None]]]:
+        """AlterPartition from a leader: (tp, leader epoch, new ISR, partition epoch) per partition."""
+        future: asyncio.Future[dict[TopicPartition, tuple[int, PartitionLeadership | None]]] = \
+            self._loop.create_future()
+
+        async def handle() -> None:
+            result: dict[TopicPartition, tuple[int, PartitionLeadership | None]] = {}
+            updated: list[TopicPartition] = []
+            try:
+                for tp, leader_epoch, new_isr, partition_epoch in changes:
+                    result[tp] = await self._alter_one(broker_id, tp, leader_epoch, new_isr, partition_epoch)
+                    if result[tp][0] == 0:
+                        updated.append(tp)
+            finally:
+                if updated:
+                    self._send_update_metadata(list(self.ctx.live_brokers), updated)
+                if not future.done():
+                    future.set_result(result)
+
+        if not self.active:
+            future.set_exception(Errors.NotControllerError(f"broker {self.broker_id} is not the controller"))
+        else:
+            self._events.put_nowait(("alter-partition", handle))
+        return future
+
+    async def _alter_one(self, broker_id: int, tp: TopicPartition, leader_epoch: int, new_isr: list[int],
+                         partition_epoch: int) -> tuple[int, PartitionLeadership | None]:
+        pl = self.ctx.partitions.get(tp)
+        if pl is None or tp[0] in self.ctx.deleting:
+            return Errors.UnknownTopicOrPartitionError.errno, None
+        if pl.leader != broker_id:
+            return Errors.NotLeaderForPartitionError.errno, None
+        if leader_epoch < pl.leader_epoch:
+            return Errors.FencedLeaderEpochError.errno, None
+        if leader_epoch > pl.leader_epoch:
+            return Errors.NotControllerError.errno, None  # the requester knows more than we do
+        if partition_epoch != pl.zk_version:
+            return Errors.InvalidUpdateVersionError.errno, None
+        if sorted(new_isr) == sorted(pl.isr):
+            return 0, pl
+        if broker_id not in new_isr or not set(new_isr) <= set(pl.replicas):
+            return Errors.InvalidRequestError.errno, None
+        joining = [b for b in new_isr if b not in pl.isr and not self.ctx.is_live(b)]
+        if joining:
+            return Errors.IneligibleReplicaError.errno, None
+        if not await self._write_state(tp, pl, pl.leader, new_isr, bump_epoch=False):
+            return Errors.InvalidUpdateVersionError.errno, None
+        log.info("controller: ISR of %s-%d is now %s (partition epoch %d)", *tp, pl.isr, pl.zk_version)
+        return 0, pl
+
+    def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> asyncio.Future[list[TopicPartition]]:
+        """Move leadership off a broker that is about to stop; returns what it still leads."""
+        future: asyncio.Future[list[TopicPartition]] = self._loop.create_future()
+
+        async def handle() -> None:
+            try:
+                remaining = await self._shutdown_broker(broker_id, broker_epoch)
+            except BaseException as exc:
+                if not future.done():
+                    future.set_exception(exc)
+                raise
+            if not future.done():
+                future.set_result(remaining)
+
+        if not self.active:
+            future.set_exception(Errors.NotControllerError(f"broker {self.broker_id} is not the controller"))
+        else:
+            self._events.put_nowait(("controlled-shutdown", handle))
+        return future
+
+    async def _shutdown_broker(self, broker_id: int, broker_epoch: int) -> list[TopicPartition]:
+        reg = self.ctx.live_brokers.get(broker_id)
+        if reg is None:
+            raise Errors.BrokerNotAvailableError(f"broker {broker_id} is not registered")
+        if broker_epoch >= 0 and reg.epoch >= 0 and broker_epoch != reg.epoch:
+            raise Errors.StaleBrokerEpochError(f"broker epoch {broker_epoch} is not {reg.epoch}")
+        self.ctx.shutting_down.add(broker_id)
+        changed: list[TopicPartition] = []
+        stop_followers: list[TopicPartition] = []
+        for tp, pl in sorted(self.ctx.partitions.items()):
+            if broker_id not in pl.replicas or tp[0] in self.ctx.deleting or len(pl.replicas) < 2:
+                continue
+            if pl.leader == broker_id:
+                leader, isr, _ = self._choose_leader(tp, pl, exclude={broker_id})
+                if leader == NO_LEADER or leader not in pl.isr:
+                    continue  # no in-sync replica to take over: it stays led here until the broker dies
+                if await self._write_state(tp, pl, leader, [b for b in isr if b != broker_id]):
+                    changed.append(tp)
+            elif broker_id in pl.isr:
+                if await self._write_state(tp, pl, pl.leader, [b for b in pl.isr if b != broker_id]):
+                    changed.append(tp)
+                    stop_followers.append(tp)
+        if changed:
+            self._send_leader_and_isr(changed)
+            self._send_update_metadata(list(self.ctx.live_brokers), changed)
+        if stop_followers:
+            self._send_stop_replica(stop_followers, delete=False, only={broker_id})
+        return sorted(tp for tp, pl in self.ctx.partitions.items()
+                      if pl.leader == broker_id and len(pl.replicas) > 1)
+
+    # -- preferred leaders -----------------------------------------------------------------------------
+    async def _auto_rebalance_loop(self) -> None:
+        interval = self.config.get("leader.imbalance.check.interval.seconds")
+        while self.active:
+            await asyncio.sleep(interval)
+            self._events.put_nowait(("auto-rebalance", self._check_imbalance))
+
+    async def _check_imbalance(self) -> None:
+        if not self.active:
+            return
+        threshold = self.config.get("leader.imbalance.per.broker.percentage")
+        by_preferred: dict[int, list[TopicPartition]] = {}
+        for tp, pl in self.ctx.partitions.items():
+            if pl.replicas:
+                by_preferred.setdefault(pl.replicas[0], []).append(tp)
+        moves: list[TopicPartition] = []
+        for broker, tps in by_preferred.items():
+            if not self.ctx.is_live(broker):
+                continue
+            off = [tp for tp in tps if self.ctx.partitions[tp].leader != broker]
+            if tps and 100 * len(off) / len(tps) > threshold:
+                moves += off
+        if moves:
+            await self.elect_preferred_leaders(moves)
+
+    async def elect_preferred_leaders(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Move leadership to the first replica of the assignment where it is live and in sync."""
+        results: dict[TopicPartition, int] = {}
+        changed = []
+        for tp in tps:
+            pl = self.ctx.partitions.get(tp)
+            if pl is None:
+                results[tp] = Errors.UnknownTopicOrPartitionError.errno
+                continue
+            preferred = pl.replicas[0]
+            if pl.leader == preferred:
+                results[tp] = Errors.ElectionNotNeededError.errno
+                continue
+            if not self.ctx.is_live(preferred) or preferred not in pl.isr:
+                results[tp] = Errors.PreferredLeaderNotAvailableError.errno
+                continue
+            if await self._write_state(tp, pl, preferred, pl.isr):
+                results[tp] = 0
+                changed.append(tp)
+            else:
+                results[tp] = Errors.PreferredLeaderNotAvailableError.errno
+        if changed:
+            log.info("controller: moved %d partitions back to their preferred leader", len(changed))
+            self._send_leader_and_isr(changed)
+            self._send_update_metadata(list(self.ctx.live_brokers), changed)
+        return results
+
+    def submit(self, name: str, handler: Callable[[], Awaitable[Any]]) -> None:
+        """Run handler on the controller's event queue (for APIs such as ElectLeaders)."""
+        self._events.put_nowait((name, handler))
+
+    # -- requests to brokers ---------------------------------------------------------------------------
+    def _send_leader_and_isr(self, tps: Iterable[TopicPartition], only: set[int] | None = None,
+                             is_new: bool = False) -> None:
+        per_broker: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        for tp in tps:
+            pl = self.ctx.partitions.get(tp)
+            if pl is None or pl.zk_version < 0:
+                continue
+            state = {"partition_index": tp[1], "controller_epoch": pl.controller_epoch, "leader": pl.leader,
+                     "leader_epoch": pl.leader_epoch, "isr": list(pl.isr), "partition_epoch": pl.zk_version,
+                     "replicas": list(pl.replicas), "adding_replicas": [], "removing_replicas": [],
+                     "is_new": is_new, "leader_recovery_state": 0}
+            for b in pl.replicas:
+                if b in self.ctx.live_brokers and (only is None or b in only):
+                    per_broker.setdefault(b, {}).setdefault(tp[0], []).append(state)
+        assert self.channel is not None
+        for b, topics in per_broker.items():
+            leaders = {self.ctx.partitions[(t, s["partition_index"])].leader
+                       for t, states in topics.items() for s in states}
+            live_leaders = []
+            for leader in sorted(leaders):
+                reg = self.ctx.live_brokers.get(leader)
+                if reg is not None:
+                    host, port = self._address(reg)
+                    live_leaders.append({"broker_id": leader, "host_name": host, "port": port})
+            request = LeaderAndIsrRequest(
+                controller_id=self.broker_id, is_k_raft_controller=False, controller_epoch=self.ctx.epoch,
+                broker_epoch=self.ctx.live_brokers[b].epoch, request_type=0, ungrouped_partition_states=[],
+                topic_states=[{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, uuid.UUID(int=0)),
+                               "partition_states": states} for t, states in topics.items()],
+                live_leaders=live_leaders)
+            self.channel.send(b, request, LEADER_AND_ISR_VERSION)
+
+    def _send_update_metadata(self, brokers: Iterable[int], tps: Iterable[TopicPartition],
+                              deleting: bool = False) -> None:
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp in tps:
+            pl = self.ctx.partitions.get(tp)
+            if pl is None:
+                continue
+            topics.setdefault(tp[0], []).append({
+                "partition_index": tp[1], "controller_epoch": pl.controller_epoch,
+                "leader": LEADER_DURING_DELETE if deleting else pl.leader, "leader_epoch": pl.leader_epoch,
+                "isr": list(pl.isr), "zk_version": pl.zk_version, "replicas": list(pl.replicas),
+                "offline_replicas": [b for b in pl.replicas if b not in self.ctx.live_brokers]})
+        live = []
+        for reg in self.ctx.live_brokers.values():
+            endpoints = []
+            for ep in reg.endpoints:
+                name, _, address = ep.partition("://")
+                host, _, port = address.rpartition(":")
+                endpoints.append({"port": int(port), "host": host.strip("[]"), "listener": name,
+                                  "security_protocol": PLAINTEXT})
+            live.append({"id": reg.id, "endpoints": endpoints, "rack": reg.rack})
+        assert self.channel is not None
+        for b in brokers:
+            reg = self.ctx.live_brokers.get(b)
+            if reg is None:
+                continue
+            request = UpdateMetadataRequest(
+                controller_id=self.broker_id, is_k_raft_controller=False, request_type=0,
+                controller_epoch=self.ctx.epoch, broker_epoch=reg.epoch, ungrouped_partition_states=[],
+                topic_states=[{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, uuid.UUID(int=0)),
+                               "partition_states": states} for t, states in topics.items()],
+                live_brokers=live)
+            self.channel.send(b, request, UPDATE_METADATA_VERSION)
+
+    def _send_stop_replica(self, tps: Iterable[TopicPartition], delete: bool, only: set[int] | None = None) -> None:
+        per_broker: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        for tp in tps:
+            pl = self.ctx.partitions.get(tp)
+            if pl is None:
+                continue
+            for b in pl.replicas:
+                if b in self.ctx.live_brokers and (only is None or b in only):
+                    per_broker.setdefault(b, {}).setdefault(tp[0], []).append(
+                        {"partition_index": tp[1], "leader_epoch": -2 if delete else pl.leader_epoch,
+                         "delete_partition": delete})
+        assert self.channel is not None
+        for b, topics in per_broker.items():
+            request = StopReplicaRequest(
+                controller_id=self.broker_id, is_k_raft_controller=False, controller_epoch=self.ctx.epoch,
+                broker_epoch=self.ctx.live_brokers[b].epoch, ungrouped_partitions=[], topics=[],
+                topic_states=[{"topic_name": t, "partition_states": states} for t, states in topics.items()])
+            self.channel.send(b, request, STOP_REPLICA_VERSION)
