@@ -1,0 +1,37 @@
+"""ZooKeeper-mode inter-broker APIs that kafka-python does not ship.
+
+The controller pushes state with LeaderAndIsr, StopReplica and UpdateMetadata; brokers
+leave with ControlledShutdown and leaders ask for ISR changes with AlterPartition. The
+layouts are Kafka's message definitions, kept as JSON in `strom.protocol.messages` and
+driven by the same generic codec as every other API.
+
+Codec quirk worth knowing: a uuid field decodes the all-zero UUID as None (and encodes
+None as zero), so an unset topic id reads back as None, not `uuid.UUID(int=0)`.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.api_message import ApiMessage
+
+from strom.protocol import messages
+
+
+class LeaderAndIsrRequest(ApiMessage, load_json=messages): pass  # noqa: E701
+class LeaderAndIsrResponse(ApiMessage, load_json=messages): pass  # noqa: E701
+class StopReplicaRequest(ApiMessage, load_json=messages): pass  # noqa: E701
+class StopReplicaResponse(ApiMessage, load_json=messages): pass  # noqa: E701
+class UpdateMetadataRequest(ApiMessage, load_json=messages): pass  # noqa: E701
+class UpdateMetadataResponse(ApiMessage, load_json=messages): pass  # noqa: E701
+class ControlledShutdownRequest(ApiMessage, load_json=messages): pass  # noqa: E701
+class ControlledShutdownResponse(ApiMessage, load_json=messages): pass  # noqa: E701
+class AlterPartitionRequest(ApiMessage, load_json=messages): pass  # noqa: E701
+class AlterPartitionResponse(ApiMessage, load_json=messages): pass  # noqa: E701
+
+
+__all__ = [
+    "LeaderAndIsrRequest", "LeaderAndIsrResponse",
+    "StopReplicaRequest", "StopReplicaResponse",
+    "UpdateMetadataRequest", "UpdateMetadataResponse",
+    "ControlledShutdownRequest", "ControlledShutdownResponse",
+    "AlterPartitionRequest", "AlterPartitionResponse",
+]
