@@ -1,9 +1,8 @@
 """BrokerClient: one pipelined Kafka-protocol connection from this broker to another.
 
 The controller sends LeaderAndIsr/UpdateMetadata/StopReplica through it and replica
-fetchers send Fetch. Requests are written as soon as they are made and answers are matched
-by correlation id, so one slow Fetch does not hold up the requests queued behind it on our
-side (the peer still answers in order, as Kafka brokers do).
+fetchers send Fetch. Requests are written as soon as they are made (pipelined) and answers
+are matched by correlation id; the peer answers one connection's requests in order.
 """
 
 from __future__ import annotations
@@ -55,8 +54,9 @@ class BrokerClient:
         """Send an encoded request body; return the response body (after the response header).
 
         Raises ConnectionError when the connection cannot be made or is lost, and
-        asyncio.TimeoutError after request_timeout_ms (the connection is then dropped: an
-        answer may still arrive and the stream would no longer line up).
+        asyncio.TimeoutError after request_timeout_ms. The connection is then dropped (failing
+        the other pending requests with ConnectionError): the peer answers in order, so
+        everything queued behind the stuck request is stuck too.
         """
         writer = await self._connect()
         correlation_id = next(self._correlation) & 0x7FFFFFFF
