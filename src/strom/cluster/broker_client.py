@@ -1,0 +1,197 @@
+"""BrokerClient: one pipelined Kafka-protocol connection from this broker to another.
+
+The controller sends LeaderAndIsr/UpdateMetadata/StopReplica through it and replica
+fetchers send Fetch. Requests are written as soon as they are made (pipelined) and answers
+are matched by correlation id; the peer answers one connection's requests in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import struct
+import uuid
+from dataclasses import dataclass
+
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.consumer import FetchResponse
+
+from strom.protocol import codec
+from strom.protocol.api_keys import ApiKey
+
+
+class BrokerClient:
+    """One TCP connection to `host:port`, opened on first use and again after a failure."""
+
+    def __init__(self, host: str, port: int, client_id: str = "strom-broker", request_timeout_ms: int = 30000,
+                 connect_timeout_s: float = 5.0) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_ms / 1000
+        self.connect_timeout_s = connect_timeout_s
+        self._client_id = client_id.encode()
+        self._correlation = itertools.count(1)
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        # correlation id -> (future for the response body, response header is flexible)
+        self._pending: dict[int, tuple[asyncio.Future[bytes], bool]] = {}
+        self._connect_lock = asyncio.Lock()
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None
+
+    async def send(self, request: ApiMessage, version: int) -> ApiMessage:
+        """Send `request` at `version` and return the decoded response."""
+        if not request.expect_response():
+            raise ValueError("requests without a response (acks=0) are not supported")
+        body = await self.send_raw(request.API_KEY, version, request.encode(version=version))
+        return codec.response_class(request.API_KEY).decode(body, version=version)
+
+    async def send_raw(self, api_key: int, version: int, body: bytes | bytearray | memoryview) -> bytes:
+        """Send an encoded request body; return the response body (after the response header).
+
+        Raises ConnectionError when the connection cannot be made or is lost, and
+        asyncio.TimeoutError after request_timeout_ms. The connection is then dropped (failing
+        the other pending requests with ConnectionError): the peer answers in order, so
+        everything queued behind the stuck request is stuck too.
+        """
+        writer = await self._connect()
+        correlation_id = next(self._correlation) & 0x7FFFFFFF
+        flexible = codec.is_flexible(api_key, version)
+        header = struct.pack(">hhih", api_key, version, correlation_id, len(self._client_id)) + self._client_id
+        if flexible:
+            header += b"\x00"  # request header v2: no tagged fields
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        # ApiVersions answers with response header v0 whatever the version (KIP-511).
+        # The reader removes the entry when the answer arrives, even for an abandoned request.
+        self._pending[correlation_id] = (future, flexible and api_key != ApiKey.API_VERSIONS)
+        try:
+            writer.write(struct.pack(">i", len(header) + len(body)) + header + bytes(body))
+            await writer.drain()
+        except (OSError, RuntimeError) as exc:  # RuntimeError: the transport is already closed
+            self._pending.pop(correlation_id, None)
+            future.cancel()
+            self._drop(writer, ConnectionError(f"connection to {self.host}:{self.port} lost: {exc!r}"))
+            raise ConnectionError(f"connection to {self.host}:{self.port} lost") from exc
+        try:
+            return await asyncio.wait_for(future, self.request_timeout_s)
+        except TimeoutError:
+            self._drop(writer, ConnectionError(f"dropped after a request to {self.host}:{self.port} timed out"))
+            raise
+
+    async def close(self) -> None:
+        if self._writer is not None:
+            self._drop(self._writer, ConnectionError("client closed"))
+        if self._reader_task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader_task
+            self._reader_task = None
+
+    async def _connect(self) -> asyncio.StreamWriter:
+        async with self._connect_lock:
+            if self._writer is None:
+                try:
+                    reader, writer = await asyncio.wait_for(
+                        asyncio.open_connection(self.host, self.port), self.connect_timeout_s)
+                except (OSError, TimeoutError) as exc:
+                    raise ConnectionError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
+                self._writer = writer
+                self._reader_task = asyncio.create_task(self._read_responses(reader, writer))
+            return self._writer
+
+    async def _read_responses(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        error = ConnectionError(f"connection to {self.host}:{self.port} closed")
+        try:
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                frame = await reader.readexactly(size)
+                (correlation_id,) = struct.unpack_from(">i", frame)
+                entry = self._pending.pop(correlation_id, None)
+                if entry is None:
+                    error = ConnectionError(f"unexpected correlation id {correlation_id} from {self.host}:{self.port}")
+                    break
+                future, flexible = entry
+                pos = _skip_tagged_fields(frame, 4) if flexible else 4
+                if not future.done():
+                    future.set_result(frame[pos:])
+        except (OSError, asyncio.IncompleteReadError, codec.MalformedRequest, struct.error) as exc:
+            error = ConnectionError(f"connection to {self.host}:{self.port} lost: {exc!r}")
+        self._drop(writer, error)
+
+    def _drop(self, writer: asyncio.StreamWriter, error: ConnectionError) -> None:
+        """Close `writer` (if still current) and fail every request waiting on it."""
+        if self._writer is not writer:
+            return
+        self._writer = None
+        writer.close()
+        task = self._reader_task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        for future, _ in self._pending.values():
+            if not future.done():
+                future.set_exception(error)
+        self._pending.clear()
+
+
+def _skip_tagged_fields(frame: bytes, pos: int) -> int:
+    view = memoryview(frame)
+    count, pos = codec.read_uvarint(view, pos)
+    for _ in range(count):
+        _tag, pos = codec.read_uvarint(view, pos)
+        size, pos = codec.read_uvarint(view, pos)
+        pos += size
+    return pos
+
+
+@dataclass(slots=True)
+class FetchedPartition:
+    """One partition of a Fetch response; `records` are the raw record batches."""
+
+    topic: str | None  # Fetch v12 names topics
+    topic_id: uuid.UUID | None  # Fetch v13+ identifies them by id instead
+    partition: int
+    error_code: int
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    diverging_epoch: tuple[int, int] | None  # (epoch, end offset): the follower must truncate
+    preferred_read_replica: int
+    records: bytes
+
+
+@dataclass(slots=True)
+class FetchResult:
+    error_code: int
+    session_id: int
+    partitions: list[FetchedPartition]
+
+
+def decode_fetch_response(body: bytes, version: int) -> FetchResult:
+    """Decode a Fetch response body (v12+) from `send_raw`, keeping record sets as bytes.
+
+    kafka-python decodes the `records` type as plain bytes (it never parses batches), so
+    this is its generic decoder flattened into per-partition results.
+    """
+    if version < 12:
+        raise ValueError("decode_fetch_response handles Fetch v12 and later")
+    resp = FetchResponse.decode(body, version=version)
+    partitions = []
+    for topic in resp.responses:
+        for p in topic.partitions:
+            diverging = p.diverging_epoch
+            partitions.append(FetchedPartition(
+                topic=topic.topic if version <= 12 else None,
+                topic_id=topic.topic_id if version >= 13 else None,
+                partition=p.partition_index,
+                error_code=p.error_code,
+                high_watermark=p.high_watermark,
+                last_stable_offset=p.last_stable_offset,
+                log_start_offset=p.log_start_offset,
+                diverging_epoch=None if diverging is None else (diverging.epoch, diverging.end_offset),
+                preferred_read_replica=p.preferred_read_replica,
+                records=p.records if p.records is not None else b"",
+            ))
+    return FetchResult(resp.error_code, resp.session_id, partitions)
