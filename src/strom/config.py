@@ -294,7 +294,12 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("num.replica.fetchers", T.INT, 1, "Replica fetchers per source broker."),
     ConfigDef("auto.leader.rebalance.enable", T.BOOLEAN, True, "Move leadership back to preferred replicas."),
     ConfigDef("controlled.shutdown.enable", T.BOOLEAN, True, "Move leadership away before shutting down."),
+    ConfigDef("controlled.shutdown.max.retries", T.INT, 3, "Attempts of a controlled shutdown.", at_least(1)),
+    ConfigDef("controlled.shutdown.retry.backoff.ms", T.LONG, 5000, "Pause between controlled shutdown attempts."),
     ConfigDef("controller.socket.timeout.ms", T.INT, 30000, "Socket timeout of controller requests."),
+    ConfigDef("leader.imbalance.per.broker.percentage", T.INT, 10,
+              "Share of a broker's preferred partitions led elsewhere that triggers a preferred leader election."),
+    ConfigDef("leader.imbalance.check.interval.seconds", T.LONG, 300, "How often leader imbalance is checked."),
     # coordination store
     ConfigDef("zookeeper.connect", T.STRING, "", "ZooKeeper connect string; empty = embedded single-node store."),
     ConfigDef("zookeeper.session.timeout.ms", T.INT, 18000, "ZooKeeper session timeout."),

@@ -14,7 +14,10 @@ if TYPE_CHECKING:
     from strom.broker.apis import KafkaApis
     from strom.broker.producer_id_manager import ProducerIdManager
     from strom.broker.replica_manager import ReplicaManager
+    from strom.cluster.controller import KafkaController
     from strom.cluster.metadata import MetadataStore
+    from strom.cluster.publisher import MetadataPublisher
+    from strom.cluster.zk_metadata import ZkMetadataStore
     from strom.config import BrokerConfig
     from strom.coordinator.group.group_coordinator import GroupCoordinator
 
@@ -47,6 +50,15 @@ class RawResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterLink:
+    """What the inter-broker APIs need in a ZooKeeper cluster."""
+
+    store: ZkMetadataStore  # the metadata cache UpdateMetadata keeps current
+    controller: KafkaController  # active on one broker; answers AlterPartition and ControlledShutdown
+    publisher: MetadataPublisher  # LeaderAndIsr -> replica manager, then coordinators
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerServices:
     """Exactly what handlers may use, built once by KafkaServer.
 
@@ -63,6 +75,7 @@ class BrokerServices:
     producer_id_manager: ProducerIdManager
     apis: KafkaApis  # what ApiVersions advertises
     find_transaction_coordinator: CoordinatorLookup | None = None  # None until transactions exist
+    cluster: ClusterLink | None = None  # None on a single node (no ZooKeeper)
 
 
 @dataclass(slots=True)

@@ -11,6 +11,7 @@ import asyncio
 import inspect
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 
 from strom.broker import handlers as _handlers_pkg  # noqa: F401 - ensure package import
@@ -47,11 +48,25 @@ from strom.broker.handlers import (
 from strom.broker.network import SocketServer
 from strom.broker.producer_id_manager import ProducerIdManager
 from strom.broker.replica_manager import ReplicaManager
-from strom.broker.request import BrokerServices
+from strom.broker.request import BrokerServices, ClusterLink
+from strom.broker.handlers import (
+    alter_partition,
+    controlled_shutdown,
+    leader_and_isr,
+    stop_replica,
+    update_metadata,
+)
+from strom.cluster.alter_partition_manager import AlterPartitionManager
+from strom.cluster.broker_client import BrokerClient
+from strom.cluster.controller import KafkaController
 from strom.cluster.embedded import open_metadata_store
+from strom.cluster.replica_fetcher import ReplicaFetcherManager
+from strom.cluster.zk.kafka_zk_client import KafkaZkClient
+from strom.cluster.zk_metadata import ZkMetadataStore
 from strom.cluster.metadata import BrokerInfo, MetadataStore
 from strom.cluster.publisher import MetadataPublisher
-from strom.config import BrokerConfig, ConfigError
+from strom.config import BrokerConfig
+from strom.protocol.inter_broker import ControlledShutdownRequest
 from strom.coordinator.common import sync_ownership
 from strom.coordinator.group.group_coordinator import GroupCoordinator
 from strom.coordinator.group.startup import create_group_coordinator
@@ -59,7 +74,14 @@ from strom.server_common.purgatory import DelayedOperationPurgatory, TimerDriver
 from strom.server_common.timing_wheel import Timer
 from strom.storage.cleaner import LogCleaner, cleaner_backoff_ms
 from strom.storage.log_config import LogConfig
-from strom.storage.log_dirs import LogDirLock, lock_log_dirs
+from strom.storage.log_dirs import (
+    LogDirError,
+    LogDirLock,
+    MetaProperties,
+    check_identities,
+    lock_log_dirs,
+    write_meta_properties,
+)
 from strom.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -74,6 +96,10 @@ HANDLER_MODULES = [
     find_coordinator, join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch,
     offset_delete, list_groups, describe_groups, delete_groups,
 ]
+
+
+# Inter-broker APIs, registered only when the broker is part of a ZooKeeper cluster.
+CLUSTER_HANDLER_MODULES = [leader_and_isr, update_metadata, stop_replica, controlled_shutdown, alter_partition]
 
 
 class KafkaServer:
@@ -95,6 +121,11 @@ class KafkaServer:
         self._tasks: list[asyncio.Task[None]] = []
         self._log_dir_locks: list[LogDirLock] = []
         self._stopped = asyncio.Event()
+        self._loop = asyncio.get_event_loop()
+        self.zk: KafkaZkClient
+        self.controller: KafkaController
+        self.fetcher_manager: ReplicaFetcherManager
+        self.alter_partition_manager: AlterPartitionManager
 
     @property
     def port(self) -> int:
@@ -104,23 +135,23 @@ class KafkaServer:
         cfg = self.config
         loop = asyncio.get_running_loop()
         started = time.monotonic()
-        if cfg.get("zookeeper.connect"):
-            raise ConfigError("zookeeper.connect: ZooKeeper-coordinated clusters are not implemented yet; leave it "
-                              "empty to run on the embedded single-node metadata store")
         log_dirs, failed_dirs = cfg.check_log_dirs()
         # Before anything reads or writes a log dir: one broker per dir, held until the process exits.
         self._log_dir_locks = lock_log_dirs(log_dirs)
-        self.metadata = open_metadata_store(log_dirs, self.broker_id, cfg.get("cluster.id") or None)
         self.log_manager = LogManager(cfg.log_dirs(), cfg.topic_defaults())
         for log_dir, reason in failed_dirs.items():
             self.log_manager.mark_offline(log_dir, f"unusable ({reason})")
-        self._complete_interrupted_deletions()
-        topic_configs = {
-            name: LogConfig.from_props({**cfg.topic_defaults(), **t.configs})
-            for name, t in self.metadata.topics().items()
-        }
-        expected = {(t.name, p): t.topic_id for t in self.metadata.topics().values()
-                    for p, state in t.partitions.items() if self.broker_id in state.replicas}
+        if self.clustered:
+            topic_configs, expected = await self._open_zookeeper(log_dirs)
+        else:
+            self.metadata = open_metadata_store(log_dirs, self.broker_id, cfg.get("cluster.id") or None)
+            self._complete_interrupted_deletions()
+            topic_configs = {
+                name: LogConfig.from_props({**cfg.topic_defaults(), **t.configs})
+                for name, t in self.metadata.topics().items()
+            }
+            expected = {(t.name, p): t.topic_id for t in self.metadata.topics().values()
+                        for p, state in t.partitions.items() if self.broker_id in state.replicas}
         await loop.run_in_executor(None, self.log_manager.load_logs, topic_configs, None, expected)
         log.info("loaded logs in %.2f s", time.monotonic() - started)
         adv_host, adv_port = cfg.advertised_host_port()
@@ -131,27 +162,44 @@ class KafkaServer:
         produce_purgatory = DelayedOperationPurgatory("Produce", timer)  # acks=all waiting for the ISR
         self.replica_manager = ReplicaManager(cfg, self.log_manager, self.metadata, fetch_purgatory,
                                               produce_purgatory)
-        self.admin_manager = AdminManager(cfg, self.metadata, self.replica_manager)
+        # In a cluster the controller creates and deletes replicas (LeaderAndIsr, StopReplica), not the admin path.
+        self.admin_manager = AdminManager(cfg, self.metadata, None if self.clustered else self.replica_manager)
         self.producer_id_manager = ProducerIdManager(self.metadata)
         self.publisher = MetadataPublisher(self.replica_manager)
         self.publisher.set_coordinator_sync(lambda c: sync_ownership(self, c))
         self.metadata.set_publisher(self.publisher.publish)
-        self.replica_manager.load_partitions()
-        self._set_aside_unhosted_logs()
-        self.replica_manager.purge_tombstones()
+        if self.clustered:
+            # Partitions attach when the controller's LeaderAndIsr names them; logs no topic claims go aside.
+            for topic, partition in list(self.log_manager.all_logs()):
+                if (topic, partition) not in expected:
+                    self.log_manager.set_aside_stray_log(topic, partition)
+        else:
+            self.replica_manager.load_partitions()
+            self._set_aside_unhosted_logs()
+            self.replica_manager.purge_tombstones()
         self.group_coordinator: GroupCoordinator = create_group_coordinator(self, timer)
         self.publisher.sync_coordinators()
+        cluster_link = self._start_cluster_services() if self.clustered else None
         self.services = BrokerServices(
             broker_id=self.broker_id, config=cfg, metadata=self.metadata, replica_manager=self.replica_manager,
             admin_manager=self.admin_manager, group_coordinator=self.group_coordinator,
-            producer_id_manager=self.producer_id_manager, apis=self.apis,
+            producer_id_manager=self.producer_id_manager, apis=self.apis, cluster=cluster_link,
         )
         host, port = cfg.listener_host_port()
         self.socket_server = SocketServer(self, host, port, cfg.get("socket.request.max.bytes"))
         await self.socket_server.start()
         if adv_port == 0:
             adv_port = self.socket_server.port
-        self.metadata.register_broker(BrokerInfo(self.broker_id, adv_host, adv_port))
+        me = BrokerInfo(self.broker_id, adv_host, adv_port, cfg.get("broker.rack"))
+        if self.clustered:
+            # Registered only once the listener is up: the controller connects as soon as it sees us.
+            await loop.run_in_executor(None, self.metadata.register_broker, me)
+            self.zk.add_state_listener(self._on_zookeeper_state)
+            self.controller.startup()
+            self._schedule("isr-expiration", max(cfg.get("replica.lag.time.max.ms") // 2, 100),
+                           self._maybe_shrink_isr)
+        else:
+            self.metadata.register_broker(me)
         self._schedule("retention", cfg.get("log.retention.check.interval.ms"), self._retention)
         self._schedule("checkpoint", cfg.get("log.flush.offset.checkpoint.interval.ms"), self._checkpoint)
         self._schedule("flush", cfg.get("log.flush.scheduler.interval.ms"), self._flush)
@@ -161,6 +209,121 @@ class KafkaServer:
         self.log_cleaner = LogCleaner(log_dirs)
         if cfg.get("log.cleaner.enable"):
             self._schedule("log-cleaner", cleaner_backoff_ms(cfg), self._clean_logs)
+
+    @property
+    def clustered(self) -> bool:
+        return bool(self.config.get("zookeeper.connect"))
+
+    async def _open_zookeeper(self, log_dirs: list[str]
+                              ) -> tuple[dict[str, LogConfig], dict[tuple[str, int], uuid.UUID]]:
+        """Connect, agree on the cluster id with the log dirs, and read what this broker should host."""
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        self.zk = KafkaZkClient(cfg.get("zookeeper.connect"),
+                                session_timeout_ms=cfg.get("zookeeper.session.timeout.ms"),
+                                connection_timeout_ms=cfg.get("zookeeper.connection.timeout.ms"))
+        await loop.run_in_executor(None, self.zk.start)
+        metas, recorded = check_identities(log_dirs, self.broker_id, cfg.get("cluster.id") or None)
+        cluster_id = await loop.run_in_executor(None, self.zk.get_or_create_cluster_id,
+                                                recorded or cfg.get("cluster.id") or None)
+        if recorded and recorded != cluster_id:
+            raise LogDirError(f"the log dirs belong to cluster {recorded} but ZooKeeper "
+                              f"{cfg.get('zookeeper.connect')} holds cluster {cluster_id}; check zookeeper.connect")
+        for d, meta in metas.items():
+            if meta is None:
+                write_meta_properties(d, MetaProperties(cluster_id, self.broker_id))
+        self.metadata = ZkMetadataStore(self.zk, self.broker_id, cluster_id)
+
+        def read_topics() -> tuple[dict[str, LogConfig], dict[tuple[str, int], uuid.UUID]]:
+            configs: dict[str, LogConfig] = {}
+            expected: dict[tuple[str, int], uuid.UUID] = {}
+            for name in self.zk.get_all_topics():
+                assignment = self.zk.get_topic_assignment(name)
+                if assignment is None or assignment.topic_id is None:
+                    continue
+                configs[name] = LogConfig.from_props({**cfg.topic_defaults(), **self.zk.get_topic_configs(name)})
+                for p, replicas in assignment.partitions.items():
+                    if self.broker_id in replicas:
+                        expected[(name, p)] = assignment.topic_id
+            return configs, expected
+
+        return await loop.run_in_executor(None, read_topics)
+
+    def _start_cluster_services(self) -> ClusterLink:
+        """Replica fetchers, the ISR sender, the controller, and the inter-broker APIs."""
+        store = self.metadata
+        assert isinstance(store, ZkMetadataStore)
+        store.start_watches()
+        rm = self.replica_manager
+
+        def endpoint(broker_id: int) -> tuple[str, int] | None:
+            b = next((b for b in store.live_brokers() if b.broker_id == broker_id), None)
+            return (b.host, b.port) if b else None
+
+        self.fetcher_manager = ReplicaFetcherManager(self.broker_id, rm, self.config, endpoint)
+        rm.fetcher_manager = self.fetcher_manager
+        self.alter_partition_manager = AlterPartitionManager(self.broker_id, store, rm, lambda: store.broker_epoch)
+        rm.isr_change_sender = self.alter_partition_manager.submit
+
+        def unclean_enabled(topic: str) -> bool:
+            value = store.topic_configs(topic).get("unclean.leader.election.enable")
+            if value is None:
+                return bool(self.config.get("unclean.leader.election.enable"))
+            return value.strip().lower() == "true"
+
+        self.controller = KafkaController(self.broker_id, self.config, self.zk, unclean_enabled)
+        for module in CLUSTER_HANDLER_MODULES:
+            self.apis.register_module(module)
+        return ClusterLink(store=store, controller=self.controller, publisher=self.publisher)
+
+    def _on_zookeeper_state(self, state: str) -> None:
+        """kazoo's thread: a lost session dropped our registration; register again from the loop."""
+        if state == "LOST":
+            self._loop.call_soon_threadsafe(self._reregister)
+
+    def _reregister(self) -> None:
+        async def again() -> None:
+            while not self._stopped.is_set():
+                try:
+                    await asyncio.get_running_loop().run_in_executor(None, self.metadata.reregister)
+                    return
+                except Exception as exc:  # noqa: BLE001 - ZooKeeper may still be away: keep trying
+                    log.warning("re-registering in ZooKeeper failed (%s); retrying", exc)
+                    await asyncio.sleep(1)
+
+        self._tasks.append(asyncio.get_running_loop().create_task(again(), name="zk-reregister"))
+
+    async def _controlled_shutdown(self) -> None:
+        """Ask the controller to move our leaderships away before we stop serving (Kafka's
+        controlled.shutdown.*): clients see a leader change, not an outage of a session timeout."""
+        retries = self.config.get("controlled.shutdown.max.retries")
+        for attempt in range(1, retries + 1):
+            cid = self.metadata.controller_id()
+            broker = next((b for b in self.metadata.live_brokers() if b.broker_id == cid), None)
+            if broker is None:
+                log.warning("controlled shutdown: no controller known (attempt %d)", attempt)
+            else:
+                client = BrokerClient(broker.host, broker.port, client_id=f"broker-{self.broker_id}-shutdown",
+                                      request_timeout_ms=30_000)
+                try:
+                    response = await client.send(ControlledShutdownRequest(
+                        broker_id=self.broker_id, broker_epoch=self.metadata.broker_epoch), 3)
+                    if response.error_code == 0 and not response.remaining_partitions:
+                        log.info("controlled shutdown complete: leadership moved off broker %d", self.broker_id)
+                        # Give the new leaders' LeaderAndIsr a moment to land before our listener closes.
+                        await asyncio.sleep(0.2)
+                        return
+                    log.info("controlled shutdown: error %d, %d partitions still led here (attempt %d)",
+                             response.error_code, len(response.remaining_partitions), attempt)
+                except (ConnectionError, OSError, asyncio.TimeoutError) as exc:
+                    log.warning("controlled shutdown request failed: %s (attempt %d)", exc, attempt)
+                finally:
+                    await client.close()
+            await asyncio.sleep(self.config.get("controlled.shutdown.retry.backoff.ms") / 1000)
+        log.warning("controlled shutdown did not complete; shutting down anyway")
+
+    async def _maybe_shrink_isr(self) -> None:
+        self.replica_manager.maybe_shrink_isr()
 
     def _complete_interrupted_deletions(self) -> None:
         """A tombstone whose topic id the metadata still lists is a deletion acknowledged (or begun)
@@ -240,11 +403,19 @@ class KafkaServer:
                 log.exception("shutdown step %s failed; continuing", name)
 
         loop = asyncio.get_running_loop()
+        if self.clustered and hasattr(self, "controller") and self.config.get("controlled.shutdown.enable"):
+            await step("controlled shutdown", self._controlled_shutdown)
         if hasattr(self, "socket_server"):
             await step("socket server", self.socket_server.stop)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if hasattr(self, "fetcher_manager"):
+            await step("replica fetchers", self.fetcher_manager.shutdown)
+        if hasattr(self, "alter_partition_manager"):
+            await step("alter partition manager", self.alter_partition_manager.close)
+        if hasattr(self, "controller"):
+            await step("controller", self.controller.shutdown)
         if hasattr(self, "group_coordinator"):
             await step("group coordinator", self.group_coordinator.shutdown)
         if hasattr(self, "_timer_driver"):

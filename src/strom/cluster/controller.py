@@ -561,6 +561,12 @@ class KafkaController:
             self._send_update_metadata(list(self.ctx.live_brokers), changed)
         return results
 
+    def ctx_topic_name(self, topic_id: uuid.UUID | None) -> str | None:
+        for name, tid in self.ctx.topic_ids.items():
+            if tid == topic_id:
+                return name
+        return None
+
     def submit(self, name: str, handler: Callable[[], Awaitable[Any]]) -> None:
         """Run handler on the controller's event queue (for APIs such as ElectLeaders)."""
         self._events.put_nowait((name, handler))

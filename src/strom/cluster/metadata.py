@@ -33,6 +33,7 @@ class PartitionState:
     replicas: list[int]
     isr: list[int]
     partition_epoch: int = 0  # the state znode's version: AlterPartition must name the current one
+    offline_replicas: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -103,6 +104,11 @@ class MetadataStore(ABC):
 
     def topic(self, name: str) -> TopicMetadata | None:
         return self.topics().get(name)
+
+    def topic_configs(self, name: str) -> dict[str, str]:
+        """A topic's config overrides (a cluster store may have them before the topic's partitions)."""
+        topic = self.topic(name)
+        return dict(topic.configs) if topic else {}
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
         """O(1) for Fetch v13+, which names topics by id on every request.

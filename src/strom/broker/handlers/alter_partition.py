@@ -1,0 +1,46 @@
+"""AlterPartition (leader -> controller): commit an ISR change the leader proposes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kafka.errors as Errors
+
+from strom.broker.request import RequestContext
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.inter_broker import AlterPartitionResponse
+
+API_KEY = ApiKey.ALTER_PARTITION
+VERSIONS = (2, 2)  # topics by id
+
+
+async def handle(ctx: RequestContext, request: Any) -> AlterPartitionResponse:
+    cluster = ctx.services.cluster
+    if cluster is None or not cluster.controller.active:
+        return AlterPartitionResponse(throttle_time_ms=0, error_code=Errors.NotControllerError.errno, topics=[])
+    names = {}
+    changes = []
+    for t in request.topics:
+        name = cluster.controller.ctx_topic_name(t.topic_id)
+        names[t.topic_id] = name
+        for p in t.partitions:
+            changes.append(((name or "", p.partition_index), p.leader_epoch, list(p.new_isr), p.partition_epoch))
+    try:
+        results = await cluster.controller.alter_partition(request.broker_id, changes)
+    except Errors.NotControllerError:
+        return AlterPartitionResponse(throttle_time_ms=0, error_code=Errors.NotControllerError.errno, topics=[])
+    topics = []
+    for t in request.topics:
+        name = names[t.topic_id] or ""
+        parts = []
+        for p in t.partitions:
+            code, pl = results.get((name, p.partition_index), (Errors.UnknownTopicOrPartitionError.errno, None))
+            if pl is None or code:
+                parts.append({"partition_index": p.partition_index, "error_code": code, "leader_id": -1,
+                              "leader_epoch": -1, "isr": [], "leader_recovery_state": 0, "partition_epoch": -1})
+            else:
+                parts.append({"partition_index": p.partition_index, "error_code": 0, "leader_id": pl.leader,
+                              "leader_epoch": pl.leader_epoch, "isr": list(pl.isr), "leader_recovery_state": 0,
+                              "partition_epoch": pl.zk_version})
+        topics.append({"topic_id": t.topic_id, "partitions": parts})
+    return AlterPartitionResponse(throttle_time_ms=0, error_code=0, topics=topics)

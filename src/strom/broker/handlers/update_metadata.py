@@ -1,0 +1,39 @@
+"""UpdateMetadata (controller -> broker): the partition states and live brokers clients are told."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kafka.errors as Errors
+
+from strom.broker.request import RequestContext
+from strom.cluster.metadata import BrokerInfo, PartitionState
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.inter_broker import UpdateMetadataResponse
+
+API_KEY = ApiKey.UPDATE_METADATA
+VERSIONS = (7, 7)
+
+
+async def handle(ctx: RequestContext, request: Any) -> UpdateMetadataResponse:
+    cluster = ctx.services.cluster
+    if cluster is None:
+        return UpdateMetadataResponse(error_code=Errors.ClusterAuthorizationFailedError.errno)
+    if request.controller_epoch < ctx.replica_manager.controller_epoch:
+        return UpdateMetadataResponse(error_code=Errors.StaleControllerEpochError.errno)
+    if request.broker_epoch not in (-1, cluster.store.broker_epoch):
+        return UpdateMetadataResponse(error_code=Errors.StaleBrokerEpochError.errno)
+    listener = ctx.config.get("inter.broker.listener.name") or "PLAINTEXT"
+    brokers = []
+    for b in request.live_brokers:
+        endpoint = next((e for e in b.endpoints if e.listener == listener), b.endpoints[0] if b.endpoints else None)
+        if endpoint is not None:
+            brokers.append(BrokerInfo(b.id, endpoint.host, endpoint.port, b.rack))
+    topics = [
+        (t.topic_name, t.topic_id, [
+            PartitionState(p.partition_index, p.leader, p.leader_epoch, list(p.replicas), list(p.isr),
+                           p.zk_version, list(p.offline_replicas))
+            for p in t.partition_states])
+        for t in request.topic_states]
+    cluster.store.apply_update_metadata(request.controller_id, request.controller_epoch, brokers, topics)
+    return UpdateMetadataResponse(error_code=0)

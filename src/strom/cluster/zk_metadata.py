@@ -1,0 +1,177 @@
+"""The broker's metadata in a ZooKeeper cluster: a cache the controller keeps current, writes to ZooKeeper.
+
+Reads (topics, leaders, live brokers, controller) come from the cache, which only the
+controller's UpdateMetadata requests change (as in Kafka's ZK mode, brokers do not watch
+partition state themselves). Topic configs are not part of UpdateMetadata: they are read from
+``/config/topics/<t>`` and re-read when a ``/config/changes`` notification names the topic.
+
+Writes are what Kafka's AdminZkClient does: CreateTopics writes the assignment to
+``/brokers/topics/<t>`` and the controller, watching that path, elects leaders and tells
+the replicas; DeleteTopics queues ``/admin/delete_topics/<t>`` for the controller.
+
+Threading: kazoo delivers watches on its own thread; they are handed to the event loop in
+``_to_loop`` and nowhere else, so the cache is only ever touched from the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from strom.cluster.metadata import BrokerInfo, ChangeKind, MetadataStore, PartitionState, TopicMetadata
+from strom.cluster.zk import zk_data as zd
+from strom.cluster.zk.errors import TopicExistsError
+from strom.cluster.zk.kafka_zk_client import KafkaZkClient
+
+log = logging.getLogger(__name__)
+
+LEADER_DURING_DELETE = -2
+
+
+class ZkMetadataStore(MetadataStore):
+    def __init__(self, zk: KafkaZkClient, broker_id: int, cluster_id: str) -> None:
+        super().__init__()
+        self.zk = zk
+        self.broker_id = broker_id
+        self.cluster_id = cluster_id
+        self.broker_epoch = -1
+        self._topics: dict[str, TopicMetadata] = {}
+        self._configs: dict[str, dict[str, str]] = {}
+        self._brokers: dict[int, BrokerInfo] = {}
+        self._controller_id = -1
+        self._controller_epoch = 0
+        self._loop = asyncio.get_running_loop()
+        self._seen_changes: set[str] = set()
+        self._registration: Callable[[], None] | None = None
+        self._lock = threading.Lock()
+
+    def _to_loop(self, fn: Callable[..., Any], *args: Any) -> None:
+        """The one place where kazoo's thread hands work to the event loop."""
+        self._loop.call_soon_threadsafe(fn, *args)
+
+    def start_watches(self) -> None:
+        self._seen_changes = set(self.zk.get_config_changes())
+        self.zk.watch_children(zd.CONFIG_CHANGES_PATH, lambda children: self._to_loop(self._on_config_changes,
+                                                                                      list(children)))
+
+    # -- reads ---------------------------------------------------------------------------------------
+    def register_broker(self, broker: BrokerInfo) -> None:
+        endpoints = [f"PLAINTEXT://{broker.host}:{broker.port}"]
+        self.broker_epoch = self.zk.register_broker(broker.broker_id, endpoints, rack=broker.rack,
+                                                    listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT"})
+        self._brokers.setdefault(broker.broker_id, broker)
+
+        def again() -> None:
+            self.broker_epoch = self.zk.register_broker(
+                broker.broker_id, endpoints, rack=broker.rack,
+                listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT"})
+
+        self._registration = again
+
+    def reregister(self) -> None:
+        """After a lost session: the ephemeral znode is gone, register again (a new broker epoch)."""
+        if self._registration is not None:
+            self._registration()
+            log.info("re-registered broker %d in ZooKeeper (broker epoch %d)", self.broker_id, self.broker_epoch)
+
+    def live_brokers(self) -> list[BrokerInfo]:
+        return list(self._brokers.values())
+
+    def controller_id(self) -> int:
+        return self._controller_id
+
+    def topics(self) -> dict[str, TopicMetadata]:
+        return self._topics
+
+    def topic_configs(self, name: str) -> dict[str, str]:
+        """Configs of a topic, read from ZooKeeper the first time (LeaderAndIsr may precede UpdateMetadata)."""
+        configs = self._configs.get(name)
+        if configs is None:
+            configs = self._configs[name] = self.zk.get_topic_configs(name)
+        return configs
+
+    # -- UpdateMetadata ------------------------------------------------------------------------------
+    def apply_update_metadata(self, controller_id: int, controller_epoch: int, brokers: list[BrokerInfo],
+                              topics: list[tuple[str, uuid.UUID | None, list[PartitionState]]]) -> None:
+        """Merge the controller's partition states; a leader of -2 means the partition is being deleted."""
+        self._controller_id = controller_id
+        self._controller_epoch = controller_epoch
+        self._brokers = {b.broker_id: b for b in brokers}
+        for name, topic_id, states in topics:
+            topic = self._topics.get(name)
+            deleting = [s for s in states if s.leader == LEADER_DURING_DELETE]
+            if deleting:
+                if topic is not None:
+                    for s in deleting:
+                        topic.partitions.pop(s.partition, None)
+                    if not topic.partitions:
+                        del self._topics[name]
+                        self._configs.pop(name, None)
+                        self._notify(ChangeKind.DELETED, topic)
+                continue
+            if topic is None:
+                if topic_id is None:
+                    continue
+                topic = TopicMetadata(name, topic_id, {}, dict(self.topic_configs(name)))
+                self._topics[name] = topic
+            for s in states:
+                topic.partitions[s.partition] = s
+
+    def _on_config_changes(self, children: list[str]) -> None:
+        new = [c for c in children if c not in self._seen_changes]
+        self._seen_changes = set(children)
+        if not new:
+            return
+        # Which entity changed is in each notification; re-reading every known topic is simpler and cheap.
+        for name, topic in list(self._topics.items()):
+            configs = self.zk.get_topic_configs(name)
+            if configs != topic.configs:
+                topic.configs = dict(configs)
+                self._configs[name] = dict(configs)
+                self._notify(ChangeKind.CONFIGS, topic)
+
+    # -- writes (AdminZkClient) ----------------------------------------------------------------------
+    def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> TopicMetadata:
+        topic_id = uuid.uuid4()
+        try:
+            self.zk.create_topic(name, topic_id, assignment, configs)
+        except TopicExistsError as exc:
+            raise KeyError(name) from exc
+        # Leaders come from the controller; until its UpdateMetadata arrives the partitions have none.
+        parts = {p: PartitionState(p, -1, -1, list(reps), []) for p, reps in assignment.items()}
+        return TopicMetadata(name, topic_id, parts, dict(configs))
+
+    def delete_topic(self, name: str, recorded_elsewhere: bool = False) -> None:
+        self.zk.mark_topic_for_deletion(name)
+
+    def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
+        got = self.zk.get_data(zd.topic_path(name))
+        if got is None:
+            raise KeyError(name)
+        current = zd.decode_topic_assignment(got[0])
+        merged = {**current.partitions, **assignment}
+        self.zk.set_topic_assignment(name, current.topic_id, merged, got[1].version)
+        topic = self._topics.get(name)
+        if topic is None:
+            raise KeyError(name)
+        return topic
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata:
+        self.zk.set_topic_configs(name, configs)
+        topic = self._topics.get(name)
+        if topic is None:
+            raise KeyError(name)
+        topic.configs = dict(configs)
+        self._configs[name] = dict(configs)
+        self._notify(ChangeKind.CONFIGS, topic)
+        return topic
+
+    def allocate_producer_id_block(self, size: int) -> int:
+        return self.zk.allocate_producer_id_block(self.broker_id, size)
+
+    def close(self) -> None:
+        self.zk.close()
