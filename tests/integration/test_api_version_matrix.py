@@ -20,7 +20,7 @@ from kafka.protocol.admin import (
     DescribeLogDirsRequest,
     IncrementalAlterConfigsRequest,
 )
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
@@ -105,6 +105,22 @@ def test_list_offsets(broker: BrokerProcess, topic: str, version: int) -> None:
                              topics=[ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=parts)])
     p = call(broker, req, version).topics[0].partitions[0]
     assert p.error_code == 0 and p.offset == 0
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.OFFSET_FOR_LEADER_EPOCH))
+def test_offset_for_leader_epoch(broker: BrokerProcess, topic: str, version: int) -> None:
+    batch = build_batch([(None, b"epoch", [], 1_700_000_000_000)])
+    produced = call(broker, ProduceRequest(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=1, records=batch)])]), 7)
+    leo = produced.responses[0].partition_responses[0].base_offset + 1
+    R = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+    req = OffsetForLeaderEpochRequest(replica_id=-1, topics=[R(topic=topic, partitions=[
+        R.OffsetForLeaderPartition(partition=1, current_leader_epoch=0, leader_epoch=0)])])
+    p = call(broker, req, version).topics[0].partitions[0]
+    assert p.error_code == 0 and p.end_offset == leo
+    if version >= 1:
+        assert p.leader_epoch == 0
 
 
 @pytest.mark.parametrize("version", versions(ApiKey.CREATE_TOPICS))

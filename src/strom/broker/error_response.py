@@ -82,6 +82,18 @@ def _list_offsets(version: int, request: Any, code: int) -> Any:
         for t in request.topics])
 
 
+@_builder(ApiKey.OFFSET_FOR_LEADER_EPOCH)
+def _offset_for_leader_epoch(version: int, request: Any, code: int) -> Any:
+    from kafka.protocol.consumer import OffsetForLeaderEpochResponse
+
+    topic = OffsetForLeaderEpochResponse.OffsetForLeaderTopicResult
+    part = topic.EpochEndOffset
+    return OffsetForLeaderEpochResponse(version=version, throttle_time_ms=0, topics=[
+        topic(topic=t.topic, partitions=[part(error_code=code, partition=p.partition, leader_epoch=-1, end_offset=-1)
+                                         for p in t.partitions])
+        for t in request.topics])
+
+
 @_builder(ApiKey.CREATE_TOPICS)
 def _create_topics(version: int, request: Any, code: int) -> Any:
     from kafka.protocol.admin import CreateTopicsResponse

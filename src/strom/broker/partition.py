@@ -23,6 +23,8 @@ from strom.storage.log import Log
 # FetchRequest / ListOffsetsRequest isolation_level.
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
+# current_leader_epoch of Fetch, ListOffsets and OffsetForLeaderEpoch: the client does not fence.
+NO_LEADER_EPOCH = -1
 
 
 @dataclass(slots=True)
@@ -118,6 +120,37 @@ class Partition:
             return self.log.log_end_offset
         return self.last_stable_offset if isolation == READ_COMMITTED else self.log.high_watermark
 
+    def check_leader_epoch(self, current_leader_epoch: int) -> None:
+        """Fence a request made with stale metadata (KIP-320); -1 checks nothing.
+
+        An epoch older than ours: the client missed a leader change (FENCED_LEADER_EPOCH). Newer:
+        this broker has not heard of it yet (UNKNOWN_LEADER_EPOCH). Both make the client refresh
+        its metadata and retry.
+        """
+        if current_leader_epoch == NO_LEADER_EPOCH:
+            return
+        if current_leader_epoch < self.leader_epoch:
+            raise Errors.FencedLeaderEpochError(
+                f"leader epoch {current_leader_epoch} of the request is older than {self.leader_epoch} "
+                f"of {self.topic}-{self.index}")
+        if current_leader_epoch > self.leader_epoch:
+            raise Errors.UnknownLeaderEpochError(
+                f"leader epoch {current_leader_epoch} of the request is newer than {self.leader_epoch} "
+                f"of {self.topic}-{self.index}")
+
+    def last_offset_for_leader_epoch(self, current_leader_epoch: int, leader_epoch: int,
+                                     fetch_only_from_leader: bool = True) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: ``(epoch, end_offset)`` of ``leader_epoch`` in this log, (-1, -1) if unknown.
+
+        The fencing check comes first, then leadership (as Kafka's getLocalLog): a follower asks
+        the leader where its latest epoch ends, and truncates to that offset.
+        """
+        self.check_leader_epoch(current_leader_epoch)
+        if fetch_only_from_leader and not self.is_leader:
+            raise Errors.NotLeaderForPartitionError(f"broker {self.local_broker_id} is not the leader of "
+                                                    f"{self.topic}-{self.index}")
+        return self.log.end_offset_for_epoch(leader_epoch)
+
     # -- leadership (LeaderAndIsr) -----------------------------------------------------------------
     def update_state(self, state: PartitionState) -> bool:
         """Apply the controller's state; returns True if this broker became leader (or a new epoch of it)."""
@@ -140,9 +173,7 @@ class Partition:
     def make_leader(self) -> None:
         """A new leader epoch starts at our LEO: followers learn divergence points from it."""
         self.leader_epoch_start_offset = self.log.log_end_offset
-        assign = getattr(self.log, "assign_epoch_start_offset", None)
-        if assign is not None:
-            assign(self.leader_epoch, self.log.log_end_offset)
+        self.log.assign_epoch_start_offset(self.leader_epoch, self.log.log_end_offset)
         self._reset_followers()
         self.maybe_increment_high_watermark()
 

@@ -38,6 +38,7 @@ class FetchPartitionRequest:
     partition: int
     fetch_offset: int
     max_bytes: int
+    current_leader_epoch: int = -1  # Fetch v9+: fences a client with stale metadata; -1 checks nothing
 
 
 @dataclass(slots=True)
@@ -537,11 +538,13 @@ class ReplicaManager:
         loop.call_soon(self.fetch_purgatory.check_and_complete, tp)
 
     def has_new_data(self, params: FetchParams) -> bool:
-        """Whether any watched partition moved past its fetch offset (or vanished) since parking."""
+        """Whether any watched partition moved past its fetch offset (or vanished, or changed leader epoch)."""
         for req in params.partitions:
             part = self.partitions.get((req.topic, req.partition))
             if part is None:
                 return True
+            if req.current_leader_epoch >= 0 and req.current_leader_epoch != part.leader_epoch:
+                return True  # a leader change fences the parked fetch: answer it now
             if part.fetch_offset_limit(params.isolation_level, params.replica_id) > req.fetch_offset or req.fetch_offset < part.log_start_offset:
                 return True
         return False
@@ -554,6 +557,7 @@ class ReplicaManager:
             res = FetchPartitionResult()
             try:
                 part = self.get_partition(req.topic, req.partition)
+                part.check_leader_epoch(req.current_leader_epoch)
                 if params.replica_id >= 0 and part.update_follower_fetch_state(params.replica_id, req.fetch_offset):
                     self._on_high_watermark_moved((req.topic, req.partition))
                 res.high_watermark = part.high_watermark

@@ -42,6 +42,7 @@ from strom.broker.handlers import (
     offset_commit,
     offset_delete,
     offset_fetch,
+    offset_for_leader_epoch,
     produce,
     sync_group,
 )
@@ -91,7 +92,7 @@ METADATA_RETRY_INTERVAL_MS = 5_000
 HANDLER_MODULES = [
     api_versions, metadata, produce, fetch, list_offsets, create_topics, delete_topics, create_partitions,
     describe_configs, alter_configs, incremental_alter_configs, describe_cluster, delete_records,
-    describe_log_dirs, init_producer_id,
+    describe_log_dirs, init_producer_id, offset_for_leader_epoch,
     # group coordinator
     find_coordinator, join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch,
     offset_delete, list_groups, describe_groups, delete_groups,

@@ -9,6 +9,10 @@ Appends and reads work on whole batches.  A leader append validates headers
 and CRCs (LogValidator), checks idempotent sequences (ProducerStateManager),
 then rewrites only each batch's 61-byte header and writes header + untouched
 body with one pwritev.  Reads return file ranges (FileSlice) for sendfile.
+
+The LeaderEpochFileCache (``leader-epoch-checkpoint``) records where each leader epoch
+starts; it changes only when an append carries a new epoch (one int compare per append
+otherwise), on truncation and when the log start moves.  OffsetForLeaderEpoch answers from it.
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ from strom.protocol.record_batch import (
     LOG_APPEND_TIME,
     TIMESTAMP_TYPE_MASK,
     Buffer,
+    RecordBatchHeader,
     decode_records,
     rewrite_header,
 )
 from strom.storage.checkpoints import fsync_dir
+from strom.storage.leader_epoch_cache import LeaderEpochFileCache
 from strom.storage.log_config import LogConfig
 from strom.storage.log_loader import LogLoader, rebuild_producer_state
 from strom.storage.producer_state import ProducerStateManager
@@ -152,6 +158,7 @@ class Log:
         self._leo = loaded.log_end_offset
         self.recovery_point = loaded.recovery_point
         self.producer_state: ProducerStateManager = loaded.producer_state
+        self.leader_epoch_cache: LeaderEpochFileCache = loaded.leader_epoch_cache
         hw = self.log_start_offset if high_watermark is None else high_watermark
         self.high_watermark = min(max(hw, self.log_start_offset), self._leo)
         self._last_flush_ms = now_ms if now_ms is not None else time_ms()
@@ -175,6 +182,27 @@ class Log:
     @property
     def size_in_bytes(self) -> int:
         return sum(s.size for s in self._segments)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        """The newest leader epoch that wrote to this log, None if none did (or all of it was truncated)."""
+        return self.leader_epoch_cache.latest_epoch
+
+    def assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> None:
+        """A new leader's epoch starts at its LEO (Kafka assigns it on becoming leader, not on the
+        first append), so followers asking OffsetForLeaderEpoch learn the divergence point at once."""
+        with self._lock:
+            if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch:
+                self.leader_epoch_cache.assign(leader_epoch, start_offset)
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: ``(epoch, end_offset)``, or ``(-1, -1)`` if nothing is known.
+
+        The epoch is the largest one <= ``leader_epoch`` this log has; the end offset is where
+        the next epoch starts, or the LEO for the latest one (see LeaderEpochFileCache.end_offset_for).
+        """
+        with self._lock:
+            return self.leader_epoch_cache.end_offset_for(leader_epoch, self._leo)
 
     @property
     def last_stable_offset(self) -> int:
@@ -229,6 +257,8 @@ class Log:
                     duplicate=True,
                 )
             first_offset = offset = self._leo
+            if leader_epoch != self.leader_epoch_cache.latest_epoch and leader_epoch >= 0:
+                self.leader_epoch_cache.assign(leader_epoch, first_offset)  # before the data: never behind it
             buffers: list[Buffer] = []
             batches: list[tuple[int, int, int]] = []
             max_ts = -1
@@ -281,6 +311,7 @@ class Log:
                 expected = h.next_offset
             first = headers[0].base_offset
             last = headers[-1].last_offset
+            self._assign_epochs_of(headers)
             max_ts = max(h.max_timestamp for h in headers)
             self._maybe_roll(result.size, max_ts, last, now)
             self.active_segment.append([view], [(h.last_offset, h.max_timestamp, h.size) for h in headers])
@@ -299,6 +330,20 @@ class Log:
                 max_ts,
                 valid_bytes=result.size,
             )
+
+    def _assign_epochs_of(self, headers: list[RecordBatchHeader]) -> None:
+        """Record the start of each new leader epoch among the leader's batches (one file write at most)."""
+        latest = self.leader_epoch_cache.latest_epoch
+        changes: list[tuple[int, int]] | None = None
+        for h in headers:
+            epoch = h.partition_leader_epoch
+            if epoch != latest and epoch >= 0:
+                if changes is None:
+                    changes = []
+                changes.append((epoch, h.base_offset))
+                latest = epoch
+        if changes is not None:
+            self.leader_epoch_cache.assign_all(changes)
 
     def _maybe_roll(self, incoming: int, max_ts: int, max_offset: int, now: int) -> None:
         reason = self.active_segment.should_roll(self.config, incoming, max_ts, max_offset, now)
@@ -437,6 +482,7 @@ class Log:
                 )
             if new_log_start_offset > self.log_start_offset:
                 self.log_start_offset = new_log_start_offset
+                self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
                 self._delete_segments(self._log_start_offset_breached)
             return self.log_start_offset
 
@@ -489,6 +535,7 @@ class Log:
         del self._segments[: len(doomed)]
         del self._bases[: len(doomed)]
         self.log_start_offset = max(self.log_start_offset, self._segments[0].base_offset)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self.high_watermark = max(self.high_watermark, self.log_start_offset)
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
         for seg in doomed:
@@ -528,12 +575,15 @@ class Log:
             active = self.active_segment
             active.truncate_to(offset)
             self._leo = active.next_offset()
+            self.leader_epoch_cache.truncate_from_end(self._leo)
             self._after_truncation()
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Drop every segment and the epoch cache; the log restarts empty at ``new_offset``."""
         with self._lock:
             self._check_open()
+            self.leader_epoch_cache.clear()  # first: if it cannot be written, nothing has changed yet
             for seg in self._segments:
                 self._async_delete(seg)
             seg = LogSegment(self.directory, new_offset, self.config, None, active=True)

@@ -8,7 +8,9 @@ Steps (following Kafka's LogLoader):
 3. after an unclean shutdown, recover every segment from the one holding the
    recovery point on (length + CRC validation, index rebuild);
 4. compute the log end offset and rebuild producer state from the newest
-   snapshot plus a replay of batch headers.
+   snapshot plus a replay of batch headers;
+5. load the leader epoch cache, rebuild it from batch headers if its file is missing or
+   unreadable, and cut it to the recovered [log start, LEO).
 
 Recovery cuts a segment at its first torn or corrupt batch, and only that segment:
 unlike Kafka, later segments are kept (their batches passed the same validation),
@@ -24,6 +26,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from strom.storage.leader_epoch_cache import LeaderEpochFileCache
 from strom.storage.log_config import LogConfig
 from strom.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateManager
 from strom.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
@@ -40,6 +43,7 @@ class LoadedLog:
     log_end_offset: int
     recovery_point: int
     producer_state: ProducerStateManager
+    leader_epoch_cache: LeaderEpochFileCache
 
 
 def rebuild_producer_state(
@@ -58,6 +62,36 @@ def rebuild_producer_state(
             if header.base_offset >= start:
                 producer_state.update(header)
     producer_state.map_end_offset = log_end_offset
+
+
+def load_leader_epoch_cache(
+    directory: str, segments: Sequence[LogSegment], log_start_offset: int, log_end_offset: int
+) -> LeaderEpochFileCache:
+    """The partition's epoch cache, consistent with the recovered log.
+
+    A missing or unreadable ``leader-epoch-checkpoint`` on a log holding data (a log written
+    before epochs were tracked, a garbled file) is rebuilt from the batch headers: one pass over
+    headers only, and only in that case. Entries at or past the LEO (a torn tail cut by recovery,
+    a truncation whose lazy write was lost) and below the log start are then dropped.
+    """
+    cache = LeaderEpochFileCache(directory)
+    if not cache.loaded_from_file and any(seg.size for seg in segments):
+        found: list[tuple[int, int]] = []
+        latest = -1
+        for i, seg in enumerate(segments):
+            upper = segments[i + 1].base_offset if i + 1 < len(segments) else log_end_offset
+            for header in seg.batches_from(seg.base_offset):
+                if header.base_offset >= upper:
+                    break
+                epoch = header.partition_leader_epoch
+                if epoch >= 0 and epoch != latest:
+                    found.append((epoch, header.base_offset))
+                    latest = epoch
+        cache.rebuild(found)
+        log.info("rebuilt %s from the batch headers: %d entries", cache.path, len(found))
+    cache.truncate_from_end(log_end_offset)
+    cache.truncate_from_start(log_start_offset)
+    return cache
 
 
 class LogLoader:
@@ -112,7 +146,8 @@ class LogLoader:
         producer_state = ProducerStateManager(self.directory)
         rebuild_producer_state(producer_state, segments, log_end_offset)
         producer_state.delete_snapshots_before(segments[0].base_offset)
-        return LoadedLog(segments, log_start_offset, log_end_offset, recovery_point, producer_state)
+        epochs = load_leader_epoch_cache(self.directory, segments, log_start_offset, log_end_offset)
+        return LoadedLog(segments, log_start_offset, log_end_offset, recovery_point, producer_state, epochs)
 
     def _clean_directory(self) -> list[int]:
         names = os.listdir(self.directory)
@@ -167,4 +202,4 @@ def _unlink(path: str) -> None:
         pass
 
 
-__all__ = ["LoadedLog", "LogLoader", "rebuild_producer_state", "SNAPSHOT_SUFFIX"]
+__all__ = ["LoadedLog", "LogLoader", "load_leader_epoch_cache", "rebuild_producer_state", "SNAPSHOT_SUFFIX"]

@@ -13,13 +13,14 @@ from typing import Any
 
 import kafka.errors as Errors
 
-from strom.broker.partition import READ_UNCOMMITTED
+from strom.broker.partition import NO_LEADER_EPOCH, READ_UNCOMMITTED
 from strom.broker.replica_manager import FetchParams, FetchPartitionRequest, FetchPartitionResult
 from strom.broker.request import FileRegion, RawResponse, RequestContext
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.primitives import array_len, string, uvarint
 
 API_KEY = ApiKey.FETCH
+CURRENT_LEADER_EPOCH_FROM = 9
 FLEXIBLE_FROM = 12
 TOPIC_IDS_FROM = 13
 
@@ -49,7 +50,9 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
             unknown.append((key, [p.partition for p in t.partitions]))
             continue
         for p in t.partitions:
-            params.partitions.append(FetchPartitionRequest(name, p.partition, p.fetch_offset, p.partition_max_bytes))
+            params.partitions.append(FetchPartitionRequest(
+                name, p.partition, p.fetch_offset, p.partition_max_bytes,
+                p.current_leader_epoch if version >= CURRENT_LEADER_EPOCH_FROM else NO_LEADER_EPOCH))
         layout.append((key, name, [p.partition for p in t.partitions]))
     results = await ctx.replica_manager.fetch_messages(params) if params.partitions else []
     return _encode(version, top_error, layout, unknown, results)

@@ -8,7 +8,7 @@ import kafka.errors as Errors
 from kafka.protocol.consumer import ListOffsetsResponse
 
 from strom.broker.handlers import error_code_of
-from strom.broker.partition import READ_UNCOMMITTED
+from strom.broker.partition import NO_LEADER_EPOCH, READ_UNCOMMITTED
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
 
@@ -30,6 +30,7 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
                             leader_epoch=-1, old_style_offsets=[])
             try:
                 part = rm.get_partition(t.name, p.partition_index)
+                part.check_leader_epoch(p.current_leader_epoch if ctx.version >= 4 else NO_LEADER_EPOCH)
                 resp.leader_epoch = part.leader_epoch
                 ts = p.timestamp
                 if ts == LATEST:
