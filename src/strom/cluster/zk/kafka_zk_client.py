@@ -317,23 +317,16 @@ class KafkaZkClient:
         retried create) returns the existing epoch.
         """
         path = zd.broker_id_path(broker_id)
-        data = zd.encode_broker_registration(
-            broker_id, endpoints, listener_security_protocol_map, rack, jmx_port, features
-        )
-        try:
-            self._call(self._zk.create, path, data, ephemeral=True, makepath=True)
-        except NodeExistsError:
-            pass
-        stat = self._exists(path)
-        if stat is None:  # vanished between create and read (previous session's node expired)
-            return self.register_broker(
-                broker_id,
-                endpoints,
-                listener_security_protocol_map=listener_security_protocol_map,
-                rack=rack,
-                jmx_port=jmx_port,
-                features=features,
-            )
+        data = zd.encode_broker_registration(endpoints, listener_security_protocol_map, rack, jmx_port, features)
+        while True:
+            try:
+                self._call(self._zk.create, path, data, ephemeral=True, makepath=True)
+            except NodeExistsError:
+                pass
+            stat = self._exists(path)
+            if stat is not None:
+                break
+            # It vanished between create and read: a previous session's node just expired.
         if stat.ephemeralOwner != self.session_id:
             raise BrokerIdAlreadyRegisteredError(
                 f"broker id {broker_id} is already registered in ZooKeeper by another session "

@@ -160,7 +160,6 @@ class BrokerRegistration:
 
 
 def encode_broker_registration(
-    broker_id: int,
     endpoints: list[str],
     listener_security_protocol_map: dict[str, str] | None = None,
     rack: str | None = None,
