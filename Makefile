@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: install run broker test test-fast test-spark lint bench clean
+.PHONY: install zookeeper run broker test test-fast test-spark lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -11,7 +11,18 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q -e '.[dev,spark]'
 	touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed zookeeper
+
+## Debian's ZooKeeper package (cluster tests, `strom cluster up`); installed only when missing.
+zookeeper:
+	@if [ -f /usr/share/java/zookeeper.jar ] || dpkg -s zookeeper >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = "0" ]; then \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q zookeeper; \
+	elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then \
+		sudo apt-get update -q && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -q zookeeper; \
+	else \
+		echo "hint: ZooKeeper is not installed; cluster tests need it: sudo apt-get install zookeeper"; \
+	fi
 
 ## Single-node broker on 127.0.0.1:9092 (data in ./data) plus the demo pipeline when available.
 run: install

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from strom.cluster.zookeeper_server import ZooKeeperServer, start_ensemble, zookeeper_available
 from tests.support.broker import BrokerProcess
 
 
@@ -44,3 +46,52 @@ def hostile_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerP
         yield b
     finally:
         b.close()
+
+
+def _require_zookeeper() -> None:
+    """Skip where ZooKeeper is not installed, except in CI, which installs it (.ci/run)."""
+    if not zookeeper_available():
+        message = "ZooKeeper not installed (apt-get install zookeeper, or set STROM_ZOOKEEPER_CLASSPATH)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZooKeeperServer]:
+    """A standalone ZooKeeper server on loopback, one per test module."""
+    _require_zookeeper()
+    server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def zookeeper_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., ZooKeeperServer]]:
+    """Start extra standalone servers: `zookeeper_factory()`; all are stopped after the test."""
+    _require_zookeeper()
+    started: list[ZooKeeperServer] = []
+
+    def make(start: bool = True, **kwargs: object) -> ZooKeeperServer:
+        server = ZooKeeperServer(tmp_path_factory.mktemp("zookeeper"), **kwargs)  # type: ignore[arg-type]
+        started.append(server)
+        return server.start() if start else server
+
+    yield make
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def zookeeper_ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[ZooKeeperServer]]:
+    """A three-server ensemble on loopback, stopped after the test."""
+    _require_zookeeper()
+    servers = start_ensemble(tmp_path_factory.mktemp("ensemble"), n=3)
+    try:
+        yield servers
+    finally:
+        for server in servers:
+            server.stop()

@@ -14,6 +14,7 @@ from strom.cli import (
     get_offsets,
     perf_test,
     topics,
+    zookeeper_shell,
 )
 from strom.cli.common import print_error
 from strom.cli.server import server_app
@@ -42,6 +43,12 @@ app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )(perf_test.producer_perf_test)
 app.command("consumer-perf-test", no_args_is_help=True)(perf_test.consumer_perf_test)
+app.command(
+    "zookeeper-shell",
+    no_args_is_help=True,
+    # zkCli's flags (`ls -R /path`) come after the command word and belong to it.
+    context_settings={"ignore_unknown_options": True},
+)(zookeeper_shell.zookeeper_shell)
 
 _PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
 
