@@ -19,7 +19,9 @@ from strom.broker.admin_manager import AdminManager
 from strom.broker.apis import KafkaApis
 from strom.broker.handlers import (
     alter_configs,
+    alter_partition,
     api_versions,
+    controlled_shutdown,
     create_partitions,
     create_topics,
     delete_groups,
@@ -35,6 +37,7 @@ from strom.broker.handlers import (
     incremental_alter_configs,
     init_producer_id,
     join_group,
+    leader_and_isr,
     leave_group,
     list_groups,
     list_offsets,
@@ -44,33 +47,28 @@ from strom.broker.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    stop_replica,
     sync_group,
+    update_metadata,
 )
 from strom.broker.network import SocketServer
 from strom.broker.producer_id_manager import ProducerIdManager
 from strom.broker.replica_manager import ReplicaManager
 from strom.broker.request import BrokerServices, ClusterLink
-from strom.broker.handlers import (
-    alter_partition,
-    controlled_shutdown,
-    leader_and_isr,
-    stop_replica,
-    update_metadata,
-)
 from strom.cluster.alter_partition_manager import AlterPartitionManager
 from strom.cluster.broker_client import BrokerClient
 from strom.cluster.controller import KafkaController
 from strom.cluster.embedded import open_metadata_store
+from strom.cluster.metadata import BrokerInfo, MetadataStore
+from strom.cluster.publisher import MetadataPublisher
 from strom.cluster.replica_fetcher import ReplicaFetcherManager
 from strom.cluster.zk.kafka_zk_client import KafkaZkClient
 from strom.cluster.zk_metadata import ZkMetadataStore
-from strom.cluster.metadata import BrokerInfo, MetadataStore
-from strom.cluster.publisher import MetadataPublisher
 from strom.config import BrokerConfig
-from strom.protocol.inter_broker import ControlledShutdownRequest
 from strom.coordinator.common import sync_ownership
 from strom.coordinator.group.group_coordinator import GroupCoordinator
 from strom.coordinator.group.startup import create_group_coordinator
+from strom.protocol.inter_broker import ControlledShutdownRequest
 from strom.server_common.purgatory import DelayedOperationPurgatory, TimerDriver
 from strom.server_common.timing_wheel import Timer
 from strom.storage.cleaner import LogCleaner, cleaner_backoff_ms
@@ -316,7 +314,7 @@ class KafkaServer:
                         return
                     log.info("controlled shutdown: error %d, %d partitions still led here (attempt %d)",
                              response.error_code, len(response.remaining_partitions), attempt)
-                except (ConnectionError, OSError, asyncio.TimeoutError) as exc:
+                except (TimeoutError, ConnectionError, OSError) as exc:
                     log.warning("controlled shutdown request failed: %s (attempt %d)", exc, attempt)
                 finally:
                     await client.close()

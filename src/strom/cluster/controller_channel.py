@@ -39,7 +39,7 @@ class _BrokerQueue:
                     break
                 except asyncio.CancelledError:
                     raise
-                except (ConnectionError, OSError, asyncio.TimeoutError) as exc:
+                except (TimeoutError, ConnectionError, OSError) as exc:
                     log.debug("controller request %s to broker %d failed (%s); retrying",
                               type(request).__name__, self.broker_id, exc)
                     await asyncio.sleep(RETRY_BACKOFF_S)

@@ -15,8 +15,8 @@ from strom.cluster.metadata import TopicChange
 
 if TYPE_CHECKING:
     from strom.broker.replica_manager import LeaderAndIsrPartition, ReplicaManager
-    from strom.server_common.types import TopicPartition
     from strom.coordinator.common import PartitionedCoordinator
+    from strom.server_common.types import TopicPartition
 
 log = logging.getLogger(__name__)
 

@@ -106,7 +106,7 @@ class ReplicaFetcher:
                 await self._fetch(client)
             except asyncio.CancelledError:
                 raise
-            except (ConnectionError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, ConnectionError, OSError) as exc:
                 log.info("fetching from broker %d failed: %s; retrying", self.source_id, exc or type(exc).__name__)
                 await asyncio.sleep(RETRY_BACKOFF_S)
             except Exception:
