@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import kafka.errors as Errors
 
 from strom.cluster.broker_client import BrokerClient
-from strom.protocol.inter_broker import AlterPartitionRequest
+from strom.protocol.inter_broker import AlterPartitionRequest, build
 
 if TYPE_CHECKING:
     from strom.broker.partition import Partition
@@ -94,7 +94,7 @@ class AlterPartitionManager:
             by_topic.setdefault(part.topic_id, []).append({
                 "partition_index": tp[1], "leader_epoch": part.leader_epoch, "new_isr": list(isr),
                 "leader_recovery_state": 0, "partition_epoch": part.partition_epoch})
-        request = AlterPartitionRequest(broker_id=self.broker_id, broker_epoch=self._broker_epoch(), topics=[
+        request = build(AlterPartitionRequest, broker_id=self.broker_id, broker_epoch=self._broker_epoch(), topics=[
             {"topic_id": tid, "partitions": parts} for tid, parts in by_topic.items()])
         response = await client.send(request, ALTER_PARTITION_VERSION)
         if response.error_code:

@@ -32,6 +32,7 @@ from strom.protocol.inter_broker import (
     LeaderAndIsrRequest,
     StopReplicaRequest,
     UpdateMetadataRequest,
+    build,
 )
 from strom.server_common.types import TopicPartition
 
@@ -596,7 +597,7 @@ class KafkaController:
                 if reg is not None:
                     host, port = self._address(reg)
                     live_leaders.append({"broker_id": leader, "host_name": host, "port": port})
-            request = LeaderAndIsrRequest(
+            request = build(LeaderAndIsrRequest,
                 controller_id=self.broker_id, is_k_raft_controller=False, controller_epoch=self.ctx.epoch,
                 broker_epoch=self.ctx.live_brokers[b].epoch, request_type=0, ungrouped_partition_states=[],
                 topic_states=[{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, uuid.UUID(int=0)),
@@ -630,7 +631,7 @@ class KafkaController:
             reg = self.ctx.live_brokers.get(b)
             if reg is None:
                 continue
-            request = UpdateMetadataRequest(
+            request = build(UpdateMetadataRequest,
                 controller_id=self.broker_id, is_k_raft_controller=False, request_type=0,
                 controller_epoch=self.ctx.epoch, broker_epoch=reg.epoch, ungrouped_partition_states=[],
                 topic_states=[{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, uuid.UUID(int=0)),
@@ -651,7 +652,7 @@ class KafkaController:
                          "delete_partition": delete})
         assert self.channel is not None
         for b, topics in per_broker.items():
-            request = StopReplicaRequest(
+            request = build(StopReplicaRequest,
                 controller_id=self.broker_id, is_k_raft_controller=False, controller_epoch=self.ctx.epoch,
                 broker_epoch=self.ctx.live_brokers[b].epoch, ungrouped_partitions=[], topics=[],
                 topic_states=[{"topic_name": t, "partition_states": states} for t, states in topics.items()])

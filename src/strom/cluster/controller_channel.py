@@ -43,7 +43,7 @@ class _BrokerQueue:
                     log.debug("controller request %s to broker %d failed (%s); retrying",
                               type(request).__name__, self.broker_id, exc)
                     await asyncio.sleep(RETRY_BACKOFF_S)
-            if callback is not None:
+            if callback is not None and response is not None:
                 try:
                     callback(response)
                 except Exception:

@@ -19,6 +19,7 @@ import kafka.errors as Errors
 from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
 
 from strom.cluster.broker_client import BrokerClient
+from strom.protocol.inter_broker import build
 from strom.server_common.types import TopicPartition
 
 if TYPE_CHECKING:
@@ -133,7 +134,7 @@ class ReplicaFetcher:
                 "leader_epoch": epoch})
         if not by_topic:
             return
-        request = OffsetForLeaderEpochRequest(
+        request = build(OffsetForLeaderEpochRequest,
             replica_id=self.broker_id,
             topics=[{"topic": t, "partitions": parts} for t, parts in by_topic.items()])
         response = await client.send(request, OFFSET_FOR_LEADER_EPOCH_VERSION)
@@ -198,7 +199,7 @@ class ReplicaFetcher:
         if not by_topic:
             await asyncio.sleep(RETRY_BACKOFF_S / 5)
             return
-        request = FetchRequest(
+        request = build(FetchRequest,
             replica_id=self.broker_id, max_wait_ms=self._max_wait_ms, min_bytes=self._min_bytes,
             max_bytes=0x7FFFFFFF, isolation_level=0, session_id=0, session_epoch=-1,
             topics=[{"topic": t, "partitions": parts} for t, parts in by_topic.items()],
@@ -243,7 +244,7 @@ class ReplicaFetcher:
     async def _leader_log_start(self, client: BrokerClient, tp: TopicPartition) -> int | None:
         from kafka.protocol.consumer import ListOffsetsRequest
 
-        request = ListOffsetsRequest(replica_id=self.broker_id, isolation_level=0, topics=[
+        request = build(ListOffsetsRequest, replica_id=self.broker_id, isolation_level=0, topics=[
             {"name": tp[0], "partitions": [{"partition_index": tp[1], "current_leader_epoch": -1,
                                             "timestamp": -2}]}])
         response = await client.send(request, 7)

@@ -22,6 +22,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import kafka.errors as Errors
+
 from strom.cluster.metadata import BrokerInfo, ChangeKind, MetadataStore, PartitionState, TopicMetadata
 from strom.cluster.zk import zk_data as zd
 from strom.cluster.zk.errors import TopicExistsError
@@ -140,7 +142,7 @@ class ZkMetadataStore(MetadataStore):
         try:
             self.zk.create_topic(name, topic_id, assignment, configs)
         except TopicExistsError as exc:
-            raise KeyError(name) from exc
+            raise Errors.TopicAlreadyExistsError(f"Topic '{name}' already exists.") from exc
         # Leaders come from the controller; until its UpdateMetadata arrives the partitions have none.
         parts = {p: PartitionState(p, -1, -1, list(reps), []) for p, reps in assignment.items()}
         return TopicMetadata(name, topic_id, parts, dict(configs))

@@ -15,6 +15,8 @@ Codec quirks worth knowing:
 
 from __future__ import annotations
 
+from typing import Any
+
 from kafka.protocol.api_message import ApiMessage
 
 from strom.protocol import messages
@@ -56,3 +58,27 @@ __all__ = [
     "ControlledShutdownRequest", "ControlledShutdownResponse",
     "AlterPartitionRequest", "AlterPartitionResponse",
 ]
+
+
+def build(message_cls: Any, **fields: Any) -> Any:
+    """A message from plain dicts and lists: nested structures become the codec's struct classes.
+
+    kafka-python's encoder wants its own objects all the way down; the controller and the
+    replica fetcher describe requests as dicts, which read more plainly."""
+    return _build_struct(message_cls, message_cls._struct, fields)
+
+
+def _build_struct(cls: Any, struct: Any, fields: dict[str, Any]) -> Any:
+    by_name = {f.name: f for f in struct._fields}
+    out: dict[str, Any] = {}
+    for name, value in fields.items():
+        field = by_name.get(name)
+        if field is not None and value is not None and (field.is_struct_array() or field.is_struct()):
+            # Shared structures get one class per place of use, found on the enclosing class.
+            sub = field.data_class or getattr(cls, field.type_str.removeprefix("[]"))
+            if field.is_struct_array():
+                value = [_build_struct(sub, field, v) if isinstance(v, dict) else v for v in value]
+            elif isinstance(value, dict):
+                value = _build_struct(sub, field, value)
+        out[name] = value
+    return cls(**out)

@@ -8,7 +8,7 @@ import kafka.errors as Errors
 
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
-from strom.protocol.inter_broker import AlterPartitionResponse
+from strom.protocol.inter_broker import AlterPartitionResponse, build
 
 API_KEY = ApiKey.ALTER_PARTITION
 VERSIONS = (2, 2)  # topics by id
@@ -17,7 +17,7 @@ VERSIONS = (2, 2)  # topics by id
 async def handle(ctx: RequestContext, request: Any) -> AlterPartitionResponse:
     cluster = ctx.services.cluster
     if cluster is None or not cluster.controller.active:
-        return AlterPartitionResponse(throttle_time_ms=0, error_code=Errors.NotControllerError.errno, topics=[])
+        return build(AlterPartitionResponse, throttle_time_ms=0, error_code=Errors.NotControllerError.errno, topics=[])
     names = {}
     changes = []
     for t in request.topics:
@@ -28,7 +28,7 @@ async def handle(ctx: RequestContext, request: Any) -> AlterPartitionResponse:
     try:
         results = await cluster.controller.alter_partition(request.broker_id, changes)
     except Errors.NotControllerError:
-        return AlterPartitionResponse(throttle_time_ms=0, error_code=Errors.NotControllerError.errno, topics=[])
+        return build(AlterPartitionResponse, throttle_time_ms=0, error_code=Errors.NotControllerError.errno, topics=[])
     topics = []
     for t in request.topics:
         name = names[t.topic_id] or ""
@@ -43,4 +43,4 @@ async def handle(ctx: RequestContext, request: Any) -> AlterPartitionResponse:
                               "leader_epoch": pl.leader_epoch, "isr": list(pl.isr), "leader_recovery_state": 0,
                               "partition_epoch": pl.zk_version})
         topics.append({"topic_id": t.topic_id, "partitions": parts})
-    return AlterPartitionResponse(throttle_time_ms=0, error_code=0, topics=topics)
+    return build(AlterPartitionResponse, throttle_time_ms=0, error_code=0, topics=topics)

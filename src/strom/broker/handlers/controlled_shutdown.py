@@ -9,7 +9,7 @@ import kafka.errors as Errors
 from strom.broker.handlers import error_code_of
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
-from strom.protocol.inter_broker import ControlledShutdownResponse
+from strom.protocol.inter_broker import ControlledShutdownResponse, build
 
 API_KEY = ApiKey.CONTROLLED_SHUTDOWN
 VERSIONS = (3, 3)
@@ -18,10 +18,10 @@ VERSIONS = (3, 3)
 async def handle(ctx: RequestContext, request: Any) -> ControlledShutdownResponse:
     cluster = ctx.services.cluster
     if cluster is None or not cluster.controller.active:
-        return ControlledShutdownResponse(error_code=Errors.NotControllerError.errno, remaining_partitions=[])
+        return build(ControlledShutdownResponse, error_code=Errors.NotControllerError.errno, remaining_partitions=[])
     try:
         remaining = await cluster.controller.controlled_shutdown(request.broker_id, request.broker_epoch)
     except Errors.KafkaError as exc:
-        return ControlledShutdownResponse(error_code=error_code_of(exc), remaining_partitions=[])
-    return ControlledShutdownResponse(error_code=0, remaining_partitions=[
+        return build(ControlledShutdownResponse, error_code=error_code_of(exc), remaining_partitions=[])
+    return build(ControlledShutdownResponse, error_code=0, remaining_partitions=[
         {"topic_name": t, "partition_index": p} for t, p in remaining])

@@ -10,7 +10,7 @@ from strom.broker.replica_manager import LeaderAndIsrPartition
 from strom.broker.request import RequestContext
 from strom.cluster.metadata import PartitionState
 from strom.protocol.api_keys import ApiKey
-from strom.protocol.inter_broker import LeaderAndIsrResponse
+from strom.protocol.inter_broker import LeaderAndIsrResponse, build
 
 API_KEY = ApiKey.LEADER_AND_ISR
 VERSIONS = (6, 6)  # what Strom's controller sends (topic ids, partition epochs, leader recovery state)
@@ -32,7 +32,7 @@ async def handle(ctx: RequestContext, request: Any) -> LeaderAndIsrResponse:
                                                     cluster.store.topic_configs)
     except Errors.StaleControllerEpochError:
         return _all(request, Errors.StaleControllerEpochError.errno)
-    return LeaderAndIsrResponse(error_code=0, partition_errors=[], topics=[
+    return build(LeaderAndIsrResponse, error_code=0, partition_errors=[], topics=[
         {"topic_id": t.topic_id, "partition_errors": [
             {"partition_index": p.partition_index, "error_code": errors.get((t.topic_name, p.partition_index), 0)}
             for p in t.partition_states]}
@@ -40,4 +40,4 @@ async def handle(ctx: RequestContext, request: Any) -> LeaderAndIsrResponse:
 
 
 def _all(request: Any, error_code: int) -> LeaderAndIsrResponse:
-    return LeaderAndIsrResponse(error_code=error_code, partition_errors=[], topics=[])
+    return build(LeaderAndIsrResponse, error_code=error_code, partition_errors=[], topics=[])

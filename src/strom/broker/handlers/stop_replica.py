@@ -8,7 +8,7 @@ import kafka.errors as Errors
 
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
-from strom.protocol.inter_broker import StopReplicaResponse
+from strom.protocol.inter_broker import StopReplicaResponse, build
 
 API_KEY = ApiKey.STOP_REPLICA
 VERSIONS = (3, 3)
@@ -17,14 +17,14 @@ VERSIONS = (3, 3)
 async def handle(ctx: RequestContext, request: Any) -> StopReplicaResponse:
     cluster = ctx.services.cluster
     if cluster is None:
-        return StopReplicaResponse(error_code=Errors.ClusterAuthorizationFailedError.errno, partition_errors=[])
+        return build(StopReplicaResponse, error_code=Errors.ClusterAuthorizationFailedError.errno, partition_errors=[])
     if request.broker_epoch not in (-1, cluster.store.broker_epoch):
-        return StopReplicaResponse(error_code=Errors.StaleBrokerEpochError.errno, partition_errors=[])
+        return build(StopReplicaResponse, error_code=Errors.StaleBrokerEpochError.errno, partition_errors=[])
     partitions = {(t.topic_name, p.partition_index): bool(p.delete_partition)
                   for t in request.topic_states for p in t.partition_states}
     try:
         errors = cluster.publisher.stop_replicas(request.controller_epoch, partitions)
     except Errors.StaleControllerEpochError:
-        return StopReplicaResponse(error_code=Errors.StaleControllerEpochError.errno, partition_errors=[])
-    return StopReplicaResponse(error_code=0, partition_errors=[
+        return build(StopReplicaResponse, error_code=Errors.StaleControllerEpochError.errno, partition_errors=[])
+    return build(StopReplicaResponse, error_code=0, partition_errors=[
         {"topic_name": t, "partition_index": p, "error_code": code} for (t, p), code in errors.items()])
