@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.support.broker import BrokerProcess
+from tests.support.cluster import ClusterProcess
 
 
 @pytest.fixture(scope="module")
@@ -44,3 +45,32 @@ def hostile_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerP
         yield b
     finally:
         b.close()
+
+
+@pytest.fixture
+def cluster_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., ClusterProcess]]:
+    """Build clusters: `cluster_factory(3, overrides={...}, session_timeout_ms=...)`; all closed afterwards.
+
+    Keyword arguments go to ClusterProcess; `start=False` returns it unstarted.
+    """
+    made: list[ClusterProcess] = []
+
+    def make(brokers: int = 3, start: bool = True, **kwargs: object) -> ClusterProcess:
+        cluster = ClusterProcess(tmp_path_factory.mktemp("cluster"), brokers, **kwargs)  # type: ignore[arg-type]
+        made.append(cluster)
+        return cluster.start() if start else cluster
+
+    yield make
+    for cluster in made:
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess]:
+    """Three brokers and one ZooKeeper shared by a test module (tests must leave every broker running)."""
+    cluster = ClusterProcess(tmp_path_factory.mktemp("cluster3"), 3)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
