@@ -147,8 +147,11 @@ class ClusterProcess:
         """ZooKeeper first, then every broker; returns when all are registered and a controller exists."""
         try:
             self.start_zookeeper()
-            for broker in self._brokers.values():
-                broker.start(timeout=timeout)
+            for broker_id, broker in self._brokers.items():
+                try:
+                    broker.start(timeout=timeout)
+                except RuntimeError as exc:
+                    raise RuntimeError(f"broker {broker_id} of {self!r}: {exc}") from exc
             self.wait_for(self._all_registered_with_controller, timeout,
                           f"brokers {self.broker_ids} registered under /brokers/ids and a /controller")
         except BaseException:
