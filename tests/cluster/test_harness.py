@@ -165,3 +165,27 @@ def test_checker_reports_lost_duplicated_and_reordered(broker: BrokerProcess) ->
     again = check_topic(broker.bootstrap, topic, writer.acked + other.acked)
     assert again.reordered == 2 and {e[1] for e in again.reordered_examples} == {20, 21}
     assert parse_value(b"name-with-dash-3") == ("name-with-dash", 3) and parse_value(b"x") is None
+
+
+@pytest.mark.cluster
+def test_process_control_shows_in_zookeeper(cluster_factory) -> None:  # noqa: ANN001
+    cluster = cluster_factory(2, session_timeout_ms=4000)
+    assert cluster.registered_brokers() == [1, 2] and cluster.controller_id() in (1, 2)
+    pids = {b: cluster.broker(b).pid for b in (1, 2)}
+    cluster.kill9(2)
+    assert not pid_alive(pids[2])
+    cluster.wait_for(lambda: cluster.registered_brokers() == [1], 30, "broker 2's session expired")
+    assert cluster.wait_controller(timeout=30) == 1
+    cluster.start_broker(2)
+    assert cluster.registered_brokers() == [1, 2] and cluster.broker(2).pid != pids[2]
+    cluster.sigstop(2)  # frozen: its session expires although the process lives
+    cluster.wait_for(lambda: cluster.registered_brokers() == [1], 30, "frozen broker 2's session expired")
+    assert pid_alive(cluster.broker(2).pid)
+    cluster.sigcont(2)
+    cluster.wait_for(lambda: cluster.registered_brokers() == [1, 2], 60, "broker 2 registered again after SIGCONT")
+    assert cluster.stop(1) == 0
+    cluster.wait_for(lambda: cluster.registered_brokers() == [2], 30, "broker 1 deregistered on SIGTERM")
+    assert cluster.wait_controller(not_in={1}, timeout=30) == 2
+    pid2 = cluster.broker(2).pid
+    cluster.close()
+    assert not pid_alive(pid2) and not cluster.zookeeper.is_running()
