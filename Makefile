@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: install zookeeper run broker test test-fast test-spark lint bench clean
+.PHONY: install zookeeper run broker test test-fast test-spark test-cluster lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -40,6 +40,10 @@ test: install
 test-fast: install
 	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider
 
+## ZooKeeper + several brokers: replication, fail-over, `strom cluster up`.
+test-cluster: install
+	$(PY) -m pytest -q -m cluster -p no:cacheprovider
+
 test-spark: install
 	$(PY) -m pytest -q -m spark -p no:cacheprovider
 
@@ -50,4 +54,4 @@ bench: install
 	$(PY) bench/bench_broker.py
 
 clean:
-	rm -rf data demo-output
+	rm -rf data demo-output cluster-data

@@ -9,6 +9,7 @@ import pytest
 
 from strom.cluster.zookeeper_server import ZooKeeperServer, start_ensemble, zookeeper_available
 from tests.support.broker import BrokerProcess
+from tests.support.cluster import ClusterProcess
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +96,32 @@ def zookeeper_ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[lis
     finally:
         for server in servers:
             server.stop()
+
+
+@pytest.fixture
+def cluster_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., ClusterProcess]]:
+    """Build clusters: `cluster_factory(3, overrides={...}, session_timeout_ms=...)`; all closed afterwards.
+
+    Keyword arguments go to ClusterProcess; `start=False` returns it unstarted.
+    """
+    made: list[ClusterProcess] = []
+
+    def make(brokers: int = 3, start: bool = True, **kwargs: object) -> ClusterProcess:
+        cluster = ClusterProcess(tmp_path_factory.mktemp("cluster"), brokers, **kwargs)  # type: ignore[arg-type]
+        made.append(cluster)
+        return cluster.start() if start else cluster
+
+    yield make
+    for cluster in made:
+        cluster.close()
+
+
+@pytest.fixture(scope="module")
+def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess]:
+    """Three brokers and one ZooKeeper shared by a test module (tests must leave every broker running)."""
+    cluster = ClusterProcess(tmp_path_factory.mktemp("cluster3"), 3)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.close()

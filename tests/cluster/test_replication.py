@@ -1,0 +1,289 @@
+"""Replication on a real cluster: ZooKeeper plus three broker processes, real clients, real faults.
+
+Cluster state (leader, leader epoch, ISR, controller) is read from ZooKeeper by the harness;
+what clients see is checked with confluent-kafka. Tests that kill or stop brokers build their
+own cluster; the module-wide `cluster3` is only used by tests that leave it as they found it.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kazoo.protocol.states import ZnodeStat
+from kazoo.recipe.watchers import DataWatch
+
+from tests.support.checker import SequenceProducer, check_topic
+from tests.support.cluster import ClusterProcess, PartitionState
+
+pytestmark = pytest.mark.cluster
+
+ALL = {1, 2, 3}
+# Batch header: baseOffset int64, batchLength int32, partitionLeaderEpoch int32, magic int8, crc int32,
+# attributes int16, lastOffsetDelta int32 (at byte 23).
+LAST_OFFSET_DELTA_AT = 23
+COORDINATOR_MOVING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                      KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._WAIT_COORD, KafkaError._TRANSPORT,
+                      KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT}
+IDEMPOTENT = {"acks": "all", "enable.idempotence": True, "message.timeout.ms": 120_000, "linger.ms": 5}
+
+
+def create_topic(cluster: ClusterProcess, partitions: int = 1, replication_factor: int = 3,
+                 config: dict[str, str] | None = None) -> str:
+    """Create a topic through the Admin API and wait until ZooKeeper shows every partition with a full ISR."""
+    name = f"r-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+    admin.create_topics([NewTopic(name, partitions, replication_factor, config=config or {})])[name].result(
+        timeout=60)
+    for p in range(partitions):
+        state = cluster.wait_isr(name, p, cluster.topic_assignment(name).get(p) or ALL, timeout=60)
+        assert len(state.isr) == replication_factor
+    return name
+
+
+def high_watermark(cluster: ClusterProcess, topic: str, partition: int) -> int:
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "hw-probe", "log_level": 0})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1]
+    finally:
+        consumer.close()
+
+
+def batches_below(log_dir: Path, topic: str, partition: int, hw: int) -> tuple[bytes, int]:
+    """The raw bytes of every complete batch that ends below `hw`, and the offset after the last one.
+
+    Read straight from the segment files (`<base offset>.log`, in order) so that nothing of
+    Strom's own storage code stands between the replicas and the comparison.
+    """
+    folder = log_dir / f"{topic}-{partition}"
+    out = bytearray()
+    next_offset = 0
+    for segment in sorted(folder.glob("*.log"), key=lambda f: int(f.stem)):
+        data = segment.read_bytes()
+        pos = 0
+        while pos + LAST_OFFSET_DELTA_AT + 4 <= len(data):
+            base, length = struct.unpack_from(">qi", data, pos)
+            end = pos + 12 + length
+            if length <= 0 or end > len(data):
+                break  # a batch still being written
+            (delta,) = struct.unpack_from(">i", data, pos + LAST_OFFSET_DELTA_AT)
+            if base + delta >= hw:
+                return bytes(out), next_offset
+            out += data[pos:end]
+            next_offset = base + delta + 1
+            pos = end
+    return bytes(out), next_offset
+
+
+def wait_identical_replicas(cluster: ClusterProcess, topic: str, partition: int, hw: int,
+                            replicas: set[int], timeout: float = 60.0) -> bytes:
+    """Wait until each replica's log holds batches up to `hw`, then require identical bytes."""
+
+    def caught_up() -> dict[int, tuple[bytes, int]] | None:
+        views = {b: batches_below(cluster.log_dir(b), topic, partition, hw) for b in replicas}
+        return views if all(end == hw for _, end in views.values()) else None
+
+    views = cluster.wait_for(caught_up, timeout, f"every replica of {topic}-{partition} holding offsets < {hw}")
+    reference = views[min(replicas)][0]
+    for broker_id, (data, _) in views.items():
+        assert data == reference, (f"broker {broker_id}'s {topic}-{partition} differs below HW {hw} "
+                                   f"({len(data)} vs {len(reference)} bytes; first difference at byte "
+                                   f"{next((i for i, (a, b) in enumerate(zip(data, reference, strict=False)) if a != b), min(len(data), len(reference)))})")
+    return reference
+
+
+def metadata_partition(cluster: ClusterProcess, topic: str, partition: int):  # noqa: ANN201
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+    return admin.list_topics(topic, timeout=30).topics[topic].partitions[partition]
+
+
+def test_rf3_topic_replicas_are_byte_identical_below_the_high_watermark(cluster3: ClusterProcess) -> None:
+    topic = create_topic(cluster3, partitions=2)
+
+    def full_metadata() -> bool:
+        parts = [metadata_partition(cluster3, topic, p) for p in (0, 1)]
+        return all(set(m.replicas) == ALL and set(m.isrs) == ALL and m.leader in ALL for m in parts)
+
+    cluster3.wait_for(full_metadata, 60, f"Metadata of {topic} showing 3 replicas and an ISR of 3")
+    writer = SequenceProducer(cluster3.bootstrap, topic, "w", {"acks": "all", "linger.ms": 5}).produce_some(2000)
+    assert writer.unflushed == 0 and not writer.errors, writer.errors[:5]
+    assert writer.acked_count() == 2000
+    total = 0
+    for p in (0, 1):
+        hw = high_watermark(cluster3, topic, p)
+        total += hw
+        data = wait_identical_replicas(cluster3, topic, p, hw, ALL)
+        assert (len(data) > 0) == (hw > 0)
+    assert total == 2000
+    report = check_topic(cluster3.bootstrap, topic, writer.acked)
+    assert report.ok and report.consumed == 2000, str(report)
+
+
+@pytest.mark.parametrize("victim", ["leader", "controller"])
+def test_kill9_keeps_every_acknowledged_idempotent_record_exactly_once(cluster_factory, victim: str) -> None:  # noqa: ANN001
+    cluster = cluster_factory(3)
+    topic = create_topic(cluster, config={"min.insync.replicas": "2"})
+    before = cluster.partition_state(topic, 0)
+    assert before is not None
+    controller = cluster.controller_id()
+    assert controller is not None
+    target = before.leader if victim == "leader" else controller
+    writer = SequenceProducer(cluster.bootstrap, topic, "k", IDEMPOTENT, partition=0, rate_sleep=0.001).start()
+    try:
+        assert writer.wait_acked(300, 60), f"only {writer.acked_count()} acked before the kill"
+        cluster.kill9(target)
+        if victim == "controller":
+            assert cluster.wait_controller(not_in={target}, timeout=60) != target
+        if target == before.leader:
+            after = cluster.wait_leader(topic, 0, not_in={target}, timeout=60)
+            assert after.leader_epoch > before.leader_epoch
+            assert target not in cluster.wait_isr(topic, 0, ALL - {target}, timeout=60).isr
+        acked_at_kill = writer.acked_count()
+        assert writer.wait_acked(acked_at_kill + 300, 90), (
+            f"the producer stalled at {writer.acked_count()} acks after broker {target} was killed\n"
+            + cluster.describe_failure("producer progress", 90))
+    finally:
+        writer.stop()
+    assert writer.unflushed == 0 and not writer.errors, writer.errors[:5]
+    report = check_topic(cluster.bootstrap, topic, writer.acked)
+    assert report.ok, str(report)
+    assert report.lost == report.duplicated == report.reordered == 0
+    offsets = [a.offset for a in writer.acked]
+    assert len(set(offsets)) == len(offsets)
+
+
+def test_min_insync_replicas_refuses_acks_all_but_takes_acks_1(cluster_factory) -> None:  # noqa: ANN001
+    cluster = cluster_factory(3)
+    topic = create_topic(cluster, config={"min.insync.replicas": "2"})
+    leader = cluster.partition_state(topic, 0).leader
+    followers = sorted(ALL - {leader})
+    for broker_id in followers:
+        cluster.stop(broker_id)
+    cluster.wait_isr(topic, 0, {leader}, timeout=60)
+
+    def send(acks: str) -> tuple[KafkaError | None, int]:
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": acks, "retries": 0,
+                             "enable.idempotence": False, "message.timeout.ms": 30_000, "log_level": 0})
+        result: list[tuple[KafkaError | None, int]] = []
+        producer.produce(topic, b"payload", partition=0, on_delivery=lambda err, msg: result.append(
+            (err, msg.offset())))
+        assert producer.flush(45) == 0
+        return result[0]
+
+    err, _ = send("all")
+    assert err is not None and err.code() == KafkaError.NOT_ENOUGH_REPLICAS, err
+    err, offset = send("1")
+    assert err is None and offset >= 0
+
+
+def test_controlled_shutdown_moves_leadership_first_and_keeps_group_offsets(cluster_factory) -> None:  # noqa: ANN001
+    cluster = cluster_factory(3)
+    topic = create_topic(cluster, partitions=3, config={"min.insync.replicas": "2"})
+    seed = SequenceProducer(cluster.bootstrap, topic, "s", IDEMPOTENT).produce_some(600)
+    assert seed.unflushed == 0 and not seed.errors
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "log_level": 0,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                         "session.timeout.ms": 10_000})
+    consumer.subscribe([topic])
+    seen: set[bytes] = set()
+
+    def consume_until(count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while len(seen) < count:
+            assert time.monotonic() < deadline, f"group consumed {len(seen)} of {count}"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                assert msg.error().retriable() or msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
+                continue
+            seen.add(msg.value())
+            commit(msg)
+
+    def commit(msg) -> None:  # noqa: ANN001
+        """Synchronous commit, retried while the group coordinator moves (a retriable error)."""
+        for _ in range(60):
+            try:
+                consumer.commit(message=msg, asynchronous=False)
+                return
+            except KafkaException as exc:
+                if not exc.args[0].retriable() and exc.args[0].code() not in COORDINATOR_MOVING:
+                    raise
+                time.sleep(0.5)
+        raise AssertionError(f"could not commit offset {msg.offset() + 1} of partition {msg.partition()}")
+
+    consume_until(300, 90)
+    partitions = [TopicPartition(topic, p) for p in range(3)]
+    committed_before = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=30)}
+    assert sum(max(o, 0) for o in committed_before.values()) >= 300 - 3
+
+    leader = cluster.partition_state(topic, 0).leader
+    observed: list[tuple[int, int]] = []  # (leader, zxid of that version of the state znode)
+
+    def on_state(data: bytes | None, stat: ZnodeStat | None) -> None:
+        if data and stat is not None:
+            observed.append((int(json.loads(data)["leader"]), stat.mzxid))
+
+    DataWatch(cluster.zk, f"/brokers/topics/{topic}/partitions/0/state", on_state)
+    writer = SequenceProducer(cluster.bootstrap, topic, "w", IDEMPOTENT, rate_sleep=0.002).start()
+    try:
+        assert writer.wait_acked(200, 60)
+        assert cluster.stop(leader, timeout=120) == 0, cluster.broker(leader).log_tail()
+        moved: PartitionState = cluster.wait_leader(topic, 0, not_in={leader}, timeout=30)
+        assert moved.leader != leader
+        cluster.wait_for(lambda: leader not in cluster.registered_brokers(), 30, f"broker {leader} deregistered")
+        # pzxid: the zxid of the last change to /brokers/ids' children, i.e. the broker's deregistration.
+        deregistered_at = cluster.zk.exists("/brokers/ids").pzxid
+        assert writer.wait_acked(writer.acked_count() + 200, 90)
+    finally:
+        writer.stop()
+    moves = [zxid for new_leader, zxid in list(observed) if new_leader != leader]
+    assert moves and min(moves) < deregistered_at, (
+        f"leadership of {topic}-0 moved only after broker {leader} left ZooKeeper (zxid {deregistered_at}): "
+        f"{observed}")
+    assert writer.unflushed == 0 and not writer.errors, writer.errors[:5]
+
+    total = 600 + writer.acked_count()
+    consume_until(total, 120)
+    final = {tp.partition: tp.offset for tp in consumer.committed(partitions, timeout=30)}
+    consumer.close()
+    for p, offset in committed_before.items():
+        assert final[p] >= offset
+    fresh = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "log_level": 0})
+    try:
+        survived = {tp.partition: tp.offset for tp in fresh.committed(partitions, timeout=30)}
+    finally:
+        fresh.close()
+    assert survived == final
+    ends = {p: high_watermark(cluster, topic, p) for p in range(3)}
+    assert survived == ends  # everything was consumed and committed
+    report = check_topic(cluster.bootstrap, topic, seed.acked + writer.acked)
+    assert report.ok, str(report)
+
+
+def test_restarted_broker_catches_up_and_rejoins_the_isr(cluster_factory) -> None:  # noqa: ANN001
+    cluster = cluster_factory(3)
+    topic = create_topic(cluster, config={"min.insync.replicas": "2"})
+    leader = cluster.partition_state(topic, 0).leader
+    follower = min(ALL - {leader})
+    first = SequenceProducer(cluster.bootstrap, topic, "a", IDEMPOTENT, partition=0).produce_some(500)
+    assert first.unflushed == 0 and not first.errors
+    cluster.kill9(follower)
+    cluster.wait_isr(topic, 0, ALL - {follower}, timeout=60)
+    second = SequenceProducer(cluster.bootstrap, topic, "b", IDEMPOTENT, partition=0).produce_some(500)
+    assert second.unflushed == 0 and not second.errors, second.errors[:5]
+    cluster.start_broker(follower)
+    state = cluster.wait_isr(topic, 0, ALL, timeout=90)
+    assert state.leader == leader
+    hw = high_watermark(cluster, topic, 0)
+    assert hw == 1000
+    wait_identical_replicas(cluster, topic, 0, hw, ALL)
+    report = check_topic(cluster.bootstrap, topic, first.acked + second.acked)
+    assert report.ok and report.consumed == 1000, str(report)
