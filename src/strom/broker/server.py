@@ -62,7 +62,7 @@ from strom.cluster.embedded import open_metadata_store
 from strom.cluster.metadata import BrokerInfo, MetadataStore
 from strom.cluster.publisher import MetadataPublisher
 from strom.cluster.replica_fetcher import ReplicaFetcherManager
-from strom.cluster.zk.kafka_zk_client import KafkaZkClient
+from strom.cluster.zk.kafka_zk_client import KafkaZkClient, SessionState
 from strom.cluster.zk_metadata import ZkMetadataStore
 from strom.config import BrokerConfig
 from strom.coordinator.common import sync_ownership
@@ -275,9 +275,9 @@ class KafkaServer:
             self.apis.register_module(module)
         return ClusterLink(store=store, controller=self.controller, publisher=self.publisher)
 
-    def _on_zookeeper_state(self, state: str) -> None:
+    def _on_zookeeper_state(self, state: SessionState) -> None:
         """kazoo's thread: a lost session dropped our registration; register again from the loop."""
-        if state == "LOST":
+        if state is SessionState.LOST:
             self._loop.call_soon_threadsafe(self._reregister)
 
     def _reregister(self) -> None:
