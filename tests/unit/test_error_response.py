@@ -76,3 +76,16 @@ def test_offset_fetch_mirrors_partitions(version: int) -> None:
     resp = type(resp).decode(resp.encode(version=version), version=version)
     topics = resp.groups[0].topics if version >= 8 else resp.topics
     assert [(t.name, p.partition_index, p.error_code) for t in topics for p in t.partitions] == [("t", 2, -1)]
+
+
+@pytest.mark.parametrize("version", [0, 2, 4])
+def test_offset_for_leader_epoch_mirrors_partitions(version: int) -> None:
+    from kafka.protocol.consumer import OffsetForLeaderEpochRequest
+
+    t = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+    request = _roundtrip(OffsetForLeaderEpochRequest(version=version, replica_id=-1, topics=[
+        t(topic="a", partitions=[t.OffsetForLeaderPartition(partition=i, leader_epoch=0) for i in (1, 2)])]), version)
+    resp = error_response(23, version, request, -1)
+    resp = type(resp).decode(resp.encode(version=version), version=version)
+    assert [(t.topic, p.partition, p.error_code, p.end_offset) for t in resp.topics for p in t.partitions] == \
+        [("a", 1, -1, -1), ("a", 2, -1, -1)]
