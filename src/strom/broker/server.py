@@ -31,6 +31,7 @@ from strom.broker.handlers import (
     describe_configs,
     describe_groups,
     describe_log_dirs,
+    elect_leaders,
     fetch,
     find_coordinator,
     heartbeat,
@@ -98,7 +99,8 @@ HANDLER_MODULES = [
 
 
 # Inter-broker APIs, registered only when the broker is part of a ZooKeeper cluster.
-CLUSTER_HANDLER_MODULES = [leader_and_isr, update_metadata, stop_replica, controlled_shutdown, alter_partition]
+CLUSTER_HANDLER_MODULES = [leader_and_isr, update_metadata, stop_replica, controlled_shutdown, alter_partition,
+                           elect_leaders]
 
 
 class KafkaServer:

@@ -12,6 +12,7 @@ from strom.cli import (
     console_producer,
     dump_log,
     get_offsets,
+    leader_election,
     perf_test,
     topics,
     zookeeper_shell,
@@ -38,6 +39,7 @@ app.command("console-producer", no_args_is_help=True)(console_producer.console_p
 app.command("console-consumer", no_args_is_help=True)(console_consumer.console_consumer)
 app.command("get-offsets", no_args_is_help=True)(get_offsets.get_offsets)
 app.command("dump-log", no_args_is_help=True)(dump_log.dump_log)
+app.command("leader-election", no_args_is_help=True)(leader_election.leader_election)
 app.command(
     "producer-perf-test",
     no_args_is_help=True,

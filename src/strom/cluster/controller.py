@@ -562,6 +562,62 @@ class KafkaController:
             self._send_update_metadata(list(self.ctx.live_brokers), changed)
         return results
 
+    def elect_leaders(self, tps: list[TopicPartition] | None, unclean: bool
+                      ) -> asyncio.Future[dict[TopicPartition, int]]:
+        """ElectLeaders: preferred (back to the first replica) or unclean (offline partitions take
+        the first live replica even if it was not in sync). None = every partition."""
+        future: asyncio.Future[dict[TopicPartition, int]] = self._loop.create_future()
+
+        async def handle() -> None:
+            try:
+                chosen = sorted(self.ctx.partitions) if tps is None else tps
+                if unclean:
+                    result = await self._elect_unclean(chosen)
+                else:
+                    result = await self.elect_preferred_leaders(chosen)
+            except BaseException as exc:
+                if not future.done():
+                    future.set_exception(exc)
+                raise
+            if not future.done():
+                future.set_result(result)
+
+        if not self.active:
+            future.set_exception(Errors.NotControllerError(f"broker {self.broker_id} is not the controller"))
+        else:
+            self._events.put_nowait(("elect-leaders", handle))
+        return future
+
+    async def _elect_unclean(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        results: dict[TopicPartition, int] = {}
+        changed = []
+        for tp in tps:
+            pl = self.ctx.partitions.get(tp)
+            if pl is None:
+                results[tp] = Errors.UnknownTopicOrPartitionError.errno
+                continue
+            if self.ctx.is_live(pl.leader):
+                results[tp] = Errors.ElectionNotNeededError.errno
+                continue
+            live = [b for b in pl.replicas if self.ctx.is_live(b)]
+            if not live:
+                results[tp] = Errors.EligibleLeadersNotAvailableError.errno
+                continue
+            in_sync = [b for b in live if b in pl.isr]
+            leader = (in_sync or live)[0]
+            if not in_sync:
+                log.error("unclean leader election for %s-%d (ElectLeaders): broker %d was not in the ISR %s; "
+                          "records it lacks are lost", *tp, leader, pl.isr)
+            if await self._write_state(tp, pl, leader, in_sync or [leader]):
+                results[tp] = 0
+                changed.append(tp)
+            else:
+                results[tp] = Errors.EligibleLeadersNotAvailableError.errno
+        if changed:
+            self._send_leader_and_isr(changed)
+            self._send_update_metadata(list(self.ctx.live_brokers), changed)
+        return results
+
     def ctx_topic_name(self, topic_id: uuid.UUID | None) -> str | None:
         for name, tid in self.ctx.topic_ids.items():
             if tid == topic_id:
