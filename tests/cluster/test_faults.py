@@ -326,6 +326,10 @@ def test_fault_campaign_keeps_every_acknowledged_record_exactly_once(cluster_fac
             if fault == "kill9":
                 cluster.kill9(victim)
                 time.sleep(hold)
+                # Its old session's znode must go first: a broker id still registered by another session
+                # is refused at start-up (as in Kafka), and it would fool the wait for the registration.
+                cluster.wait_for(lambda v=victim: v not in cluster.registered_brokers(), 60,
+                                 f"broker {victim}'s old session expired")
                 cluster.start_broker(victim)
             elif fault == "stop":
                 cluster.stop(victim)
