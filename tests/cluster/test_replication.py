@@ -8,99 +8,30 @@ own cluster; the module-wide `cluster3` is only used by tests that leave it as t
 from __future__ import annotations
 
 import json
-import struct
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
 from tests.support.checker import SequenceProducer, check_topic
 from tests.support.cluster import ClusterProcess, PartitionState
+from tests.support.replicas import (
+    create_topic,
+    high_watermark,
+    metadata_partition,
+    wait_identical_replicas,
+)
 
 pytestmark = pytest.mark.cluster
 
 ALL = {1, 2, 3}
-# Batch header: baseOffset int64, batchLength int32, partitionLeaderEpoch int32, magic int8, crc int32,
-# attributes int16, lastOffsetDelta int32 (at byte 23).
-LAST_OFFSET_DELTA_AT = 23
 COORDINATOR_MOVING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
                       KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._WAIT_COORD, KafkaError._TRANSPORT,
                       KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT}
 IDEMPOTENT = {"acks": "all", "enable.idempotence": True, "message.timeout.ms": 120_000, "linger.ms": 5}
-
-
-def create_topic(cluster: ClusterProcess, partitions: int = 1, replication_factor: int = 3,
-                 config: dict[str, str] | None = None) -> str:
-    """Create a topic through the Admin API and wait until ZooKeeper shows every partition with a full ISR."""
-    name = f"r-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
-    admin.create_topics([NewTopic(name, partitions, replication_factor, config=config or {})])[name].result(
-        timeout=60)
-    for p in range(partitions):
-        state = cluster.wait_isr(name, p, cluster.topic_assignment(name).get(p) or ALL, timeout=60)
-        assert len(state.isr) == replication_factor
-    return name
-
-
-def high_watermark(cluster: ClusterProcess, topic: str, partition: int) -> int:
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "hw-probe", "log_level": 0})
-    try:
-        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1]
-    finally:
-        consumer.close()
-
-
-def batches_below(log_dir: Path, topic: str, partition: int, hw: int) -> tuple[bytes, int]:
-    """The raw bytes of every complete batch that ends below `hw`, and the offset after the last one.
-
-    Read straight from the segment files (`<base offset>.log`, in order) so that nothing of
-    Strom's own storage code stands between the replicas and the comparison.
-    """
-    folder = log_dir / f"{topic}-{partition}"
-    out = bytearray()
-    next_offset = 0
-    for segment in sorted(folder.glob("*.log"), key=lambda f: int(f.stem)):
-        data = segment.read_bytes()
-        pos = 0
-        while pos + LAST_OFFSET_DELTA_AT + 4 <= len(data):
-            base, length = struct.unpack_from(">qi", data, pos)
-            end = pos + 12 + length
-            if length <= 0 or end > len(data):
-                break  # a batch still being written
-            (delta,) = struct.unpack_from(">i", data, pos + LAST_OFFSET_DELTA_AT)
-            if base + delta >= hw:
-                return bytes(out), next_offset
-            out += data[pos:end]
-            next_offset = base + delta + 1
-            pos = end
-    return bytes(out), next_offset
-
-
-def wait_identical_replicas(cluster: ClusterProcess, topic: str, partition: int, hw: int,
-                            replicas: set[int], timeout: float = 60.0) -> bytes:
-    """Wait until each replica's log holds batches up to `hw`, then require identical bytes."""
-
-    def caught_up() -> dict[int, tuple[bytes, int]] | None:
-        views = {b: batches_below(cluster.log_dir(b), topic, partition, hw) for b in replicas}
-        return views if all(end == hw for _, end in views.values()) else None
-
-    views = cluster.wait_for(caught_up, timeout, f"every replica of {topic}-{partition} holding offsets < {hw}")
-    reference = views[min(replicas)][0]
-    for broker_id, (data, _) in views.items():
-        assert data == reference, (f"broker {broker_id}'s {topic}-{partition} differs below HW {hw} "
-                                   f"({len(data)} vs {len(reference)} bytes; first difference at byte "
-                                   f"{next((i for i, (a, b) in enumerate(zip(data, reference, strict=False)) if a != b), min(len(data), len(reference)))})")
-    return reference
-
-
-def metadata_partition(cluster: ClusterProcess, topic: str, partition: int):  # noqa: ANN201
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
-    return admin.list_topics(topic, timeout=30).topics[topic].partitions[partition]
 
 
 def test_rf3_topic_replicas_are_byte_identical_below_the_high_watermark(cluster3: ClusterProcess) -> None:

@@ -267,7 +267,8 @@ class KafkaServer:
         rm.isr_change_sender = self.alter_partition_manager.submit
 
         def unclean_enabled(topic: str) -> bool:
-            value = store.topic_configs(topic).get("unclean.leader.election.enable")
+            """Read from ZooKeeper, not the store's cache: the controller asks right after a config change."""
+            value = self.zk.get_topic_configs(topic).get("unclean.leader.election.enable")
             if value is None:
                 return bool(self.config.get("unclean.leader.election.enable"))
             return value.strip().lower() == "true"

@@ -194,6 +194,8 @@ class KafkaController:
                                                     lambda _c: self._enqueue("topics", self._on_topic_change)))
         self._watches.append(self.zk.watch_children(zd.DELETE_TOPICS_PATH,
                                                     lambda _c: self._enqueue("deletions", self._on_topic_deletion)))
+        self._watches.append(self.zk.watch_children(
+            zd.CONFIG_CHANGES_PATH, lambda _c: self._enqueue("config-change", self._on_config_change)))
         await self._elect_offline_partitions(list(self.ctx.partitions))
         all_tps = list(self.ctx.partitions)
         self._send_update_metadata(list(self.ctx.live_brokers), all_tps)
@@ -236,10 +238,13 @@ class KafkaController:
         return new
 
     # -- leader election -----------------------------------------------------------------------------
-    def _choose_leader(self, tp: TopicPartition, pl: PartitionLeadership, exclude: Iterable[int] = ()
-                       ) -> tuple[int, list[int], bool]:
+    async def _choose_leader(self, tp: TopicPartition, pl: PartitionLeadership, exclude: Iterable[int] = ()
+                             ) -> tuple[int, list[int], bool]:
         """(leader, isr, unclean): first live replica in assignment order that is in the ISR; with
-        none, the first live replica if unclean election is enabled, else no leader."""
+        none, the first live replica if unclean election is enabled, else no leader.
+
+        The unclean flag is read from ZooKeeper when needed (off the loop), not from a cache that a
+        config change may not have reached yet."""
         excluded = set(exclude)
         live = [b for b in pl.replicas if self.ctx.is_live(b) and b not in excluded]
         if pl.zk_version < 0:  # a new partition: every live replica starts in sync
@@ -247,7 +252,7 @@ class KafkaController:
         in_isr = [b for b in live if b in pl.isr]
         if in_isr:
             return in_isr[0], [b for b in pl.isr if b in in_isr], False
-        if live and self._unclean_enabled(tp[0]):
+        if live and await self._zk(self._unclean_enabled, tp[0]):
             return live[0], [live[0]], True
         # Offline: keep the ISR (the last replicas known to be in sync) so one of them can come back.
         return NO_LEADER, list(pl.isr), False
@@ -288,7 +293,7 @@ class KafkaController:
             if pl.zk_version >= 0 and self.ctx.is_live(pl.leader):
                 continue
             for _ in range(3):
-                leader, isr, unclean = self._choose_leader(tp, pl)
+                leader, isr, unclean = await self._choose_leader(tp, pl)
                 if leader == NO_LEADER and pl.leader == NO_LEADER and pl.zk_version >= 0:
                     break  # still offline, nothing to write
                 if unclean:
@@ -343,7 +348,7 @@ class KafkaController:
                 continue
             for _ in range(3):
                 if pl.leader in dead or pl.leader == NO_LEADER:
-                    leader, isr, unclean = self._choose_leader(tp, pl, exclude=dead)
+                    leader, isr, unclean = await self._choose_leader(tp, pl, exclude=dead)
                     if unclean:
                         log.error("unclean leader election for %s-%d: broker %d was not in the ISR %s; records "
                                   "it lacks are lost", *tp, leader, pl.isr)
@@ -389,6 +394,19 @@ class KafkaController:
         log.info("controller: %d new partitions online", len(changed))
         self._send_update_metadata(list(self.ctx.live_brokers), changed)
         self._send_leader_and_isr(changed, is_new=True)
+
+    async def _on_config_change(self) -> None:
+        """A config changed (Kafka's TopicConfigChange): a topic may now allow unclean election,
+        so offline partitions get another chance; the controller otherwise re-elects only when
+        brokers come and go."""
+        if not self.active:
+            return
+        offline = [tp for tp, pl in self.ctx.partitions.items()
+                   if pl.zk_version >= 0 and not self.ctx.is_live(pl.leader)]
+        changed = await self._elect_offline_partitions(offline)
+        if changed:
+            self._send_leader_and_isr(changed)
+            self._send_update_metadata(list(self.ctx.live_brokers), changed)
 
     async def _on_topic_deletion(self) -> None:
         if not self.active:
@@ -493,7 +511,7 @@ class KafkaController:
             if broker_id not in pl.replicas or tp[0] in self.ctx.deleting or len(pl.replicas) < 2:
                 continue
             if pl.leader == broker_id:
-                leader, isr, _ = self._choose_leader(tp, pl, exclude={broker_id})
+                leader, isr, _ = await self._choose_leader(tp, pl, exclude={broker_id})
                 if leader == NO_LEADER or leader not in pl.isr:
                     continue  # no in-sync replica to take over: it stays led here until the broker dies
                 if await self._write_state(tp, pl, leader, [b for b in isr if b != broker_id]):

@@ -137,7 +137,14 @@ class ZkMetadataStore(MetadataStore):
                 self._notify(ChangeKind.CONFIGS, topic)
 
     # -- writes (AdminZkClient) ----------------------------------------------------------------------
+    def _require_zookeeper(self) -> None:
+        """Admin writes run on the event loop: while ZooKeeper is away, refuse them (retriable) at once
+        instead of freezing the whole broker, leaders included, until it comes back."""
+        if not self.zk.connected:
+            raise Errors.RequestTimedOutError(f"ZooKeeper at {self.zk.connect_string} is unavailable")
+
     def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> TopicMetadata:
+        self._require_zookeeper()
         topic_id = uuid.uuid4()
         try:
             self.zk.create_topic(name, topic_id, assignment, configs)
@@ -148,9 +155,11 @@ class ZkMetadataStore(MetadataStore):
         return TopicMetadata(name, topic_id, parts, dict(configs))
 
     def delete_topic(self, name: str, recorded_elsewhere: bool = False) -> None:
+        self._require_zookeeper()
         self.zk.mark_topic_for_deletion(name)
 
     def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
+        self._require_zookeeper()
         got = self.zk.get_data(zd.topic_path(name))
         if got is None:
             raise KeyError(name)
@@ -163,6 +172,7 @@ class ZkMetadataStore(MetadataStore):
         return topic
 
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata:
+        self._require_zookeeper()
         self.zk.set_topic_configs(name, configs)
         topic = self._topics.get(name)
         if topic is None:
