@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.cluster.test_replication import create_topic
+from tests.support.replicas import create_topic
 from tests.support.cluster import ClusterProcess
 
 pytestmark = pytest.mark.cluster
