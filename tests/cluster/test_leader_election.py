@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from tests.support.replicas import create_topic
 from tests.support.cluster import ClusterProcess
+from tests.support.replicas import create_topic
 
 pytestmark = pytest.mark.cluster
 

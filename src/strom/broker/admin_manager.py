@@ -31,7 +31,7 @@ class AdminManager:
 
     def _assign(self, first_partition: int, count: int, replication_factor: int) -> dict[int, list[int]]:
         """Round-robin replica placement starting at a rotating broker, like Kafka's default."""
-        brokers = sorted(b.broker_id for b in self.metadata.live_brokers())
+        brokers = self.metadata.assignable_brokers()
         if replication_factor > len(brokers):
             raise Errors.InvalidReplicationFactorError(
                 f"Replication factor: {replication_factor} larger than available brokers: {len(brokers)}."
@@ -55,7 +55,7 @@ class AdminManager:
             if num_partitions not in (-1, len(assignment)) or replication_factor != -1:
                 raise Errors.InvalidRequestError("Both numPartitions or replicationFactor and replicasAssignment "
                                                  "were set. Both cannot be used at the same time.")
-            live = {b.broker_id for b in self.metadata.live_brokers()}
+            live = set(self.metadata.assignable_brokers())
             for reps in assignment.values():
                 if not reps or len(set(reps)) != len(reps) or not set(reps) <= live:
                     raise Errors.InvalidReplicationAssignmentError(f"Invalid replica assignment {reps}")

@@ -96,6 +96,10 @@ class MetadataStore(ABC):
     @abstractmethod
     def live_brokers(self) -> list[BrokerInfo]: ...
 
+    def assignable_brokers(self) -> list[int]:
+        """Brokers new replicas may be placed on (Kafka's AdminZkClient asks ZooKeeper, not the cache)."""
+        return sorted(b.broker_id for b in self.live_brokers())
+
     @abstractmethod
     def controller_id(self) -> int: ...
 

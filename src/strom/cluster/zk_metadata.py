@@ -83,6 +83,15 @@ class ZkMetadataStore(MetadataStore):
     def live_brokers(self) -> list[BrokerInfo]:
         return list(self._brokers.values())
 
+    def assignable_brokers(self) -> list[int]:
+        """Registered brokers as ZooKeeper says now: the cache lags behind a broker that just came back."""
+        if not self.zk.connected:  # ZooKeeper away: never block the loop; the cache is the best we have
+            return super().assignable_brokers()
+        try:
+            return sorted(self.zk.get_all_broker_ids())
+        except Exception:  # noqa: BLE001 - lost meanwhile
+            return super().assignable_brokers()
+
     def controller_id(self) -> int:
         return self._controller_id
 
