@@ -480,22 +480,26 @@ class KafkaController:
 
     def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> asyncio.Future[list[TopicPartition]]:
         """Move leadership off a broker that is about to stop; returns what it still leads."""
-        future: asyncio.Future[list[TopicPartition]] = self._loop.create_future()
+        return self._run_as_event("controlled-shutdown", lambda: self._shutdown_broker(broker_id, broker_epoch))
+
+    def _run_as_event(self, name: str, work: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
+        """Run work on the controller's event queue; its result (or error) completes the future."""
+        future: asyncio.Future[T] = self._loop.create_future()
 
         async def handle() -> None:
             try:
-                remaining = await self._shutdown_broker(broker_id, broker_epoch)
+                result = await work()
             except BaseException as exc:
                 if not future.done():
                     future.set_exception(exc)
                 raise
             if not future.done():
-                future.set_result(remaining)
+                future.set_result(result)
 
         if not self.active:
             future.set_exception(Errors.NotControllerError(f"broker {self.broker_id} is not the controller"))
         else:
-            self._events.put_nowait(("controlled-shutdown", handle))
+            self._events.put_nowait((name, handle))
         return future
 
     async def _shutdown_broker(self, broker_id: int, broker_epoch: int) -> list[TopicPartition]:
@@ -584,27 +588,11 @@ class KafkaController:
                       ) -> asyncio.Future[dict[TopicPartition, int]]:
         """ElectLeaders: preferred (back to the first replica) or unclean (offline partitions take
         the first live replica even if it was not in sync). None = every partition."""
-        future: asyncio.Future[dict[TopicPartition, int]] = self._loop.create_future()
+        async def work() -> dict[TopicPartition, int]:
+            chosen = sorted(self.ctx.partitions) if tps is None else tps
+            return await (self._elect_unclean(chosen) if unclean else self.elect_preferred_leaders(chosen))
 
-        async def handle() -> None:
-            try:
-                chosen = sorted(self.ctx.partitions) if tps is None else tps
-                if unclean:
-                    result = await self._elect_unclean(chosen)
-                else:
-                    result = await self.elect_preferred_leaders(chosen)
-            except BaseException as exc:
-                if not future.done():
-                    future.set_exception(exc)
-                raise
-            if not future.done():
-                future.set_result(result)
-
-        if not self.active:
-            future.set_exception(Errors.NotControllerError(f"broker {self.broker_id} is not the controller"))
-        else:
-            self._events.put_nowait(("elect-leaders", handle))
-        return future
+        return self._run_as_event("elect-leaders", work)
 
     async def _elect_unclean(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         results: dict[TopicPartition, int] = {}
