@@ -296,15 +296,22 @@ class KafkaController:
                 leader, isr, unclean = await self._choose_leader(tp, pl)
                 if leader == NO_LEADER and pl.leader == NO_LEADER and pl.zk_version >= 0:
                     break  # still offline, nothing to write
-                if unclean:
-                    log.error("unclean leader election for %s-%d: broker %d was not in the ISR %s; records "
-                              "it lacks are lost", *tp, leader, pl.isr)
-                if await self._write_state(tp, pl, leader, isr):
+                if await self._write_election(tp, pl, leader, isr, unclean):
                     changed.append(tp)
-                    if leader == NO_LEADER:
-                        log.warning("partition %s-%d is offline: no live replica in its ISR %s", *tp, isr)
                     break
         return changed
+
+    async def _write_election(self, tp: TopicPartition, pl: PartitionLeadership, leader: int, isr: list[int],
+                     unclean: bool) -> bool:
+        """Write an election's outcome (fenced); says so when it loses records or leaves tp offline."""
+        if unclean:
+            log.error("unclean leader election for %s-%d: broker %d was not in the ISR %s; records "
+                      "it lacks are lost", *tp, leader, pl.isr)
+        if not await self._write_state(tp, pl, leader, isr):
+            return False
+        if leader == NO_LEADER:
+            log.warning("partition %s-%d is offline: no live replica in its ISR %s", *tp, isr)
+        return True
 
     # -- events ----------------------------------------------------------------------------------------
     async def _on_broker_change(self) -> None:
@@ -349,20 +356,15 @@ class KafkaController:
             for _ in range(3):
                 if pl.leader in dead or pl.leader == NO_LEADER:
                     leader, isr, unclean = await self._choose_leader(tp, pl, exclude=dead)
-                    if unclean:
-                        log.error("unclean leader election for %s-%d: broker %d was not in the ISR %s; records "
-                                  "it lacks are lost", *tp, leader, pl.isr)
                     if leader == NO_LEADER:
                         isr = list(pl.isr)  # keep who was last in sync
                 else:
-                    leader = pl.leader
+                    leader, unclean = pl.leader, False
                     isr = [b for b in pl.isr if b not in dead] or [leader]
                 if leader == pl.leader and isr == pl.isr:
                     break
-                if await self._write_state(tp, pl, leader, isr):
+                if await self._write_election(tp, pl, leader, isr, unclean):
                     changed.append(tp)
-                    if leader == NO_LEADER:
-                        log.warning("partition %s-%d is offline: no live replica in its ISR %s", *tp, isr)
                     break
         return changed
 
