@@ -103,7 +103,9 @@ class Member:
             try:
                 consumer.commit(asynchronous=False)
             except KafkaException as exc:
-                if exc.args[0].code() != KafkaError._NO_OFFSET:
+                # _DESTROY: librdkafka aborts a commit made from the revoke callback while close() tears
+                # the handle down (a client-side race, seen once under load); nothing to assert on then.
+                if exc.args[0].code() not in (KafkaError._NO_OFFSET, KafkaError._DESTROY):
                     raise
 
     def poll(self, timeout: float = 0.05) -> None:
