@@ -94,13 +94,15 @@ class KafkaController:
         self._events: asyncio.Queue[tuple[str, Callable[[], Awaitable[Any]]]] = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task[None] | None = None
-        self._watches: list[Any] = []
+        # Watches of one term as controller check this and stop once it moved on (kazoo: return False).
+        self._term = 0
+        self._watched_topics: set[str] = set()
         self._rebalance_task: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def startup(self) -> None:
         self._task = self._loop.create_task(self._process_events(), name="controller-events")
-        self._watches.append(self.zk.watch_data(zd.CONTROLLER_PATH, self._on_controller_znode))
+        self.zk.watch_data(zd.CONTROLLER_PATH, self._on_controller_znode)
 
     async def shutdown(self) -> None:
         if self._task is not None:
@@ -111,6 +113,18 @@ class KafkaController:
     def _enqueue(self, name: str, handler: Callable[[], Awaitable[Any]]) -> None:
         """Thread-safe: ZooKeeper watches call this on kazoo's thread."""
         self._loop.call_soon_threadsafe(self._events.put_nowait, (name, handler))
+
+    def _term_watch(self, name: str, handler: Callable[[], Awaitable[Any]]) -> Callable[..., bool | None]:
+        """A ZooKeeper watch callback (kazoo's thread) that enqueues handler while this term lasts."""
+        term = self._term
+
+        def fire(*_args: Any) -> bool | None:
+            if term != self._term:
+                return False  # a watch of an earlier term as controller: kazoo stops it
+            self._enqueue(name, handler)
+            return None
+
+        return fire
 
     async def _process_events(self) -> None:
         while True:
@@ -166,11 +180,8 @@ class KafkaController:
         if not self.active:
             return
         self.active = False
-        for w in self._watches[1:]:
-            stop = getattr(w, "_stopped", None)
-            if stop is not None:
-                w._stopped = True
-        del self._watches[1:]
+        self._term += 1
+        self._watched_topics.clear()
         if self._rebalance_task is not None:
             self._rebalance_task.cancel()
             self._rebalance_task = None
@@ -188,14 +199,10 @@ class KafkaController:
         for topic in await self._zk(self.zk.get_all_topics):
             await self._load_topic(topic)
         self.ctx.deleting = set(await self._zk(self.zk.get_topic_deletions))
-        self._watches.append(self.zk.watch_children(zd.BROKER_IDS_PATH,
-                                                    lambda _c: self._enqueue("brokers", self._on_broker_change)))
-        self._watches.append(self.zk.watch_children(zd.TOPICS_PATH,
-                                                    lambda _c: self._enqueue("topics", self._on_topic_change)))
-        self._watches.append(self.zk.watch_children(zd.DELETE_TOPICS_PATH,
-                                                    lambda _c: self._enqueue("deletions", self._on_topic_deletion)))
-        self._watches.append(self.zk.watch_children(
-            zd.CONFIG_CHANGES_PATH, lambda _c: self._enqueue("config-change", self._on_config_change)))
+        self.zk.watch_children(zd.BROKER_IDS_PATH, self._term_watch("brokers", self._on_broker_change))
+        self.zk.watch_children(zd.TOPICS_PATH, self._term_watch("topics", self._on_topic_change))
+        self.zk.watch_children(zd.DELETE_TOPICS_PATH, self._term_watch("deletions", self._on_topic_deletion))
+        self.zk.watch_children(zd.CONFIG_CHANGES_PATH, self._term_watch("config-change", self._on_config_change))
         await self._elect_offline_partitions(list(self.ctx.partitions))
         all_tps = list(self.ctx.partitions)
         self._send_update_metadata(list(self.ctx.live_brokers), all_tps)
@@ -378,10 +385,10 @@ class KafkaController:
                 del self.ctx.partitions[tp]
         new_tps: list[TopicPartition] = []
         for topic in sorted(topics):
-            if topic not in known:
-                self._watches.append(self.zk.watch_data(
-                    zd.topic_path(topic), lambda _d, _s, t=topic: self._enqueue(
-                        f"partitions-{t}", lambda: self._on_partition_change(t))))
+            if topic not in self._watched_topics:  # also topics loaded at failover: partitions may be added
+                self._watched_topics.add(topic)  # kept after a deletion: the watch sees a re-creation too
+                self.zk.watch_data(zd.topic_path(topic), self._term_watch(
+                    f"partitions-{topic}", lambda t=topic: self._on_partition_change(t)))
             new_tps += await self._load_topic(topic)
         await self._bring_online(new_tps)
 
@@ -561,27 +568,53 @@ class KafkaController:
 
     async def elect_preferred_leaders(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """Move leadership to the first replica of the assignment where it is live and in sync."""
+        def choose(pl: PartitionLeadership) -> int | tuple[int, list[int], bool]:
+            preferred = pl.replicas[0]
+            if pl.leader == preferred:
+                return Errors.ElectionNotNeededError.errno
+            if not self.ctx.is_live(preferred) or preferred not in pl.isr:
+                return Errors.PreferredLeaderNotAvailableError.errno
+            return preferred, pl.isr, False
+
+        results = await self._run_elections(tps, choose, Errors.PreferredLeaderNotAvailableError.errno)
+        moved = sum(1 for code in results.values() if code == 0)
+        if moved:
+            log.info("controller: moved %d partitions back to their preferred leader", moved)
+        return results
+
+    async def _elect_unclean(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Offline partitions take an in-sync replica if one lives, else the first live replica."""
+        def choose(pl: PartitionLeadership) -> int | tuple[int, list[int], bool]:
+            if self.ctx.is_live(pl.leader):
+                return Errors.ElectionNotNeededError.errno
+            live = [b for b in pl.replicas if self.ctx.is_live(b)]
+            if not live:
+                return Errors.EligibleLeadersNotAvailableError.errno
+            in_sync = [b for b in live if b in pl.isr]
+            return (in_sync or live)[0], in_sync or live[:1], not in_sync
+
+        return await self._run_elections(tps, choose, Errors.EligibleLeadersNotAvailableError.errno)
+
+    async def _run_elections(self, tps: Iterable[TopicPartition],
+                             choose: Callable[[PartitionLeadership], int | tuple[int, list[int], bool]],
+                             lost_race: int) -> dict[TopicPartition, int]:
+        """ElectLeaders' loop: choose gives an error code or (leader, isr, unclean); tell brokers once."""
         results: dict[TopicPartition, int] = {}
         changed = []
         for tp in tps:
             pl = self.ctx.partitions.get(tp)
-            if pl is None:
-                results[tp] = Errors.UnknownTopicOrPartitionError.errno
+            choice = Errors.UnknownTopicOrPartitionError.errno if pl is None else choose(pl)
+            if isinstance(choice, int):
+                results[tp] = choice
                 continue
-            preferred = pl.replicas[0]
-            if pl.leader == preferred:
-                results[tp] = Errors.ElectionNotNeededError.errno
-                continue
-            if not self.ctx.is_live(preferred) or preferred not in pl.isr:
-                results[tp] = Errors.PreferredLeaderNotAvailableError.errno
-                continue
-            if await self._write_state(tp, pl, preferred, pl.isr):
+            assert pl is not None
+            leader, isr, unclean = choice
+            if await self._write_election(tp, pl, leader, isr, unclean):
                 results[tp] = 0
                 changed.append(tp)
             else:
-                results[tp] = Errors.PreferredLeaderNotAvailableError.errno
+                results[tp] = lost_race
         if changed:
-            log.info("controller: moved %d partitions back to their preferred leader", len(changed))
             self._send_leader_and_isr(changed)
             self._send_update_metadata(list(self.ctx.live_brokers), changed)
         return results
@@ -596,45 +629,9 @@ class KafkaController:
 
         return self._run_as_event("elect-leaders", work)
 
-    async def _elect_unclean(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
-        results: dict[TopicPartition, int] = {}
-        changed = []
-        for tp in tps:
-            pl = self.ctx.partitions.get(tp)
-            if pl is None:
-                results[tp] = Errors.UnknownTopicOrPartitionError.errno
-                continue
-            if self.ctx.is_live(pl.leader):
-                results[tp] = Errors.ElectionNotNeededError.errno
-                continue
-            live = [b for b in pl.replicas if self.ctx.is_live(b)]
-            if not live:
-                results[tp] = Errors.EligibleLeadersNotAvailableError.errno
-                continue
-            in_sync = [b for b in live if b in pl.isr]
-            leader = (in_sync or live)[0]
-            if not in_sync:
-                log.error("unclean leader election for %s-%d (ElectLeaders): broker %d was not in the ISR %s; "
-                          "records it lacks are lost", *tp, leader, pl.isr)
-            if await self._write_state(tp, pl, leader, in_sync or [leader]):
-                results[tp] = 0
-                changed.append(tp)
-            else:
-                results[tp] = Errors.EligibleLeadersNotAvailableError.errno
-        if changed:
-            self._send_leader_and_isr(changed)
-            self._send_update_metadata(list(self.ctx.live_brokers), changed)
-        return results
-
-    def ctx_topic_name(self, topic_id: uuid.UUID | None) -> str | None:
-        for name, tid in self.ctx.topic_ids.items():
-            if tid == topic_id:
-                return name
-        return None
-
-    def submit(self, name: str, handler: Callable[[], Awaitable[Any]]) -> None:
-        """Run handler on the controller's event queue (for APIs such as ElectLeaders)."""
-        self._events.put_nowait((name, handler))
+    def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
+        """AlterPartition names topics by id (v2+); the controller's own view, not the broker cache."""
+        return next((name for name, tid in self.ctx.topic_ids.items() if tid == topic_id), None)
 
     # -- requests to brokers ---------------------------------------------------------------------------
     def _send_leader_and_isr(self, tps: Iterable[TopicPartition], only: set[int] | None = None,

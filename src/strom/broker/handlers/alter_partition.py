@@ -21,7 +21,7 @@ async def handle(ctx: RequestContext, request: Any) -> AlterPartitionResponse:
     names = {}
     changes = []
     for t in request.topics:
-        name = cluster.controller.ctx_topic_name(t.topic_id)
+        name = cluster.controller.topic_name(t.topic_id)
         names[t.topic_id] = name
         for p in t.partitions:
             changes.append(((name or "", p.partition_index), p.leader_epoch, list(p.new_isr), p.partition_epoch))
