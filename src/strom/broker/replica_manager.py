@@ -158,7 +158,7 @@ class DelayedFetch(DelayedOperation):
     def try_complete(self) -> bool:
         if not self._manager.has_new_data(self._params):
             return False  # the common case after an append elsewhere: no log read needed
-        results, total = self._manager.read_from_local_log(self._params)
+        results, total = self._manager.read_from_local_log(self._params, record_follower=False)
         if total >= self._params.min_bytes or any(r.error_code for r in results):
             self._result = results
             return self.force_complete()
@@ -166,7 +166,7 @@ class DelayedFetch(DelayedOperation):
 
     def on_complete(self) -> None:
         if self._result is None:
-            self._result, _ = self._manager.read_from_local_log(self._params)
+            self._result, _ = self._manager.read_from_local_log(self._params, record_follower=False)
         if not self._future.done():
             self._future.set_result(self._result)
 
@@ -549,7 +549,10 @@ class ReplicaManager:
                 return True
         return False
 
-    def read_from_local_log(self, params: FetchParams) -> tuple[list[FetchPartitionResult], int]:
+    def read_from_local_log(self, params: FetchParams, record_follower: bool = True
+                            ) -> tuple[list[FetchPartitionResult], int]:
+        """Read every requested partition. A follower's fetch offset is its LEO: recorded when the
+        request arrives (record_follower), not again when a parked fetch re-reads."""
         results: list[FetchPartitionResult] = []
         remaining = params.max_bytes
         total = 0
@@ -558,8 +561,12 @@ class ReplicaManager:
             try:
                 part = self.get_partition(req.topic, req.partition)
                 part.check_leader_epoch(req.current_leader_epoch)
-                if params.replica_id >= 0 and part.update_follower_fetch_state(params.replica_id, req.fetch_offset):
-                    self._on_high_watermark_moved((req.topic, req.partition))
+                if params.replica_id >= 0:
+                    if not part.is_leader:  # also on a re-read: a resigned leader's suffix must not spread
+                        raise Errors.NotLeaderForPartitionError(
+                            f"broker {self.broker_id} is not the leader of {req.topic}-{req.partition}")
+                    if record_follower and part.update_follower_fetch_state(params.replica_id, req.fetch_offset):
+                        self._on_high_watermark_moved((req.topic, req.partition))
                 res.high_watermark = part.high_watermark
                 res.last_stable_offset = part.last_stable_offset
                 res.log_start_offset = part.log_start_offset
