@@ -152,8 +152,8 @@ class Partition:
         return self.log.end_offset_for_epoch(leader_epoch)
 
     # -- leadership (LeaderAndIsr) -----------------------------------------------------------------
-    def update_state(self, state: PartitionState) -> bool:
-        """Apply the controller's state; returns True if this broker became leader (or a new epoch of it)."""
+    def update_state(self, state: PartitionState) -> None:
+        """Apply the controller's state; a new leader epoch (or leadership) starts a leader term."""
         was_leader = self.is_leader
         new_epoch = state.leader_epoch != self.leader_epoch
         self.leader_id = state.leader
@@ -164,11 +164,10 @@ class Partition:
         self.pending_isr = None
         if self.is_leader and (new_epoch or not was_leader):
             self.make_leader()
-            return True
+            return
         if not self.is_leader:
             self._followers.clear()
         self.maybe_increment_high_watermark()
-        return False
 
     def make_leader(self) -> None:
         """A new leader epoch starts at our LEO: followers learn divergence points from it."""

@@ -125,8 +125,8 @@ class ReplicaFetcher:
                 self.partitions.pop(tp, None)
                 continue
             epoch = part.log.latest_epoch
-            if epoch is None:  # an empty log (or one without epochs) has nothing to lose
-                self._truncation_done(tp, part.log.log_end_offset if part.log.log_end_offset == 0 else None)
+            if epoch is None:  # no epochs (an empty log, or data written before them): Kafka's fallback, the HW
+                self._truncation_done(tp, None)
                 continue
             asked[tp] = epoch
             by_topic.setdefault(tp[0], []).append({

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -45,11 +44,9 @@ class ZkMetadataStore(MetadataStore):
         self._configs: dict[str, dict[str, str]] = {}
         self._brokers: dict[int, BrokerInfo] = {}
         self._controller_id = -1
-        self._controller_epoch = 0
         self._loop = asyncio.get_running_loop()
         self._seen_changes: set[str] = set()
-        self._registration: Callable[[], None] | None = None
-        self._lock = threading.Lock()
+        self._me: BrokerInfo | None = None
 
     def _to_loop(self, fn: Callable[..., Any], *args: Any) -> None:
         """The one place where kazoo's thread hands work to the event loop."""
@@ -62,22 +59,17 @@ class ZkMetadataStore(MetadataStore):
 
     # -- reads ---------------------------------------------------------------------------------------
     def register_broker(self, broker: BrokerInfo) -> None:
-        endpoints = [f"PLAINTEXT://{broker.host}:{broker.port}"]
-        self.broker_epoch = self.zk.register_broker(broker.broker_id, endpoints, rack=broker.rack,
-                                                    listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT"})
+        """Create /brokers/ids/<id>; its czxid is our broker epoch, which controller requests must carry."""
+        self._me = broker
+        self.broker_epoch = self.zk.register_broker(
+            broker.broker_id, [f"PLAINTEXT://{broker.host}:{broker.port}"], rack=broker.rack,
+            listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT"})
         self._brokers.setdefault(broker.broker_id, broker)
-
-        def again() -> None:
-            self.broker_epoch = self.zk.register_broker(
-                broker.broker_id, endpoints, rack=broker.rack,
-                listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT"})
-
-        self._registration = again
 
     def reregister(self) -> None:
         """After a lost session: the ephemeral znode is gone, register again (a new broker epoch)."""
-        if self._registration is not None:
-            self._registration()
+        if self._me is not None:
+            self.register_broker(self._me)
             log.info("re-registered broker %d in ZooKeeper (broker epoch %d)", self.broker_id, self.broker_epoch)
 
     def live_brokers(self) -> list[BrokerInfo]:
@@ -106,11 +98,10 @@ class ZkMetadataStore(MetadataStore):
         return configs
 
     # -- UpdateMetadata ------------------------------------------------------------------------------
-    def apply_update_metadata(self, controller_id: int, controller_epoch: int, brokers: list[BrokerInfo],
+    def apply_update_metadata(self, controller_id: int, brokers: list[BrokerInfo],
                               topics: list[tuple[str, uuid.UUID | None, list[PartitionState]]]) -> None:
         """Merge the controller's partition states; a leader of -2 means the partition is being deleted."""
         self._controller_id = controller_id
-        self._controller_epoch = controller_epoch
         self._brokers = {b.broker_id: b for b in brokers}
         for name, topic_id, states in topics:
             topic = self._topics.get(name)

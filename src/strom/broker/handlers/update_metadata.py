@@ -35,5 +35,5 @@ async def handle(ctx: RequestContext, request: Any) -> UpdateMetadataResponse:
                            p.zk_version, list(p.offline_replicas))
             for p in t.partition_states])
         for t in request.topic_states]
-    cluster.store.apply_update_metadata(request.controller_id, request.controller_epoch, brokers, topics)
+    cluster.store.apply_update_metadata(request.controller_id, brokers, topics)
     return UpdateMetadataResponse(error_code=0)
