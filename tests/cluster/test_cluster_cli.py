@@ -17,18 +17,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from strom.cluster.zookeeper_server import four_letter_word, free_port
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return False
+from tests.support.cluster import pid_alive
 
 
 def free_port_run(count: int) -> int:

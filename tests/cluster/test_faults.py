@@ -22,6 +22,7 @@ from tests.support.checker import Acked, SequenceProducer, check_topic
 from tests.support.cluster import ClusterProcess, PartitionState
 from tests.support.raw_client import RawClient, decode
 from tests.support.replicas import (
+    IDEMPOTENT,
     WHOLE_LOG,
     batches_below,
     create_topic,
@@ -34,7 +35,6 @@ from tests.support.replicas import (
 pytestmark = pytest.mark.cluster
 
 ALL = {1, 2, 3}
-IDEMPOTENT = {"acks": "all", "enable.idempotence": True, "message.timeout.ms": 120_000, "linger.ms": 5}
 NO_LEADER = -1
 
 

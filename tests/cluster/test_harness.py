@@ -8,7 +8,6 @@ Strom's own ZooKeeper client.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -19,19 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.broker import BrokerProcess
 from tests.support.checker import Acked, SequenceProducer, check_topic, parse_value, record_value
-from tests.support.cluster import ClusterProcess, ClusterTimeout, PartitionState
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie still answers kill(0); it is gone for our purposes once its state is Z.
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
+from tests.support.cluster import ClusterProcess, ClusterTimeout, PartitionState, pid_alive
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from kazoo.recipe.watchers import DataWatch
 from tests.support.checker import SequenceProducer, check_topic
 from tests.support.cluster import ClusterProcess, PartitionState
 from tests.support.replicas import (
+    IDEMPOTENT,
     create_topic,
     high_watermark,
     metadata_partition,
@@ -31,7 +32,6 @@ ALL = {1, 2, 3}
 COORDINATOR_MOVING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
                       KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._WAIT_COORD, KafkaError._TRANSPORT,
                       KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT}
-IDEMPOTENT = {"acks": "all", "enable.idempotence": True, "message.timeout.ms": 120_000, "linger.ms": 5}
 
 
 def test_rf3_topic_replicas_are_byte_identical_below_the_high_watermark(cluster3: ClusterProcess) -> None:

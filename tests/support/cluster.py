@@ -33,6 +33,18 @@ DEFAULT_SESSION_TIMEOUT_MS = 6000
 POLL_INTERVAL = 0.1
 
 
+
+def pid_alive(pid: int) -> bool:
+    """Whether `pid` is a live process; a zombie (state Z) still answers kill(0) but counts as gone."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
 class ClusterTimeout(AssertionError):
     """A `wait_for` condition did not hold in time; the message carries ZooKeeper state and broker logs."""
 

@@ -22,6 +22,9 @@ LAST_OFFSET_DELTA_AT = 23
 WHOLE_LOG = 1 << 62
 
 
+# An idempotent acks=all producer that rides out a leader change (used by the cluster tests).
+IDEMPOTENT = {"acks": "all", "enable.idempotence": True, "message.timeout.ms": 120_000, "linger.ms": 5}
+
 def create_topic(cluster: ClusterProcess, partitions: int = 1, replication_factor: int = 3,
                  config: dict[str, str] | None = None) -> str:
     """Create a topic through the Admin API and wait until ZooKeeper shows every partition with a full ISR."""
