@@ -99,8 +99,8 @@ def produce_throughput(bootstrap: str, topic: str, n: int, size: int, acks: str)
             "mb_s": round(n * size / MB / secs, 1), "records_s": round(n / secs), "errors": len(errors) + left}
 
 
-def latency(bootstrap: str, topic: str, size: int, mb_s: float, seconds: float) -> dict[str, Any]:
-    p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0, "enable.idempotence": True})
+def latency(bootstrap: str, topic: str, size: int, mb_s: float, seconds: float, acks: str = "all") -> dict[str, Any]:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0, "enable.idempotence": acks == "all"})
     partitions = len(p.list_topics(topic, timeout=10).topics[topic].partitions)
     # Warm up: connections to every leader and the producer id exist before the clock starts.
     for _ in range(20):
@@ -125,7 +125,7 @@ def latency(bootstrap: str, topic: str, size: int, mb_s: float, seconds: float) 
     lat.sort()
     ms = [round(1000 * x, 2) for x in (lat[len(lat) // 2], lat[int(len(lat) * 0.99)],
                                        lat[int(len(lat) * 0.999)], lat[-1])] if lat else [None] * 4
-    return {"target_mb_s": mb_s, "record_bytes": size, "records": total, "acked": len(lat),
+    return {"acks": acks, "target_mb_s": mb_s, "record_bytes": size, "records": total, "acked": len(lat),
             "p50_ms": ms[0], "p99_ms": ms[1], "p999_ms": ms[2], "max_ms": ms[3]}
 
 
@@ -203,7 +203,12 @@ def failover(cluster: Cluster) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", choices=["produce", "latency", "failover"], action="append",
+                    help="run only these parts (repeatable); default all")
+    ap.add_argument("--rates", default="20", help="comma-separated MB/s for the latency runs")
     args = ap.parse_args()
+    parts = set(args.only or ["produce", "latency", "failover"])
+    seconds = 5 if args.quick else 15
     n_kib = 100_000 if args.quick else 300_000
     n_small = 300_000 if args.quick else 1_000_000
     out: dict[str, Any] = {"machine_cores": os.cpu_count(), "brokers": 3}
@@ -212,14 +217,19 @@ def main() -> None:
         try:
             cluster.create_topic("rf1", 6, 1)
             cluster.create_topic("rf3", 6, 3, {"min.insync.replicas": "2"})
-            out["produce"] = [
-                {"rf": 1, **produce_throughput(cluster.bootstrap, "rf1", n_kib, 1024, "1")},
-                {"rf": 3, **produce_throughput(cluster.bootstrap, "rf3", n_kib, 1024, "all")},
-                {"rf": 1, **produce_throughput(cluster.bootstrap, "rf1", n_small, 100, "1")},
-                {"rf": 3, **produce_throughput(cluster.bootstrap, "rf3", n_small, 100, "all")},
-            ]
-            out["latency_acks_all_rf3"] = latency(cluster.bootstrap, "rf3", 1024, 20, 5 if args.quick else 15)
-            out["failover"] = failover(cluster)
+            if "produce" in parts:
+                out["produce"] = [
+                    {"rf": 1, **produce_throughput(cluster.bootstrap, "rf1", n_kib, 1024, "1")},
+                    {"rf": 3, **produce_throughput(cluster.bootstrap, "rf3", n_kib, 1024, "all")},
+                    {"rf": 1, **produce_throughput(cluster.bootstrap, "rf1", n_small, 100, "1")},
+                    {"rf": 3, **produce_throughput(cluster.bootstrap, "rf3", n_small, 100, "all")},
+                ]
+            if "latency" in parts:
+                rates = [float(r) for r in args.rates.split(",")]
+                out["latency_acks_1_rf1"] = [latency(cluster.bootstrap, "rf1", 1024, r, seconds, "1") for r in rates]
+                out["latency_acks_all_rf3"] = [latency(cluster.bootstrap, "rf3", 1024, r, seconds) for r in rates]
+            if "failover" in parts:
+                out["failover"] = failover(cluster)
         finally:
             cluster.close()
     print(json.dumps(out, indent=1))

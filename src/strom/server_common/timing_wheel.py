@@ -58,6 +58,7 @@ class TimerTask:
         entry = self._entry
         if entry is not None:
             entry.remove()
+            entry.task = None  # no task <-> entry cycle: a finished operation is freed at once, not by the GC
         self._entry = None
 
     @property
@@ -91,8 +92,10 @@ class TimerTaskEntry:
         self.task = task
         self.expiration_ms = expiration_ms
         self.bucket: TimerTaskList | None = None
-        self.next: TimerTaskEntry = self
-        self.prev: TimerTaskEntry = self
+        # None while unlinked (never a self-loop): an entry out of every bucket must not be a reference
+        # cycle, or each expired or completed delayed operation would wait for a GC pass to be freed.
+        self.next: TimerTaskEntry | None = None
+        self.prev: TimerTaskEntry | None = None
         if task is not None:
             task._set_entry(self)
 
@@ -119,7 +122,8 @@ class TimerTaskList:
 
     def __init__(self, counter: _Counter) -> None:
         self._counter = counter
-        self._root = TimerTaskEntry(None, -1)  # sentinel
+        self._root = TimerTaskEntry(None, -1)  # sentinel: a circular list, the root linked to itself when empty
+        self._root.next = self._root.prev = self._root
         self._expiration = -1
         self._size = 0
 
@@ -160,9 +164,9 @@ class TimerTaskList:
     def remove(self, entry: TimerTaskEntry) -> None:
         if entry.bucket is not self:
             return
-        entry.prev.next = entry.next
-        entry.next.prev = entry.prev
-        entry.next = entry.prev = entry
+        entry.prev.next = entry.next  # type: ignore[union-attr]  # linked while in a bucket
+        entry.next.prev = entry.prev  # type: ignore[union-attr]
+        entry.next = entry.prev = None
         entry.bucket = None
         self._size -= 1
         self._counter.value -= 1
