@@ -224,3 +224,28 @@ def test_driver_rearms_for_earlier_task_and_zero_delay() -> None:
         return done
 
     assert asyncio.run(main()) == ["now", "early"]
+
+
+@pytest.mark.parametrize("how", ["completed", "expired"])
+def test_a_finished_operation_is_freed_without_the_garbage_collector(how: str) -> None:
+    """Cycles between an operation and its timer entry made every delayed op cyclic garbage: long GC pauses."""
+    import gc
+    import weakref
+
+    purgatory, clock, logs = make()
+    op = DelayedFetch(100, 10, logs, [TP0])
+    purgatory.try_complete_else_watch(op, [TP0])
+    ref = weakref.ref(op)
+    del op
+    gc.disable()
+    try:
+        if how == "completed":
+            logs.bytes[TP0] = 10
+            assert purgatory.check_and_complete(TP0) == 1
+        else:
+            clock.now = 200
+            purgatory.timer.advance_clock(200)
+            purgatory.purge_completed()
+        assert ref() is None, "a finished delayed operation was left to the cycle collector"
+    finally:
+        gc.enable()
