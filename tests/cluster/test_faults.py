@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
+import sys
 import time
 
 import pytest
@@ -212,7 +214,9 @@ def test_isr_shrinks_for_a_frozen_follower_and_expands_when_it_resumes(cluster_f
     assert report.ok and report.foreign == 1 + appended, str(report)
 
 
-def test_unclean_leader_election_is_off_by_default_and_a_topic_config_turns_it_on(cluster_factory) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("trigger", ["topic-config", "elect-leaders"])
+def test_unclean_leader_election_is_off_by_default_and_a_topic_config_or_elect_leaders_turns_it_on(
+        cluster_factory, trigger: str) -> None:  # noqa: ANN001
     cluster = cluster_factory(2)
     topic = create_topic(cluster, replication_factor=2)
     leader = cluster.partition_state(topic, 0).leader
@@ -239,10 +243,17 @@ def test_unclean_leader_election_is_off_by_default_and_a_topic_config_turns_it_o
     err, _ = send_one_with_timeout(only_follower, topic, 5_000)
     assert err is not None
 
-    admin = AdminClient({"bootstrap.servers": only_follower, "log_level": 0})
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
-        ConfigEntry("unclean.leader.election.enable", "true", incremental_operation=AlterConfigOpType.SET)])
-    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    if trigger == "topic-config":
+        admin = AdminClient({"bootstrap.servers": only_follower, "log_level": 0})
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+            ConfigEntry("unclean.leader.election.enable", "true", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    else:  # a one-off unclean election through the ElectLeaders API; the topic config stays off
+        out = subprocess.run([sys.executable, "-m", "strom.cli.main", "leader-election", "--bootstrap-server",
+                              only_follower, "--election-type", "unclean", "--topic", topic, "--partition", "0"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert f"Successfully completed leader election (unclean) for partitions {topic}-0" in out.stdout
 
     elected = cluster.wait_leader(topic, 0, timeout=60)
     assert elected.leader == follower and elected.isr == (follower,)
