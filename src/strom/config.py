@@ -23,6 +23,8 @@ from typing import Any
 
 __all__ = [
     "BROKER_CONFIGS",
+    "DYNAMIC_BROKER_CONFIGS",
+    "PER_BROKER_CONFIGS",
     "TOPIC_CONFIGS",
     "BrokerConfig",
     "ConfigDef",
@@ -31,6 +33,7 @@ __all__ = [
     "ConfigSource",
     "ConfigSynonym",
     "ConfigType",
+    "DynamicUpdateError",
     "InvalidTopicName",
     "TopicConfigDef",
     "describe_topic_configs",
@@ -46,6 +49,10 @@ LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 
 class ConfigError(ValueError):
     """A configuration key is unknown or its value is invalid (Kafka's ConfigException)."""
+
+
+class DynamicUpdateError(ConfigError):
+    """Keys that cannot change at run time, or not at this level (Kafka answers INVALID_REQUEST)."""
 
 
 class InvalidTopicName(ConfigError):
@@ -452,6 +459,27 @@ del T
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in _TOPIC_DEFS}
 """All topic-level keys Strom accepts (CreateTopics, AlterConfigs), by name."""
 
+# Kafka's DynamicThreadPool and LogCleaner keys: a change may at most halve or double the current value.
+THREAD_CONFIGS = frozenset({
+    "log.cleaner.threads", "num.io.threads", "num.network.threads", "num.replica.fetchers",
+    "num.recovery.threads.per.data.dir",
+})
+
+PER_BROKER_CONFIGS = frozenset({"advertised.listeners"})
+"""Dynamic keys that only make sense for one broker (Kafka refuses them at the cluster default)."""
+
+DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
+    # Kafka's DynamicLogConfig: the first broker synonym of each topic key (log.retention.ms, not .hours)
+    {d.synonyms[0] for d in _TOPIC_DEFS if d.synonyms}
+    | THREAD_CONFIGS
+    | {"log.cleaner.backoff.ms"}
+    | PER_BROKER_CONFIGS
+)
+"""Broker keys AlterConfigs may change at run time, per broker or as the cluster default."""
+
+# A broker key -> the keys that feed its effective value, in Kafka's precedence (log.retention.ms first).
+_BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {d.synonyms[0]: d.synonyms for d in _TOPIC_DEFS if d.synonyms}
+
 
 # ------------------------------------------------------------------- properties parser
 
@@ -570,9 +598,14 @@ class BrokerConfig:
 
     def __init__(self, props: Mapping[str, str] | None = None) -> None:
         self._raw: dict[str, str] = {}
-        self._values: dict[str, Any] = {}
+        self._static: dict[str, Any] = {}  # server.properties and --override
+        # Kafka's dynamic layers (/config/brokers/<default> and /config/brokers/<id>), parsed.
+        self._dynamic_default: dict[str, Any] = {}
+        self._dynamic_broker: dict[str, Any] = {}
+        self._values: dict[str, Any] = {}  # the merged view every reader sees
         for key, raw in (props or {}).items():
             self._set(key, raw)
+        self._merge()
         self._check()
 
     # -- loading
@@ -598,8 +631,15 @@ class BrokerConfig:
         definition = BROKER_CONFIGS.get(key)
         if definition is None:
             raise _unknown(key, BROKER_CONFIGS)
-        self._values[key] = definition.parse(raw)
+        self._static[key] = definition.parse(raw)
         self._raw[key] = raw.strip()
+
+    def _merge(self) -> None:
+        """Precedence as Kafka: per-broker dynamic > cluster-default dynamic > static > default.
+
+        A new dict is swapped in whole, so a reader on another thread sees the old or the new view.
+        """
+        self._values = {**self._static, **self._dynamic_default, **self._dynamic_broker}
 
     def _check(self) -> None:
         """Cross-key rules Kafka enforces at start-up."""
@@ -746,31 +786,131 @@ class BrokerConfig:
             raise first_error
         return usable, failed
 
-    def items(self) -> list[ConfigEntry]:
-        """Broker resource rows for DescribeConfigs (static config, so all read-only).
+    def _layers(self, per_broker: bool = True) -> list[tuple[ConfigSource, dict[str, Any]]]:
+        layers = [(ConfigSource.DYNAMIC_BROKER_CONFIG, self._dynamic_broker)] if per_broker else []
+        return layers + [(ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, self._dynamic_default),
+                         (ConfigSource.STATIC_BROKER_CONFIG, self._static)]
 
-        Each entry carries name, value, is_default, is_sensitive, read_only plus
-        source, config_type and documentation.
+    def synonyms(self, names: Iterable[str], per_broker: bool = True) -> list[ConfigSynonym]:
+        """DescribeConfigs synonyms of keys fed by ``names``: layer by layer, then the first default."""
+        out: list[ConfigSynonym] = []
+        for source, layer in self._layers(per_broker):
+            for name in names:
+                if name in layer:
+                    out.append(ConfigSynonym(name, _format(BROKER_CONFIGS[name].type, layer[name]), int(source)))
+        for name in names:
+            d = BROKER_CONFIGS[name]
+            if d.default is not None:
+                out.append(ConfigSynonym(name, _format(d.type, d.default), int(ConfigSource.DEFAULT_CONFIG)))
+                break
+        return out
+
+    def items(self, per_broker: bool = True) -> list[ConfigEntry]:
+        """Broker resource rows for DescribeConfigs, with sources and synonyms.
+
+        ``per_broker``: this broker's whole config (resource name = its id). Otherwise the cluster
+        default resource (name ""), which as in Kafka lists only the keys set at that level.
+        Dynamic keys are reported with read_only=False.
         """
         out = []
         for d in _BROKER_DEFS:
-            explicit = self.is_set(d.name)
-            shown = self.get(d.name) if d.name in ("broker.id", "node.id") else self.get_raw(d.name)
-            value = _format(d.type, shown)
-            source = ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG
+            if not per_broker and d.name not in self._dynamic_default:
+                continue
+            source = next((s for s, layer in self._layers(per_broker) if d.name in layer),
+                          ConfigSource.DEFAULT_CONFIG)
+            if d.name in ("broker.id", "node.id"):
+                value = _format(d.type, self.get(d.name))
+            elif per_broker:
+                value = _format(d.type, self.get_raw(d.name))
+            else:
+                value = _format(d.type, self._dynamic_default[d.name])
             out.append(
                 ConfigEntry(
                     name=d.name,
                     value=None if d.sensitive else value,
                     source=int(source),
-                    is_default=not explicit,
-                    read_only=True,
+                    is_default=source == ConfigSource.DEFAULT_CONFIG,
+                    read_only=d.name not in DYNAMIC_BROKER_CONFIGS,
                     is_sensitive=d.sensitive,
                     config_type=int(d.type),
                     documentation=d.doc,
+                    synonyms=tuple(self.synonyms(_BROKER_SYNONYMS.get(d.name, (d.name,)), per_broker)),
                 )
             )
         return out
+
+    # -- dynamic configs (AlterConfigs on a broker resource)
+
+    def dynamic_configs(self, per_broker: bool) -> dict[str, str]:
+        """One dynamic layer as strings: what ``/config/brokers/<id>`` (or ``<default>``) holds."""
+        layer = self._dynamic_broker if per_broker else self._dynamic_default
+        return {k: _format(BROKER_CONFIGS[k].type, v) or "" for k, v in layer.items()}
+
+    def validate_dynamic_update(self, configs: Mapping[str, str], per_broker: bool) -> dict[str, str]:
+        """Check a layer's new contents; returns them normalised for storage.
+
+        Raises DynamicUpdateError for keys that are unknown, static, or per-broker only when the
+        cluster default is changed (Kafka's INVALID_REQUEST), ConfigError for a bad value.
+        """
+        static = sorted(k for k in configs if k not in DYNAMIC_BROKER_CONFIGS)
+        if static:
+            raise DynamicUpdateError(f"Cannot update these configs dynamically: {', '.join(static)}")
+        if not per_broker:
+            only_one = sorted(k for k in configs if k in PER_BROKER_CONFIGS)
+            if only_one:
+                raise DynamicUpdateError("Cannot update these configs at default cluster level, broker id must "
+                                         f"be specified: {', '.join(only_one)}")
+        parsed = {k: BROKER_CONFIGS[k].parse(v or "") for k, v in configs.items()}
+        for key in THREAD_CONFIGS & parsed.keys():
+            current, new = self.get(key), parsed[key]
+            if new < 1:
+                raise _invalid(key, str(new), "must be at least 1 when changed dynamically")
+            if current >= 1 and not current / 2 <= new <= current * 2:
+                raise _invalid(key, str(new), f"may change to between half and double the current value {current}")
+        candidate = object.__new__(BrokerConfig)
+        candidate.__dict__.update(self.__dict__)
+        if per_broker:
+            candidate._dynamic_broker = parsed
+        else:
+            candidate._dynamic_default = parsed
+        candidate._merge()
+        candidate._check()  # cross-key rules (e.g. advertised.listeners must be routable)
+        return {k: _format(BROKER_CONFIGS[k].type, v) or "" for k, v in parsed.items()}
+
+    def set_dynamic_configs(self, per_broker: Mapping[str, str] | None = None,
+                            default: Mapping[str, str] | None = None) -> tuple[set[str], list[str]]:
+        """Replace the dynamic layers given (None keeps one); returns (keys whose effective value
+        changed, problems). Entries that no longer validate are skipped, as Kafka skips invalid
+        persisted dynamic configs instead of refusing to start."""
+        problems: list[str] = []
+
+        def parse(layer: Mapping[str, str], is_broker: bool) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for key, raw in layer.items():
+                if key not in DYNAMIC_BROKER_CONFIGS or (not is_broker and key in PER_BROKER_CONFIGS):
+                    problems.append(f"ignoring dynamic config {key}: not dynamic at this level")
+                    continue
+                try:
+                    out[key] = BROKER_CONFIGS[key].parse(raw or "")
+                except ConfigError as exc:
+                    problems.append(f"ignoring dynamic config {key}: {exc}")
+            return out
+
+        before = {k: self.get(k) for k in BROKER_CONFIGS}
+        saved = (self._dynamic_broker, self._dynamic_default)
+        if per_broker is not None:
+            self._dynamic_broker = parse(per_broker, True)
+        if default is not None:
+            self._dynamic_default = parse(default, False)
+        self._merge()
+        try:
+            self._check()
+        except ConfigError as exc:
+            self._dynamic_broker, self._dynamic_default = saved
+            self._merge()
+            problems.append(f"ignoring dynamic configs: {exc}")
+        changed = {k for k in BROKER_CONFIGS if self.get(k) != before[k]}
+        return changed, problems
 
     def topic_defaults(self) -> dict[str, str]:
         """Topic key → default string derived from this broker's config."""
@@ -822,8 +962,9 @@ def describe_topic_configs(
 ) -> list[ConfigEntry]:
     """DescribeConfigs entries of a topic resource, with sources and synonyms.
 
-    Source is DYNAMIC_TOPIC_CONFIG for an override, STATIC_BROKER_CONFIG when a broker
-    key feeding the default was set explicitly, DEFAULT_CONFIG otherwise.
+    Source is DYNAMIC_TOPIC_CONFIG for an override; otherwise that of the broker key the
+    default comes from: DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG (set at run time),
+    STATIC_BROKER_CONFIG (server.properties) or DEFAULT_CONFIG.
     """
     names = list(TOPIC_CONFIGS) if keys is None else list(keys)
     out: list[ConfigEntry] = []
@@ -834,20 +975,12 @@ def describe_topic_configs(
         synonyms: list[ConfigSynonym] = []
         if overrides.get(name) is not None:
             synonyms.append(ConfigSynonym(name, overrides[name], int(ConfigSource.DYNAMIC_TOPIC_CONFIG)))
-        for syn in d.synonyms:
-            if cfg.is_set(syn):
-                bd = BROKER_CONFIGS[syn]
-                synonyms.append(ConfigSynonym(syn, _format(bd.type, cfg.get_raw(syn)), int(ConfigSource.STATIC_BROKER_CONFIG)))
-        for syn in d.synonyms:  # the last fallback: the first broker synonym with a default
-            bd = BROKER_CONFIGS[syn]
-            if bd.default is not None:
-                synonyms.append(ConfigSynonym(syn, _format(bd.type, bd.default), int(ConfigSource.DEFAULT_CONFIG)))
-                break
+        synonyms += cfg.synonyms(d.synonyms)
         if synonyms and synonyms[0].source == ConfigSource.DYNAMIC_TOPIC_CONFIG:
             source, value = ConfigSource.DYNAMIC_TOPIC_CONFIG, overrides[name]
         else:
-            explicit = any(cfg.is_set(s) for s in d.synonyms)
-            source = ConfigSource.STATIC_BROKER_CONFIG if explicit else ConfigSource.DEFAULT_CONFIG
+            # As Kafka: the source of the broker synonym that decides the default.
+            source = ConfigSource(synonyms[0].source) if synonyms else ConfigSource.DEFAULT_CONFIG
             value = cfg._topic_default_str(d)
         out.append(
             ConfigEntry(

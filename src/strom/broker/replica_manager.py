@@ -319,6 +319,18 @@ class ReplicaManager:
                 part.log.update_config(cfg)
                 self._record_topic_in_dir(part.log.directory, topic)
 
+    def update_default_configs(self) -> None:
+        """Broker-level topic defaults changed (a dynamic log.* key): every hosted log picks up the new
+        defaults under its own topic's overrides, as Kafka's DynamicLogConfig does."""
+        defaults = self.config.topic_defaults()
+        self.log_manager.default_config = LogConfig.from_props(defaults)
+        by_topic: dict[str, LogConfig] = {}
+        for (name, _), part in self.partitions.items():
+            cfg = by_topic.get(name)
+            if cfg is None:
+                cfg = by_topic[name] = LogConfig.from_props({**defaults, **self.metadata.topic_configs(name)})
+            part.log.update_config(cfg)
+
     # -- leadership from the controller (LeaderAndIsr, StopReplica) -----------------------------------
     def become_leader_or_follower(self, controller_epoch: int, partitions: list[LeaderAndIsrPartition],
                                   topic_configs: Callable[[str], dict[str, str]]

@@ -12,6 +12,7 @@ from strom.protocol.codec import RequestHeader
 if TYPE_CHECKING:
     from strom.broker.admin_manager import AdminManager
     from strom.broker.apis import KafkaApis
+    from strom.broker.dynamic_config import DynamicBrokerConfig
     from strom.broker.producer_id_manager import ProducerIdManager
     from strom.broker.replica_manager import ReplicaManager
     from strom.cluster.controller import KafkaController
@@ -76,6 +77,7 @@ class BrokerServices:
     apis: KafkaApis  # what ApiVersions advertises
     find_transaction_coordinator: CoordinatorLookup | None = None  # None until transactions exist
     cluster: ClusterLink | None = None  # None on a single node (no ZooKeeper)
+    dynamic_config: DynamicBrokerConfig | None = None  # AlterConfigs on broker resources
 
 
 @dataclass(slots=True)

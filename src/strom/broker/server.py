@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from strom.broker import handlers as _handlers_pkg  # noqa: F401 - ensure package import
 from strom.broker.admin_manager import AdminManager
 from strom.broker.apis import KafkaApis
+from strom.broker.dynamic_config import DynamicBrokerConfig
 from strom.broker.handlers import (
     alter_configs,
     alter_partition,
@@ -65,7 +66,7 @@ from strom.cluster.publisher import MetadataPublisher
 from strom.cluster.replica_fetcher import ReplicaFetcherManager
 from strom.cluster.zk.kafka_zk_client import KafkaZkClient, SessionState
 from strom.cluster.zk_metadata import ZkMetadataStore
-from strom.config import BrokerConfig
+from strom.config import TOPIC_CONFIGS, BrokerConfig
 from strom.coordinator.common import sync_ownership
 from strom.coordinator.group.group_coordinator import GroupCoordinator
 from strom.coordinator.group.startup import create_group_coordinator
@@ -87,6 +88,9 @@ from strom.storage.log_manager import LogManager
 log = logging.getLogger(__name__)
 
 METADATA_RETRY_INTERVAL_MS = 5_000
+
+# Broker keys that feed topic defaults: a dynamic change of one reconfigures every hosted log.
+_TOPIC_DEFAULT_KEYS = frozenset(key for d in TOPIC_CONFIGS.values() for key in d.synonyms)
 
 HANDLER_MODULES = [
     api_versions, metadata, produce, fetch, list_offsets, create_topics, delete_topics, create_partitions,
@@ -127,6 +131,7 @@ class KafkaServer:
         self.controller: KafkaController
         self.fetcher_manager: ReplicaFetcherManager
         self.alter_partition_manager: AlterPartitionManager
+        self.dynamic_config: DynamicBrokerConfig
 
     @property
     def port(self) -> int:
@@ -146,6 +151,7 @@ class KafkaServer:
             topic_configs, expected = await self._open_zookeeper(log_dirs)
         else:
             self.metadata = open_metadata_store(log_dirs, self.broker_id, cfg.get("cluster.id") or None)
+            self._load_dynamic_config()
             self._complete_interrupted_deletions()
             topic_configs = {
                 name: LogConfig.from_props({**cfg.topic_defaults(), **t.configs})
@@ -185,7 +191,9 @@ class KafkaServer:
             broker_id=self.broker_id, config=cfg, metadata=self.metadata, replica_manager=self.replica_manager,
             admin_manager=self.admin_manager, group_coordinator=self.group_coordinator,
             producer_id_manager=self.producer_id_manager, apis=self.apis, cluster=cluster_link,
+            dynamic_config=self.dynamic_config,
         )
+        self.dynamic_config.add_reconfigurable(self._reconfigure)
         host, port = cfg.listener_host_port()
         self.socket_server = SocketServer(self, host, port, cfg.get("socket.request.max.bytes"))
         await self.socket_server.start()
@@ -209,7 +217,30 @@ class KafkaServer:
                        self.group_coordinator.cleanup_group_metadata)
         self.log_cleaner = LogCleaner(log_dirs)
         if cfg.get("log.cleaner.enable"):
-            self._schedule("log-cleaner", cleaner_backoff_ms(cfg), self._clean_logs)
+            # The pause is read before every pass: log.cleaner.backoff.ms is dynamic.
+            self._schedule("log-cleaner", lambda: cleaner_backoff_ms(cfg), self._clean_logs)
+
+    def _load_dynamic_config(self) -> None:
+        """Persisted dynamic broker configs, applied before anything reads topic defaults (blocking)."""
+        self.dynamic_config = DynamicBrokerConfig(self.config, self.metadata, self.broker_id)
+        self.dynamic_config.load()
+        self.log_manager.default_config = LogConfig.from_props(self.config.topic_defaults())
+
+    def _reconfigure(self, changed: set[str]) -> None:
+        """Apply dynamic broker config changes to what caches them (Kafka's Reconfigurables)."""
+        if changed & _TOPIC_DEFAULT_KEYS:
+            self.replica_manager.update_default_configs()
+        if "advertised.listeners" in changed and not self.clustered:
+            host, port = self.config.advertised_host_port()
+            self.metadata.register_broker(BrokerInfo(self.broker_id, host, port or self.socket_server.port,
+                                                     self.config.get("broker.rack")))
+
+    def _reload_dynamic_config(self) -> None:
+        """A /config/changes notification (on the loop): re-read our layers without blocking it."""
+        if not self._stopped.is_set():
+            self._tasks = [t for t in self._tasks if not t.done()]
+            self._tasks.append(asyncio.get_running_loop().create_task(self.dynamic_config.reload(),
+                                                                      name="dynamic-config-reload"))
 
     @property
     def clustered(self) -> bool:
@@ -234,6 +265,7 @@ class KafkaServer:
             if meta is None:
                 write_meta_properties(d, MetaProperties(cluster_id, self.broker_id))
         self.metadata = ZkMetadataStore(self.zk, self.broker_id, cluster_id)
+        await loop.run_in_executor(None, self._load_dynamic_config)
 
         def read_topics() -> tuple[dict[str, LogConfig], dict[tuple[str, int], uuid.UUID]]:
             configs: dict[str, LogConfig] = {}
@@ -254,7 +286,9 @@ class KafkaServer:
         """Replica fetchers, the ISR sender, the controller, and the inter-broker APIs."""
         store = self.metadata
         assert isinstance(store, ZkMetadataStore)
+        store.on_config_change = self._reload_dynamic_config
         store.start_watches()
+        self._reload_dynamic_config()  # a change made between the start-up read and the watch
         rm = self.replica_manager
 
         def endpoint(broker_id: int) -> tuple[str, int] | None:
@@ -356,16 +390,18 @@ class KafkaServer:
             if (topic, partition) not in hosted:
                 self.log_manager.set_aside_stray_log(topic, partition)
 
-    def _schedule(self, name: str, interval_ms: int, job: Callable[[], Awaitable[None]]) -> None:
+    def _schedule(self, name: str, interval_ms: int | Callable[[], int], job: Callable[[], Awaitable[None]]) -> None:
+        interval = interval_ms if callable(interval_ms) else lambda: interval_ms
+
         async def loop() -> None:
             while True:
-                await asyncio.sleep(max(interval_ms, 10) / 1000)
+                await asyncio.sleep(max(interval(), 10) / 1000)
                 try:
                     await job()
                 except Exception:
                     log.exception("background job %s failed", name)
 
-        if 0 < interval_ms < 2**62:
+        if 0 < interval() < 2**62:
             self._tasks.append(asyncio.create_task(loop(), name=name))
 
     async def _retention(self) -> None:

@@ -1,7 +1,10 @@
 """`strom configs`: describe and change topic/broker configs (like kafka-configs.sh).
 
 Changes go through IncrementalAlterConfigs so that only the named keys change; the
-legacy AlterConfigs request would reset every key that is not repeated.
+legacy AlterConfigs request would reset every key that is not repeated. Broker configs
+are per broker (``--entity-name <id>``) or the cluster default (``--entity-default``, the
+broker resource named ""); librdkafka refuses that empty name, so the default's requests
+are sent over Strom's own Kafka-protocol client to the first bootstrap broker.
 """
 
 from __future__ import annotations
@@ -57,6 +60,10 @@ def configs(
         kind, name = _entity(entity_type, entity_name, entity_default, topic, broker)
         if alter and not (add_config or delete_config):
             fail("--alter needs --add-config and/or --delete-config.")
+        if name == "":
+            _cluster_default(bootstrap_server, describe, parse_add_config(add_config or ""),
+                             _split_names(delete_config))
+            return
         admin = admin_client(bootstrap_server, command_config)
         if describe:
             _describe(admin, kind, name, all_)
@@ -84,8 +91,11 @@ def _entity(
     if kind not in ("topics", "brokers"):
         fail(f"Unsupported --entity-type '{entity_type}': use topics or brokers.")
     if entity_default:
-        # Kafka addresses the cluster-wide default as broker "", which librdkafka refuses.
-        fail("--entity-default is not supported yet; name a broker with --entity-name <id>.")
+        if kind != "brokers":
+            fail("--entity-default is only for --entity-type brokers.")
+        if entity_name is not None:
+            fail("Use either --entity-name or --entity-default, not both.")
+        return kind, ""
     return kind, entity_name
 
 
@@ -154,13 +164,16 @@ def _describe(admin: Any, kind: str, name: str | None, all_: bool) -> None:
         for entry in sorted(entries.values(), key=lambda e: e.name):
             if not all_ and _source(entry.source) != dynamic_source:
                 continue
-            value = "null" if entry.is_sensitive or entry.value is None else entry.value
-            synonyms = ", ".join(
-                f"{_source(syn.source).name}:{syn.name}={'null' if syn.is_sensitive or syn.value is None else syn.value}"
-                for syn in entry.synonyms.values()
-            )
-            sensitive = "true" if entry.is_sensitive else "false"
-            write_out(f"  {entry.name}={value} sensitive={sensitive} synonyms={{{synonyms}}}\n")
+            synonyms = [(_source(syn.source).name, syn.name, None if syn.is_sensitive else syn.value)
+                        for syn in entry.synonyms.values()]
+            _write_entry(entry.name, None if entry.is_sensitive else entry.value, entry.is_sensitive, synonyms)
+
+
+def _write_entry(name: str, value: str | None, sensitive: bool, synonyms: list[tuple[str, str, str | None]]) -> None:
+    """One line as kafka-configs.sh prints it."""
+    shown = ", ".join(f"{source}:{syn}={'null' if v is None else v}" for source, syn, v in synonyms)
+    write_out(f"  {name}={'null' if value is None else value} sensitive={'true' if sensitive else 'false'} "
+              f"synonyms={{{shown}}}\n")
 
 
 def _source(value: Any) -> Any:
@@ -191,3 +204,63 @@ def _alter(admin: Any, kind: str, name: str, add: dict[str, str], delete: list[s
     except KafkaException as exc:
         fail(describe_kafka_error(exc, name if kind == "topics" else None))
     write_out(f"Completed updating config for {_ENTITY_TYPES[kind]} {name}.\n")
+
+
+def _cluster_default(bootstrap: str, describe: bool, add: dict[str, str], delete: list[str]) -> None:
+    """Describe or alter the cluster-wide broker default (resource ""), as kafka-configs.sh --entity-default."""
+    import asyncio
+
+    from kafka.protocol.admin import DescribeConfigsRequest, IncrementalAlterConfigsRequest
+
+    from strom.config import ConfigSource
+
+    if describe:
+        request: Any = DescribeConfigsRequest(resources=[(_BROKER, "", None)], include_synonyms=True,
+                                              include_documentation=False)
+        result = asyncio.run(_send_to_bootstrap(bootstrap, request, 4)).results[0]
+        _raise_for(result.error_code, result.error_message)
+        write_out("Default configs for brokers in the cluster are:\n")
+        for entry in sorted(result.configs, key=lambda e: e.name):
+            synonyms = [(ConfigSource(syn.source).name, syn.name, syn.value) for syn in entry.synonyms]
+            _write_entry(entry.name, entry.value, entry.is_sensitive, synonyms)
+        return
+    both = set(add) & set(delete)
+    if both:
+        fail(f"A config cannot be both added and deleted: {', '.join(sorted(both))}.")
+    ops = [(k, _SET, v) for k, v in add.items()] + [(k, _DELETE, None) for k in delete]
+    request = IncrementalAlterConfigsRequest(resources=[(_BROKER, "", ops)], validate_only=False)
+    result = asyncio.run(_send_to_bootstrap(bootstrap, request, 1)).responses[0]
+    _raise_for(result.error_code, result.error_message)
+    write_out("Completed updating default config for brokers in the cluster.\n")
+
+
+_BROKER, _SET, _DELETE = 4, 0, 1
+
+
+async def _send_to_bootstrap(bootstrap: str, request: Any, version: int) -> Any:
+    """Send one request to the first bootstrap broker that answers."""
+    from strom.cli.common import connect_timeout
+    from strom.cluster.broker_client import BrokerClient
+
+    problems = []
+    for address in bootstrap.split(","):
+        host, _, port = address.strip().rpartition(":")
+        client = BrokerClient(host.strip("[]") or "127.0.0.1", int(port), client_id="strom-configs",
+                              connect_timeout_s=connect_timeout())
+        try:
+            return await client.send(request, version)
+        except (ConnectionError, OSError, TimeoutError) as exc:
+            problems.append(f"{address}: {exc}")
+        finally:
+            await client.close()
+    fail(f"Could not reach a broker at {bootstrap}: {'; '.join(problems)}")
+
+
+def _raise_for(error_code: int, message: str | None) -> None:
+    if error_code:
+        import kafka.errors as Errors
+
+        error = Errors.for_code(error_code)
+        name = getattr(error, "message", error.__name__)
+        text = message or name
+        fail(f"Invalid config: {text}" if name == "INVALID_CONFIG" else f"{text} ({name})")

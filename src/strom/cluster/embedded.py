@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 from strom.cluster.metadata import BrokerInfo, ChangeKind, MetadataStore, PartitionState, TopicMetadata
+from strom.cluster.zk.zk_data import DEFAULT_BROKER_ENTITY
 from strom.storage.checkpoints import write_atomically
 from strom.storage.log_dirs import LogDirError, MetaProperties, check_identities, write_meta_properties
 from strom.storage.log_manager import partition_dirs
@@ -39,6 +40,8 @@ class EmbeddedMetadataStore(MetadataStore):
         self._brokers: dict[int, BrokerInfo] = {}
         self._topics: dict[str, TopicMetadata] = {}
         self._next_producer_id = 0
+        # Dynamic broker configs by entity: "<default>" or a broker id, as in ZooKeeper's /config/brokers.
+        self._broker_configs: dict[str, dict[str, str]] = {}
         self._save_pending = False
         self._retry_warned = False
         self.cluster_id = cluster_id or _random_cluster_id()
@@ -53,6 +56,7 @@ class EmbeddedMetadataStore(MetadataStore):
         data = json.loads(self._path.read_text())
         self.cluster_id = data["cluster_id"]
         self._next_producer_id = data.get("next_producer_id", 0)
+        self._broker_configs = {str(k): dict(v) for k, v in data.get("broker_configs", {}).items()}
         for t in data.get("topics", []):
             parts = {
                 int(p["partition"]): PartitionState(
@@ -67,6 +71,7 @@ class EmbeddedMetadataStore(MetadataStore):
             "version": 1,
             "cluster_id": self.cluster_id,
             "next_producer_id": self._next_producer_id,
+            "broker_configs": self._broker_configs,
             "topics": [
                 {
                     "name": t.name,
@@ -183,6 +188,23 @@ class EmbeddedMetadataStore(MetadataStore):
         self._notify(ChangeKind.CONFIGS, topic)
         return topic
 
+    def broker_configs(self, broker_id: int | None) -> dict[str, str]:
+        return dict(self._broker_configs.get(_broker_entity(broker_id), {}))
+
+    def set_broker_configs(self, broker_id: int | None, configs: dict[str, str]) -> None:
+        with self._lock:
+            entity = _broker_entity(broker_id)
+            before = dict(self._broker_configs)
+            if configs:
+                self._broker_configs[entity] = dict(configs)
+            else:
+                self._broker_configs.pop(entity, None)
+            try:
+                self._save()
+            except OSError:
+                self._broker_configs = before
+                raise
+
     def restore_topics(self, topics: list[TopicMetadata], next_producer_id: int) -> None:
         """Recovery only (`strom storage recover-metadata`): add topics rebuilt from the log dirs, ids kept."""
         with self._lock:
@@ -203,6 +225,10 @@ class EmbeddedMetadataStore(MetadataStore):
                 self._next_producer_id = first
                 raise
             return first
+
+
+def _broker_entity(broker_id: int | None) -> str:
+    return DEFAULT_BROKER_ENTITY if broker_id is None else str(broker_id)
 
 
 def find_metadata_file(log_dirs: list[str]) -> str | None:

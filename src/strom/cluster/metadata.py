@@ -152,6 +152,15 @@ class MetadataStore(ABC):
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata: ...
 
     @abstractmethod
+    def broker_configs(self, broker_id: int | None) -> dict[str, str]:
+        """Dynamic configs of one broker, or of the cluster default for None (Kafka's
+        ``/config/brokers/<id>`` and ``/config/brokers/<default>``). May block: call from an executor."""
+
+    @abstractmethod
+    def set_broker_configs(self, broker_id: int | None, configs: dict[str, str]) -> None:
+        """Replace one broker's (or the cluster default's) dynamic configs durably. May block."""
+
+    @abstractmethod
     def allocate_producer_id_block(self, size: int) -> int:
         """Reserve `size` producer ids; returns the first one. Never hands out an id twice."""
 

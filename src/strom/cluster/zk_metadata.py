@@ -4,6 +4,8 @@ Reads (topics, leaders, live brokers, controller) come from the cache, which onl
 controller's UpdateMetadata requests change (as in Kafka's ZK mode, brokers do not watch
 partition state themselves). Topic configs are not part of UpdateMetadata: they are read from
 ``/config/topics/<t>`` and re-read when a ``/config/changes`` notification names the topic.
+Dynamic broker configs (``/config/brokers/<id>`` and ``<default>``) are re-read by the broker's
+DynamicBrokerConfig, which ``on_config_change`` wakes on the same notifications.
 
 Writes are what Kafka's AdminZkClient does: CreateTopics writes the assignment to
 ``/brokers/topics/<t>`` and the controller, watching that path, elects leaders and tells
@@ -47,6 +49,8 @@ class ZkMetadataStore(MetadataStore):
         self._loop = asyncio.get_running_loop()
         self._seen_changes: set[str] = set()
         self._me: BrokerInfo | None = None
+        # Called on the loop when /config/changes grows: dynamic broker configs may have changed.
+        self.on_config_change: Callable[[], None] | None = None
 
     def _to_loop(self, fn: Callable[..., Any], *args: Any) -> None:
         """The one place where kazoo's thread hands work to the event loop."""
@@ -128,6 +132,8 @@ class ZkMetadataStore(MetadataStore):
         self._seen_changes = set(children)
         if not new:
             return
+        if self.on_config_change is not None:
+            self.on_config_change()
         # Which entity changed is in each notification; re-reading every known topic is simpler and cheap.
         for name, topic in list(self._topics.items()):
             configs = self.zk.get_topic_configs(name)
@@ -181,6 +187,14 @@ class ZkMetadataStore(MetadataStore):
         self._configs[name] = dict(configs)
         self._notify(ChangeKind.CONFIGS, topic)
         return topic
+
+    def broker_configs(self, broker_id: int | None) -> dict[str, str]:
+        return self.zk.get_broker_configs(broker_id)
+
+    def set_broker_configs(self, broker_id: int | None, configs: dict[str, str]) -> None:
+        """Write ``/config/brokers/<id|<default>>`` and its change notification (every broker watches)."""
+        self._require_zookeeper()
+        self.zk.set_broker_configs(broker_id, configs)
 
     def allocate_producer_id_block(self, size: int) -> int:
         return self.zk.allocate_producer_id_block(self.broker_id, size)

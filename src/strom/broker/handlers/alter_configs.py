@@ -1,25 +1,36 @@
-"""AlterConfigs (legacy): replaces a topic's whole set of overrides."""
+"""AlterConfigs (legacy): replaces a topic's or a broker's whole set of dynamic configs.
+
+A broker resource is this broker's id (per-broker configs) or "" (the cluster default).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kafka.errors as Errors
 from kafka.protocol.admin import AlterConfigsResponse
 
 from strom.broker.handlers import error_code_of, error_message_of
-from strom.broker.request import RequestContext
+from strom.broker.request import BrokerServices, RequestContext
 from strom.protocol.api_keys import ApiKey
 
+if TYPE_CHECKING:
+    from strom.broker.dynamic_config import DynamicBrokerConfig
+
 API_KEY = ApiKey.ALTER_CONFIGS
-TOPIC = 2
+TOPIC, BROKER = 2, 4
 Result = AlterConfigsResponse.AlterConfigsResourceResponse
 
 
-def check_topic_resource(resource_type: int) -> None:
-    if resource_type != TOPIC:
-        raise Errors.InvalidRequestError("Only topic configs can be altered at runtime; broker configs are "
-                                         "static (server.properties)")
+def check_resource_type(resource_type: int) -> None:
+    if resource_type not in (TOPIC, BROKER):
+        raise Errors.InvalidRequestError(f"Unsupported resource type {resource_type}: only topics and brokers")
+
+
+def dynamic_config(services: BrokerServices) -> DynamicBrokerConfig:
+    if services.dynamic_config is None:
+        raise Errors.InvalidRequestError("Broker configs cannot be changed at run time on this broker")
+    return services.dynamic_config
 
 
 async def handle(ctx: RequestContext, request: Any) -> AlterConfigsResponse:
@@ -27,9 +38,13 @@ async def handle(ctx: RequestContext, request: Any) -> AlterConfigsResponse:
     for r in request.resources:
         res = Result(error_code=0, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name)
         try:
-            check_topic_resource(r.resource_type)
+            check_resource_type(r.resource_type)
             configs = {c.name: c.value for c in r.configs}
-            ctx.admin_manager.set_topic_configs(r.resource_name, configs, request.validate_only)
+            if r.resource_type == BROKER:
+                dynamic = dynamic_config(ctx.services)
+                await dynamic.alter(dynamic.resource_broker(r.resource_name), configs, request.validate_only)
+            else:
+                ctx.admin_manager.set_topic_configs(r.resource_name, configs, request.validate_only)
         except Exception as exc:
             res.error_code = error_code_of(exc)
             res.error_message = error_message_of(exc)

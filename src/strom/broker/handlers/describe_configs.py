@@ -1,4 +1,4 @@
-"""DescribeConfigs for topics (resource type 2) and brokers (4)."""
+"""DescribeConfigs for topics (resource type 2) and brokers (4): a broker id or "" (cluster default)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,12 @@ def _entries(ctx: RequestContext, resource_type: int, name: str) -> list[Any]:
             raise Errors.UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
         return describe_topic_configs(services.config, topic.configs)
     if resource_type == BROKER:
-        if name not in ("", str(services.config.get("broker.id"))):
-            raise Errors.InvalidRequestError(f"Unexpected broker id, expected {services.config.get('broker.id')}")
-        return list(services.config.items())
+        broker_id = services.config.get("broker.id")
+        if name not in ("", str(broker_id)):
+            raise Errors.InvalidRequestError(
+                f"Unexpected broker id, expected {broker_id} or empty string, but received {name}")
+        # "" is the cluster default: as in Kafka, only the keys set at that level.
+        return services.config.items(per_broker=name != "")
     raise Errors.InvalidRequestError(f"Unsupported resource type {resource_type}")
 
 

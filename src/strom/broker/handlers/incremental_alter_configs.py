@@ -1,4 +1,4 @@
-"""IncrementalAlterConfigs: SET / DELETE / APPEND / SUBTRACT single topic configs."""
+"""IncrementalAlterConfigs: SET / DELETE / APPEND / SUBTRACT single topic or broker configs."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import kafka.errors as Errors
 from kafka.protocol.admin import IncrementalAlterConfigsResponse
 
 from strom.broker.handlers import error_code_of, error_message_of
-from strom.broker.handlers.alter_configs import check_topic_resource
-from strom.broker.request import RequestContext
+from strom.broker.handlers.alter_configs import BROKER, check_resource_type, dynamic_config
+from strom.broker.request import BrokerServices, RequestContext
 from strom.protocol.api_keys import ApiKey
 
 API_KEY = ApiKey.INCREMENTAL_ALTER_CONFIGS
@@ -35,20 +35,34 @@ def _apply(current: dict[str, str], op: int, name: str, value: str | None, defau
         raise Errors.InvalidRequestError(f"Unknown config operation {op}")
 
 
+async def _alter_broker(services: BrokerServices, resource: Any, validate_only: bool) -> None:
+    """Operations apply to the named layer (this broker's id, or "" for the cluster default)."""
+    dynamic = dynamic_config(services)
+    broker_id = dynamic.resource_broker(resource.resource_name)
+    configs = dynamic.current(broker_id)
+    effective = {e.name: e.value or "" for e in services.config.items()}  # APPEND/SUBTRACT start here
+    for c in resource.configs:
+        _apply(configs, c.config_operation, c.name, c.value, effective)
+    await dynamic.alter(broker_id, configs, validate_only)
+
+
 async def handle(ctx: RequestContext, request: Any) -> IncrementalAlterConfigsResponse:
     services = ctx.services
     results = []
     for r in request.resources:
         res = Result(error_code=0, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name)
         try:
-            check_topic_resource(r.resource_type)
-            topic = services.metadata.topic(r.resource_name)
-            if topic is None:
-                raise Errors.UnknownTopicOrPartitionError(f"Topic '{r.resource_name}' does not exist.")
-            configs = dict(topic.configs)
-            for c in r.configs:
-                _apply(configs, c.config_operation, c.name, c.value, services.config.topic_defaults())
-            services.admin_manager.set_topic_configs(r.resource_name, configs, request.validate_only)
+            check_resource_type(r.resource_type)
+            if r.resource_type == BROKER:
+                await _alter_broker(services, r, request.validate_only)
+            else:
+                topic = services.metadata.topic(r.resource_name)
+                if topic is None:
+                    raise Errors.UnknownTopicOrPartitionError(f"Topic '{r.resource_name}' does not exist.")
+                configs = dict(topic.configs)
+                for c in r.configs:
+                    _apply(configs, c.config_operation, c.name, c.value, services.config.topic_defaults())
+                services.admin_manager.set_topic_configs(r.resource_name, configs, request.validate_only)
         except Exception as exc:
             res.error_code = error_code_of(exc)
             res.error_message = error_message_of(exc)
