@@ -155,8 +155,11 @@ def _check(obj: Any, plan: _NullPlan, path: str) -> None:
         value = getattr(obj, name)
         if value is None:
             continue
-        for item in value if is_array else (value,):
-            _check(item, sub, f"{path}.{name}")
+        try:
+            for item in value if is_array else (value,):
+                _check(item, sub, name)
+        except MalformedRequest as exc:  # the path is spelled out only on failure: this runs per request
+            raise MalformedRequest(f"{path}.{exc}") from None
 
 
 def response_header(correlation_id: int, flexible: bool) -> bytes:
