@@ -29,7 +29,7 @@ async def handle(ctx: RequestContext, request: Any) -> AlterConfigsResponse:
         try:
             check_topic_resource(r.resource_type)
             configs = {c.name: c.value for c in r.configs}
-            ctx.admin_manager.set_topic_configs(r.resource_name, configs, request.validate_only)
+            await ctx.admin_manager.set_topic_configs(r.resource_name, configs, request.validate_only)
         except Exception as exc:
             res.error_code = error_code_of(exc)
             res.error_message = error_message_of(exc)
