@@ -84,7 +84,7 @@ class ZkMetadataStore(MetadataStore):
         that just came back), read off the loop so a slow ZooKeeper never stalls the broker."""
         self._require_zookeeper()
         registered = await self._off_loop(self.zk.get_all_brokers)
-        return sorted(BrokerMetadata(b.broker_id, b.rack) for b in registered.values())
+        return sorted(BrokerMetadata(b.id, b.rack) for b in registered.values())
 
     def controller_id(self) -> int:
         return self._controller_id
