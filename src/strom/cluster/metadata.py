@@ -212,5 +212,8 @@ class MetadataStore(ABC):
     def allocate_producer_id_block(self, size: int) -> int:
         """Reserve `size` producer ids; returns the first one. Never hands out an id twice."""
 
+    async def allocate_producer_id_block_async(self, size: int) -> int:
+        return self.allocate_producer_id_block(size)
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (sessions, files)."""

@@ -10,7 +10,11 @@ Writes are what Kafka's AdminZkClient does: CreateTopics writes the assignment t
 the replicas; DeleteTopics queues ``/admin/delete_topics/<t>`` for the controller.
 
 Threading: kazoo delivers watches on its own thread; they are handed to the event loop in
-``_to_loop`` and nowhere else, so the cache is only ever touched from the loop.
+``_to_loop`` and nowhere else, so the cache is only ever touched from the loop. Request paths
+never call kazoo on the loop: the admin writes, the broker list for placement, producer id
+blocks and configs of topics not cached yet run on a worker thread (``_off_loop``) and their
+results are applied back on the loop, so a slow or absent ZooKeeper delays those requests
+only, never the loop (produce, fetch and replication keep going).
 """
 
 from __future__ import annotations
@@ -241,6 +245,10 @@ class ZkMetadataStore(MetadataStore):
 
     def allocate_producer_id_block(self, size: int) -> int:
         return self.zk.allocate_producer_id_block(self.broker_id, size)
+
+    async def allocate_producer_id_block_async(self, size: int) -> int:
+        self._require_zookeeper()
+        return await self._off_loop(self.zk.allocate_producer_id_block, self.broker_id, size)
 
     def close(self) -> None:
         self.zk.close()
