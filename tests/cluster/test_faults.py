@@ -277,8 +277,6 @@ def send_one_with_timeout(bootstrap: str, topic: str, timeout_ms: int) -> tuple[
     return result[0]
 
 
-@pytest.mark.xfail(reason="open: during a ZooKeeper outage some broker calls still wait on ZooKeeper from the event "
-                          "loop (admin paths, topic configs); they must move off the loop", strict=False)
 def test_brokers_serve_through_a_zookeeper_outage_and_reconnect(cluster_factory) -> None:  # noqa: ANN001
     cluster = cluster_factory(3)
     topic = create_topic(cluster, partitions=2, config={"min.insync.replicas": "2"})

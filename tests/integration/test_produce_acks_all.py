@@ -61,7 +61,7 @@ def only(resp: ProduceResponse) -> tuple[int, int]:
 async def start(tmp_path: Path, min_isr: int = 2) -> tuple[KafkaServer, Conn]:
     server = KafkaServer(BrokerConfig({"listeners": "PLAINTEXT://127.0.0.1:0", "log.dirs": str(tmp_path)}))
     await server.startup()
-    server.admin_manager.create_topic(TOPIC, 1, 1, configs={"min.insync.replicas": str(min_isr)})
+    await server.admin_manager.create_topic(TOPIC, 1, 1, configs={"min.insync.replicas": str(min_isr)})
     part = server.replica_manager.get_partition(TOPIC, 0)
     part.replicas = [server.broker_id, 1]
     part.isr = [server.broker_id, 1]

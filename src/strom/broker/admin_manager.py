@@ -2,17 +2,26 @@
 
 Validation happens here (names, counts, replication factor against live
 brokers, topic configs) so CreateTopics, Metadata auto-creation and the CLI
-all get identical rules and error codes.
+all get identical rules and error codes. Placement is ``replica_assignment``'s.
+Every method is a coroutine: in a cluster the brokers are read from and the
+writes go to ZooKeeper, off the event loop.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 import kafka.errors as Errors
 
 from strom.cluster.metadata import MetadataStore, TopicMetadata
+from strom.cluster.replica_assignment import (
+    BrokerMetadata,
+    assign_replicas_to_brokers,
+    start_index_for_new_partitions,
+)
 from strom.config import BrokerConfig, ConfigError, validate_topic_configs, validate_topic_name
 
 if TYPE_CHECKING:
@@ -29,22 +38,14 @@ class AdminManager:
         # When set, topic data is created before and deleted before the metadata changes (no half states).
         self.replica_manager = replica_manager
 
-    def _assign(self, first_partition: int, count: int, replication_factor: int) -> dict[int, list[int]]:
-        """Round-robin replica placement starting at a rotating broker, like Kafka's default."""
-        brokers = self.metadata.assignable_brokers()
-        if replication_factor > len(brokers):
-            raise Errors.InvalidReplicationFactorError(
-                f"Replication factor: {replication_factor} larger than available brokers: {len(brokers)}."
-            )
-        n = len(brokers)
-        return {
-            p: [brokers[(p + r) % n] for r in range(replication_factor)]
-            for p in range(first_partition, first_partition + count)
-        }
+    async def _brokers(self) -> list[BrokerMetadata]:
+        return await self.metadata.assignable_brokers()
 
-    def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
-                     assignment: dict[int, list[int]] | None = None,
-                     configs: dict[str, str | None] | None = None, validate_only: bool = False) -> TopicMetadata | None:
+    async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
+                           assignment: dict[int, list[int]] | None = None,
+                           configs: dict[str, str | None] | None = None,
+                           validate_only: bool = False) -> TopicMetadata | None:
+        """Validate, place and record a topic. Leaders come later (the controller's); see ``await_leaders``."""
         try:
             validate_topic_name(name)
         except Exception as exc:
@@ -55,7 +56,7 @@ class AdminManager:
             if num_partitions not in (-1, len(assignment)) or replication_factor != -1:
                 raise Errors.InvalidRequestError("Both numPartitions or replicationFactor and replicasAssignment "
                                                  "were set. Both cannot be used at the same time.")
-            live = set(self.metadata.assignable_brokers())
+            live = {b.id for b in await self._brokers()}
             for reps in assignment.values():
                 if not reps or len(set(reps)) != len(reps) or not set(reps) <= live:
                     raise Errors.InvalidReplicationAssignmentError(f"Invalid replica assignment {reps}")
@@ -70,7 +71,7 @@ class AdminManager:
                 raise Errors.InvalidPartitionsError("Number of partitions must be larger than 0.")
             if replication_factor <= 0:
                 raise Errors.InvalidReplicationFactorError("Replication factor must be larger than 0.")
-            assignment = self._assign(0, num_partitions, replication_factor)
+            assignment = assign_replicas_to_brokers(await self._brokers(), num_partitions, replication_factor)
         try:
             clean = validate_topic_configs(configs or {})
         except ConfigError as exc:
@@ -80,7 +81,7 @@ class AdminManager:
         log.info("creating topic %s with %d partitions", name, len(assignment))
         rm = self.replica_manager
         if rm is None:
-            return self.metadata.create_topic(name, assignment, clean)
+            return await self.metadata.create_topic_async(name, assignment, clean)
         rm.create_topic_logs(name, assignment, clean)  # logs first: a failure leaves nothing behind
         try:
             return self.metadata.create_topic(name, assignment, clean)
@@ -91,7 +92,19 @@ class AdminManager:
                 raise Errors.KafkaStorageError(f"cannot record topic {name} in the metadata: {exc}") from exc
             raise
 
-    def delete_topic(self, name: str) -> TopicMetadata:
+    async def await_leaders(self, created: dict[str, TopicMetadata | tuple[uuid.UUID, Collection[int]]],
+                            timeout_ms: int) -> set[str]:
+        """Kafka's DelayedCreatePartitions: wait (at most ``timeout_ms``, 0 = not at all) until the
+        controller has elected a leader for every new partition and this broker's metadata shows it,
+        so a client that produces right after CreateTopics finds leaders. Returns the topics still
+        without (their creation stands; Kafka answers REQUEST_TIMED_OUT for them)."""
+        wanted = {name: (t.topic_id, list(t.partitions)) if isinstance(t, TopicMetadata) else t
+                  for name, t in created.items()}
+        if timeout_ms <= 0:
+            return self.metadata.missing_leaders(wanted)
+        return await self.metadata.await_leaders(wanted, timeout_ms)
+
+    async def delete_topic(self, name: str) -> TopicMetadata:
         topic = self.metadata.topic(name)
         if topic is None:
             raise Errors.UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
@@ -100,7 +113,7 @@ class AdminManager:
         log.info("deleting topic %s", name)
         rm = self.replica_manager
         if rm is None:
-            self.metadata.delete_topic(name)
+            await self.metadata.delete_topic_async(name)
             return topic
         # Data first: the tombstone renames need no free space and make the deletion durable, and
         # emptying them frees space, so the metadata write that follows can succeed on a full disk.
@@ -112,8 +125,9 @@ class AdminManager:
         rm.purge_tombstones()
         return topic
 
-    def create_partitions(self, name: str, count: int, assignment: list[list[int]] | None,
-                          validate_only: bool) -> None:
+    async def create_partitions(self, name: str, count: int, assignment: list[list[int]] | None,
+                                validate_only: bool) -> dict[int, list[int]]:
+        """Add partitions (returns their assignment); as for CreateTopics, leaders come later."""
         topic = self.metadata.topic(name)
         if topic is None:
             raise Errors.UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
@@ -128,14 +142,24 @@ class AdminManager:
                     f"Increasing the number of partitions by {count - current} but {len(assignment)} assignments provided."
                 )
             new = {current + i: list(reps) for i, reps in enumerate(assignment)}
+            live = {b.id for b in await self._brokers()}
+            rf = topic.replication_factor
+            for reps in new.values():
+                if not reps or len(set(reps)) != len(reps) or not set(reps) <= live or (rf and len(reps) != rf):
+                    raise Errors.InvalidReplicationAssignmentError(f"Invalid replica assignment {reps}")
         else:
-            new = self._assign(current, count - current, topic.replication_factor or 1)
+            brokers = await self._brokers()
+            first = topic.partitions.get(0)
+            # Continue the topic's round-robin where partition 0's leader put it, as Kafka does.
+            start = start_index_for_new_partitions(brokers, first.replicas[0]) if first and first.replicas else -1
+            new = assign_replicas_to_brokers(brokers, count - current, topic.replication_factor or 1,
+                                             fixed_start_index=start, start_partition_id=current)
         if validate_only:
-            return
+            return new
         rm = self.replica_manager
         if rm is None:
-            self.metadata.add_partitions(name, new)
-            return
+            await self.metadata.add_partitions_async(name, new)
+            return new
         rm.create_topic_logs(name, new, topic.configs)  # as for new topics: logs first, then the metadata
         try:
             self.metadata.add_partitions(name, new)
@@ -145,8 +169,9 @@ class AdminManager:
             if isinstance(exc, OSError):
                 raise Errors.KafkaStorageError(f"cannot record the new partitions of {name}: {exc}") from exc
             raise
+        return new
 
-    def set_topic_configs(self, name: str, configs: dict[str, str | None], validate_only: bool) -> None:
+    async def set_topic_configs(self, name: str, configs: dict[str, str | None], validate_only: bool) -> None:
         topic = self.metadata.topic(name)
         if topic is None:
             raise Errors.UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
@@ -155,4 +180,4 @@ class AdminManager:
         except ConfigError as exc:
             raise Errors.InvalidConfigurationError(str(exc)) from exc
         if not validate_only:
-            self.metadata.set_topic_configs(name, clean)
+            await self.metadata.set_topic_configs_async(name, clean)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from strom.cluster.metadata import MetadataStore
 
 BLOCK_SIZE = 1000
@@ -12,11 +14,14 @@ class ProducerIdManager:
         self._metadata = metadata
         self._next = 0
         self._end = 0
+        self._refill = asyncio.Lock()  # one block reservation at a time, however many requests wait
 
-    def generate(self) -> int:
-        if self._next >= self._end:
-            self._next = self._metadata.allocate_producer_id_block(BLOCK_SIZE)
-            self._end = self._next + BLOCK_SIZE
-        pid = self._next
-        self._next += 1
-        return pid
+    async def generate(self) -> int:
+        """A coroutine: reserving a block is a ZooKeeper write in a cluster, made off the event loop."""
+        async with self._refill:
+            if self._next >= self._end:
+                first = await self._metadata.allocate_producer_id_block_async(BLOCK_SIZE)
+                self._next, self._end = first, first + BLOCK_SIZE
+            pid = self._next
+            self._next += 1
+            return pid

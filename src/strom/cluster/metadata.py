@@ -8,11 +8,14 @@ replication. Keeping topic IDs, partition assignments and topic configs here
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
+
+from strom.cluster.replica_assignment import BrokerMetadata
 
 
 @dataclass
@@ -81,6 +84,7 @@ class MetadataStore(ABC):
     def __init__(self) -> None:
         self._publisher: MetadataListener | None = None
         self._topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
+        self._changed: asyncio.Future[None] | None = None  # resolved by the next metadata update
 
     def set_publisher(self, publisher: MetadataListener | None) -> None:
         """One subscriber, not a listener list: the order of reactions is the publisher's explicit code."""
@@ -96,9 +100,10 @@ class MetadataStore(ABC):
     @abstractmethod
     def live_brokers(self) -> list[BrokerInfo]: ...
 
-    def assignable_brokers(self) -> list[int]:
-        """Brokers new replicas may be placed on (Kafka's AdminZkClient asks ZooKeeper, not the cache)."""
-        return sorted(b.broker_id for b in self.live_brokers())
+    async def assignable_brokers(self) -> list[BrokerMetadata]:
+        """Brokers new replicas may be placed on, with their racks, by id
+        (Kafka's AdminZkClient asks ZooKeeper, not the cache)."""
+        return sorted(BrokerMetadata(b.broker_id, b.rack) for b in self.live_brokers())
 
     @abstractmethod
     def controller_id(self) -> int: ...
@@ -113,6 +118,44 @@ class MetadataStore(ABC):
         """A topic's config overrides (a cluster store may have them before the topic's partitions)."""
         topic = self.topic(name)
         return dict(topic.configs) if topic else {}
+
+    async def load_topic_configs(self, names: Collection[str]) -> None:  # noqa: B027 - optional hook
+        """Make ``topic_configs`` of these topics a cache read (a cluster store fetches them off the loop)."""
+
+    def _metadata_changed(self) -> None:
+        """Wake everyone waiting in ``await_leaders``; a store calls it after applying an update."""
+        if self._changed is not None:
+            if not self._changed.done():
+                self._changed.set_result(None)
+            self._changed = None
+
+    def missing_leaders(self, partitions: Mapping[str, tuple[uuid.UUID, Collection[int]]]) -> set[str]:
+        """Topics (name -> (topic id, partitions)) of which some partition has no leader in the cache yet."""
+        missing = set()
+        for name, (topic_id, indexes) in partitions.items():
+            topic = self.topic(name)
+            if topic is None or topic.topic_id != topic_id or any(
+                    (s := topic.partitions.get(p)) is None or s.leader < 0 for p in indexes):
+                missing.add(name)
+        return missing
+
+    async def await_leaders(self, partitions: Mapping[str, tuple[uuid.UUID, Collection[int]]],
+                            timeout_ms: int) -> set[str]:
+        """Wait until every listed partition has a leader (Kafka's DelayedCreatePartitions) or the time
+        is up; returns the topics still missing one. Woken by metadata updates, not by polling."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout_ms, 0) / 1000
+        while missing := self.missing_leaders(partitions):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return missing
+            if self._changed is None:
+                self._changed = loop.create_future()
+            try:
+                await asyncio.wait_for(asyncio.shield(self._changed), remaining)
+            except TimeoutError:
+                pass
+        return set()
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
         """O(1) for Fetch v13+, which names topics by id on every request.
@@ -151,6 +194,20 @@ class MetadataStore(ABC):
     @abstractmethod
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata: ...
 
+    # -- the admin path's writes, awaitable: a store whose truth is remote runs them off the event loop --
+    async def create_topic_async(self, name: str, assignment: dict[int, list[int]],
+                                 configs: dict[str, str]) -> TopicMetadata:
+        return self.create_topic(name, assignment, configs)
+
+    async def delete_topic_async(self, name: str, recorded_elsewhere: bool = False) -> None:
+        self.delete_topic(name, recorded_elsewhere)
+
+    async def add_partitions_async(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
+        return self.add_partitions(name, assignment)
+
+    async def set_topic_configs_async(self, name: str, configs: dict[str, str]) -> TopicMetadata:
+        return self.set_topic_configs(name, configs)
+
     @abstractmethod
     def broker_configs(self, broker_id: int | None) -> dict[str, str]:
         """Dynamic configs of one broker, or of the cluster default for None (Kafka's
@@ -163,6 +220,9 @@ class MetadataStore(ABC):
     @abstractmethod
     def allocate_producer_id_block(self, size: int) -> int:
         """Reserve `size` producer ids; returns the first one. Never hands out an id twice."""
+
+    async def allocate_producer_id_block_async(self, size: int) -> int:
+        return self.allocate_producer_id_block(size)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources (sessions, files)."""

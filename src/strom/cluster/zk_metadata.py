@@ -12,7 +12,11 @@ Writes are what Kafka's AdminZkClient does: CreateTopics writes the assignment t
 the replicas; DeleteTopics queues ``/admin/delete_topics/<t>`` for the controller.
 
 Threading: kazoo delivers watches on its own thread; they are handed to the event loop in
-``_to_loop`` and nowhere else, so the cache is only ever touched from the loop.
+``_to_loop`` and nowhere else, so the cache is only ever touched from the loop. Request paths
+never call kazoo on the loop: the admin writes, the broker list for placement, producer id
+blocks and configs of topics not cached yet run on a worker thread (``_off_loop``) and their
+results are applied back on the loop, so a slow or absent ZooKeeper delays those requests
+only, never the loop (produce, fetch and replication keep going).
 """
 
 from __future__ import annotations
@@ -20,12 +24,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import Any, TypeVar
 
 import kafka.errors as Errors
 
 from strom.cluster.metadata import BrokerInfo, ChangeKind, MetadataStore, PartitionState, TopicMetadata
+from strom.cluster.replica_assignment import BrokerMetadata
 from strom.cluster.zk import zk_data as zd
 from strom.cluster.zk.errors import TopicExistsError
 from strom.cluster.zk.kafka_zk_client import KafkaZkClient
@@ -33,6 +38,8 @@ from strom.cluster.zk.kafka_zk_client import KafkaZkClient
 log = logging.getLogger(__name__)
 
 LEADER_DURING_DELETE = -2
+
+T = TypeVar("T")
 
 
 class ZkMetadataStore(MetadataStore):
@@ -51,6 +58,7 @@ class ZkMetadataStore(MetadataStore):
         self._me: BrokerInfo | None = None
         # Called on the loop when /config/changes grows: dynamic broker configs may have changed.
         self.on_config_change: Callable[[], None] | None = None
+        self._config_tasks: set[asyncio.Task[None]] = set()
 
     def _to_loop(self, fn: Callable[..., Any], *args: Any) -> None:
         """The one place where kazoo's thread hands work to the event loop."""
@@ -79,14 +87,12 @@ class ZkMetadataStore(MetadataStore):
     def live_brokers(self) -> list[BrokerInfo]:
         return list(self._brokers.values())
 
-    def assignable_brokers(self) -> list[int]:
-        """Registered brokers as ZooKeeper says now: the cache lags behind a broker that just came back."""
-        if not self.zk.connected:  # ZooKeeper away: never block the loop; the cache is the best we have
-            return super().assignable_brokers()
-        try:
-            return sorted(self.zk.get_all_broker_ids())
-        except Exception:  # noqa: BLE001 - lost meanwhile
-            return super().assignable_brokers()
+    async def assignable_brokers(self) -> list[BrokerMetadata]:
+        """Registered brokers and their racks as ZooKeeper says now (the cache lags behind a broker
+        that just came back), read off the loop so a slow ZooKeeper never stalls the broker."""
+        self._require_zookeeper()
+        registered = await self._off_loop(self.zk.get_all_brokers)
+        return sorted(BrokerMetadata(b.id, b.rack) for b in registered.values())
 
     def controller_id(self) -> int:
         return self._controller_id
@@ -95,11 +101,26 @@ class ZkMetadataStore(MetadataStore):
         return self._topics
 
     def topic_configs(self, name: str) -> dict[str, str]:
-        """Configs of a topic, read from ZooKeeper the first time (LeaderAndIsr may precede UpdateMetadata)."""
+        """Configs of a topic. Request paths call ``load_topic_configs`` first, so this is a cache read
+        there; the ZooKeeper read is left for callers off the loop."""
         configs = self._configs.get(name)
         if configs is None:
             configs = self._configs[name] = self.zk.get_topic_configs(name)
         return configs
+
+    async def load_topic_configs(self, names: Collection[str]) -> None:
+        """Read the configs of topics not cached yet off the loop (LeaderAndIsr may precede
+        UpdateMetadata, and either may name a topic this broker has not seen)."""
+        missing = sorted({n for n in names if n not in self._configs})
+        if not missing:
+            return
+        got = await self._off_loop(lambda: {n: self.zk.get_topic_configs(n) for n in missing})
+        for name, configs in got.items():
+            self._configs.setdefault(name, configs)
+
+    async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a (blocking) kazoo call on a worker thread; its result comes back to the loop."""
+        return await self._loop.run_in_executor(None, fn, *args)
 
     # -- UpdateMetadata ------------------------------------------------------------------------------
     def apply_update_metadata(self, controller_id: int, brokers: list[BrokerInfo],
@@ -126,6 +147,7 @@ class ZkMetadataStore(MetadataStore):
                 self._topics[name] = topic
             for s in states:
                 topic.partitions[s.partition] = s
+        self._metadata_changed()
 
     def _on_config_changes(self, children: list[str]) -> None:
         new = [c for c in children if c not in self._seen_changes]
@@ -134,10 +156,22 @@ class ZkMetadataStore(MetadataStore):
             return
         if self.on_config_change is not None:
             self.on_config_change()
-        # Which entity changed is in each notification; re-reading every known topic is simpler and cheap.
-        for name, topic in list(self._topics.items()):
-            configs = self.zk.get_topic_configs(name)
-            if configs != topic.configs:
+        task = self._loop.create_task(self._reload_topic_configs(), name="zk-config-changes")
+        self._config_tasks.add(task)
+        task.add_done_callback(self._config_tasks.discard)
+
+    async def _reload_topic_configs(self) -> None:
+        """Which entity changed is in each notification; re-reading every known topic is simpler and
+        cheap. Read off the loop, applied on it."""
+        names = list(self._topics)
+        try:
+            got = await self._off_loop(lambda: {n: self.zk.get_topic_configs(n) for n in names})
+        except Exception:  # noqa: BLE001 - ZooKeeper away: the next notification reads again
+            log.warning("could not re-read topic configs after a config change", exc_info=True)
+            return
+        for name, configs in got.items():
+            topic = self._topics.get(name)
+            if topic is not None and configs != topic.configs:
                 topic.configs = dict(configs)
                 self._configs[name] = dict(configs)
                 self._notify(ChangeKind.CONFIGS, topic)
@@ -160,18 +194,39 @@ class ZkMetadataStore(MetadataStore):
         parts = {p: PartitionState(p, -1, -1, list(reps), []) for p, reps in assignment.items()}
         return TopicMetadata(name, topic_id, parts, dict(configs))
 
+    async def create_topic_async(self, name: str, assignment: dict[int, list[int]],
+                                 configs: dict[str, str]) -> TopicMetadata:
+        self._require_zookeeper()
+        return await self._off_loop(self.create_topic, name, assignment, configs)  # touches no cache
+
     def delete_topic(self, name: str, recorded_elsewhere: bool = False) -> None:
         self._require_zookeeper()
         self.zk.mark_topic_for_deletion(name)
 
+    async def delete_topic_async(self, name: str, recorded_elsewhere: bool = False) -> None:
+        self._require_zookeeper()
+        await self._off_loop(self.zk.mark_topic_for_deletion, name)
+
     def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
         self._require_zookeeper()
+        self._write_partitions(name, assignment)
+        return self._cached_topic(name)
+
+    async def add_partitions_async(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
+        self._require_zookeeper()
+        await self._off_loop(self._write_partitions, name, assignment)
+        return self._cached_topic(name)
+
+    def _write_partitions(self, name: str, assignment: dict[int, list[int]]) -> None:
+        """ZooKeeper only (safe on a worker thread): the merged assignment, set on the znode's version."""
         got = self.zk.get_data(zd.topic_path(name))
         if got is None:
             raise KeyError(name)
         current = zd.decode_topic_assignment(got[0])
         merged = {**current.partitions, **assignment}
         self.zk.set_topic_assignment(name, current.topic_id, merged, got[1].version)
+
+    def _cached_topic(self, name: str) -> TopicMetadata:
         topic = self._topics.get(name)
         if topic is None:
             raise KeyError(name)
@@ -180,9 +235,15 @@ class ZkMetadataStore(MetadataStore):
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata:
         self._require_zookeeper()
         self.zk.set_topic_configs(name, configs)
-        topic = self._topics.get(name)
-        if topic is None:
-            raise KeyError(name)
+        return self._configs_written(name, configs)
+
+    async def set_topic_configs_async(self, name: str, configs: dict[str, str]) -> TopicMetadata:
+        self._require_zookeeper()
+        await self._off_loop(self.zk.set_topic_configs, name, configs)
+        return self._configs_written(name, configs)
+
+    def _configs_written(self, name: str, configs: dict[str, str]) -> TopicMetadata:
+        topic = self._cached_topic(name)
         topic.configs = dict(configs)
         self._configs[name] = dict(configs)
         self._notify(ChangeKind.CONFIGS, topic)
@@ -198,6 +259,10 @@ class ZkMetadataStore(MetadataStore):
 
     def allocate_producer_id_block(self, size: int) -> int:
         return self.zk.allocate_producer_id_block(self.broker_id, size)
+
+    async def allocate_producer_id_block_async(self, size: int) -> int:
+        self._require_zookeeper()
+        return await self._off_loop(self.zk.allocate_producer_id_block, self.broker_id, size)
 
     def close(self) -> None:
         self.zk.close()

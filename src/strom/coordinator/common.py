@@ -148,9 +148,9 @@ async def load_with_retry(coordinator: PartitionedCoordinator, partition: int,
         attempt += 1
 
 
-def ensure_internal_topic(metadata: MetadataStore, admin_manager: AdminManager, topic_name: str,
-                          num_partitions: int, replication_factor: int,
-                          configs: Mapping[str, str]) -> TopicMetadata | None:
+async def ensure_internal_topic(metadata: MetadataStore, admin_manager: AdminManager, topic_name: str,
+                                num_partitions: int, replication_factor: int,
+                                configs: Mapping[str, str]) -> TopicMetadata | None:
     """Create an internal topic on first use, replication capped to the live brokers."""
     topic = metadata.topic(topic_name)
     if topic is not None:
@@ -158,7 +158,7 @@ def ensure_internal_topic(metadata: MetadataStore, admin_manager: AdminManager, 
     live = len(metadata.live_brokers())
     rf = min(replication_factor, max(live, 1))
     try:
-        admin_manager.create_topic(topic_name, num_partitions, rf, configs=dict(configs))
+        await admin_manager.create_topic(topic_name, num_partitions, rf, configs=dict(configs))
         log.info("created %s with replication factor %d", topic_name, rf)
     except Errors.TopicAlreadyExistsError:
         pass

@@ -44,7 +44,7 @@ async def handle(ctx: RequestContext, request: Any) -> AlterConfigsResponse:
                 dynamic = dynamic_config(ctx.services)
                 await dynamic.alter(dynamic.resource_broker(r.resource_name), configs, request.validate_only)
             else:
-                ctx.admin_manager.set_topic_configs(r.resource_name, configs, request.validate_only)
+                await ctx.admin_manager.set_topic_configs(r.resource_name, configs, request.validate_only)
         except Exception as exc:
             res.error_code = error_code_of(exc)
             res.error_message = error_message_of(exc)

@@ -1,9 +1,13 @@
-"""CreatePartitions: grow a topic's partition count (it can never shrink)."""
+"""CreatePartitions: grow a topic's partition count (it can never shrink).
+
+Like CreateTopics, the answer waits up to the request's timeout for the new partitions' leaders.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import kafka.errors as Errors
 from kafka.protocol.admin import CreatePartitionsResponse
 
 from strom.broker.handlers import error_code_of, error_message_of
@@ -16,13 +20,23 @@ Result = CreatePartitionsResponse.CreatePartitionsTopicResult
 
 async def handle(ctx: RequestContext, request: Any) -> CreatePartitionsResponse:
     results = []
+    added: dict[str, Any] = {}
     for t in request.topics:
         res = Result(name=t.name, error_code=0, error_message=None)
         try:
             assignment = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
-            ctx.admin_manager.create_partitions(t.name, t.count, assignment, request.validate_only)
+            new = await ctx.admin_manager.create_partitions(t.name, t.count, assignment, request.validate_only)
+            topic = ctx.services.metadata.topic(t.name)
+            if not request.validate_only and topic is not None:
+                added[t.name] = (topic.topic_id, list(new))
         except Exception as exc:
             res.error_code = error_code_of(exc)
             res.error_message = error_message_of(exc)
         results.append(res)
+    if added and request.timeout_ms > 0:
+        leaderless = await ctx.admin_manager.await_leaders(added, request.timeout_ms)
+        for res in results:
+            if res.name in leaderless and res.error_code == 0:
+                res.error_code = Errors.RequestTimedOutError.errno
+                res.error_message = "The partitions were created but their leaders were not elected in time."
     return CreatePartitionsResponse(throttle_time_ms=0, results=results)

@@ -33,7 +33,7 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteTopicsResponse:
                     raise Errors.UnknownTopicIdError(f"No topic with id {topic_id}")
                 name = meta.name
                 res.name = name
-            deleted = services.admin_manager.delete_topic(name)
+            deleted = await services.admin_manager.delete_topic(name)
             res.topic_id = deleted.topic_id
         except Exception as exc:
             res.error_code = error_code_of(exc)

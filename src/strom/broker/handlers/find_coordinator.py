@@ -24,7 +24,7 @@ TRANSACTION_KEY_TYPE = 1
 Coordinator = FindCoordinatorResponse.Coordinator
 
 
-def lookup(ctx: RequestContext, key: str | None, key_type: int) -> tuple[int, str | None, int, str, int]:
+async def lookup(ctx: RequestContext, key: str | None, key_type: int) -> tuple[int, str | None, int, str, int]:
     """(error, message, node id, host, port) for one key."""
     services = ctx.services
     if key_type == TRANSACTION_KEY_TYPE:
@@ -37,7 +37,7 @@ def lookup(ctx: RequestContext, key: str | None, key_type: int) -> tuple[int, st
     if key is None:
         return Errors.InvalidGroupIdError.errno, "null group id", -1, "", -1
     try:
-        topic = ensure_offsets_topic(services.config, services.metadata, services.admin_manager)
+        topic = await ensure_offsets_topic(services.config, services.metadata, services.admin_manager)
     except Errors.KafkaError as exc:
         return Errors.CoordinatorNotAvailableError.errno, str(exc), -1, "", -1
     if topic is None or not topic.partitions:
@@ -56,10 +56,10 @@ async def handle(ctx: RequestContext, request: Any) -> FindCoordinatorResponse:
     if ctx.version >= 4:
         coordinators = []
         for key in request.coordinator_keys:
-            err, msg, node, host, port = lookup(ctx, key, key_type)
+            err, msg, node, host, port = await lookup(ctx, key, key_type)
             coordinators.append(Coordinator(key=key, node_id=node, host=host, port=port, error_code=err,
                                              error_message=msg))
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
-    err, msg, node, host, port = lookup(ctx, request.key, key_type)
+    err, msg, node, host, port = await lookup(ctx, request.key, key_type)
     return FindCoordinatorResponse(throttle_time_ms=0, error_code=err, error_message=msg, node_id=node, host=host,
                                    port=port)

@@ -62,7 +62,7 @@ async def handle(ctx: RequestContext, request: Any) -> IncrementalAlterConfigsRe
                 configs = dict(topic.configs)
                 for c in r.configs:
                     _apply(configs, c.config_operation, c.name, c.value, services.config.topic_defaults())
-                services.admin_manager.set_topic_configs(r.resource_name, configs, request.validate_only)
+                await services.admin_manager.set_topic_configs(r.resource_name, configs, request.validate_only)
         except Exception as exc:
             res.error_code = error_code_of(exc)
             res.error_message = error_message_of(exc)

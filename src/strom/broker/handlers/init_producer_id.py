@@ -28,5 +28,5 @@ async def handle(ctx: RequestContext, request: Any) -> InitProducerIdResponse:
         # KIP-360: an idempotent producer may bump its own epoch to reset sequences.
         resp.producer_id, resp.producer_epoch = request.producer_id, request.producer_epoch + 1
     else:
-        resp.producer_id, resp.producer_epoch = pid_manager.generate(), 0
+        resp.producer_id, resp.producer_epoch = await pid_manager.generate(), 0
     return resp

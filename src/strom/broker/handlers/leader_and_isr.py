@@ -27,6 +27,8 @@ async def handle(ctx: RequestContext, request: Any) -> LeaderAndIsrResponse:
             p.partition_index, p.leader, p.leader_epoch, list(p.replicas), list(p.isr), p.partition_epoch),
             bool(p.is_new))
         for t in request.topic_states for p in t.partition_states]
+    # Replicas created here need their topic's configs: read any missing from ZooKeeper off the loop.
+    await cluster.store.load_topic_configs({lp.topic for lp in partitions})
     try:
         errors = cluster.publisher.apply_leadership(request.controller_epoch, partitions,
                                                     cluster.store.topic_configs)

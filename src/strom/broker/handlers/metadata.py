@@ -72,7 +72,7 @@ async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
             t = store.topic(name)
             if t is None and allow_auto and services.config.get("auto.create.topics.enable"):
                 try:
-                    t = services.admin_manager.create_topic(name)
+                    t = await services.admin_manager.create_topic(name)
                 except Errors.TopicAlreadyExistsError:
                     t = store.topic(name)
                 except Errors.KafkaError as exc:

@@ -35,5 +35,6 @@ async def handle(ctx: RequestContext, request: Any) -> UpdateMetadataResponse:
                            p.zk_version, list(p.offline_replicas))
             for p in t.partition_states])
         for t in request.topic_states]
+    await cluster.store.load_topic_configs([name for name, _, _ in topics if cluster.store.topic(name) is None])
     cluster.store.apply_update_metadata(request.controller_id, brokers, topics)
     return UpdateMetadataResponse(error_code=0)

@@ -43,11 +43,11 @@ def create_group_coordinator(server: KafkaServer, timer: Timer) -> GroupCoordina
     return coordinator
 
 
-def ensure_offsets_topic(
+async def ensure_offsets_topic(
     cfg: BrokerConfig, metadata: MetadataStore, admin_manager: AdminManager
 ) -> TopicMetadata | None:
     """Create ``__consumer_offsets`` on first use: compacted, replication capped to live brokers."""
-    return ensure_internal_topic(
+    return await ensure_internal_topic(
         metadata, admin_manager, GROUP_METADATA_TOPIC_NAME, cfg.get("offsets.topic.num.partitions"),
         cfg.get("offsets.topic.replication.factor"),
         {"cleanup.policy": "compact", "segment.bytes": str(cfg.get("offsets.topic.segment.bytes")),
