@@ -9,11 +9,12 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from kafka.protocol.admin import CreateTopicsRequest
-from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
-from strom.cluster.broker_client import BrokerClient, decode_fetch_response
+from strom.cluster.broker_client import BrokerClient
+from strom.protocol import replica_fetch
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.record_batch import build_batch, parse_header
 from tests.support.broker import BrokerProcess
@@ -69,19 +70,21 @@ def test_api_versions_metadata_produce_and_raw_fetch(broker: BrokerProcess) -> N
                 ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)])]), 9)
         assert produced.responses[0].partition_responses[0].error_code == 0
 
-        for version in (12, 13):
-            req = fetch_request(topic, topic_id, 0)
-            body = await client.send_raw(ApiKey.FETCH, version, req.encode(version=version))
-            result = decode_fetch_response(body, version)
-            assert result.error_code == 0 and len(result.partitions) == 1
-            part = result.partitions[0]
-            assert (part.topic, part.topic_id) == ((topic, None) if version == 12 else (None, topic_id))
-            assert part.error_code == 0 and part.high_watermark == 1 and part.diverging_epoch is None
-            assert isinstance(part.records, bytes)
-            header = parse_header(part.records)
-            assert header.base_offset == 0 and header.records_count == 1
-            # Past the base offset, batch length and leader epoch the bytes are the producer's own.
-            assert part.records[16:len(batch)] == batch[16:]
+        req = fetch_request(topic, topic_id, 0)
+        body = await client.send_raw(ApiKey.FETCH, 12, req.encode(version=12))  # the follower's version
+        error_code, partitions = replica_fetch.decode_response(body)
+        assert error_code == 0 and len(partitions) == 1
+        part = partitions[0]
+        assert part.topic == topic and part.error_code == 0 and part.high_watermark == 1
+        assert part.records is not None
+        header = parse_header(part.records)
+        assert header.base_offset == 0 and header.records_count == 1
+        # Past the base offset, batch length and leader epoch the bytes are the producer's own.
+        assert bytes(part.records[16:len(batch)]) == batch[16:]
+
+        body = await client.send_raw(ApiKey.FETCH, 13, req.encode(version=13))  # topics by id
+        fetched = FetchResponse.decode(body, version=13).responses[0]
+        assert fetched.topic_id == topic_id and fetched.partitions[0].records[16:len(batch)] == batch[16:]
 
     run(scenario, broker)
 

@@ -11,11 +11,8 @@ import asyncio
 import contextlib
 import itertools
 import struct
-import uuid
-from dataclasses import dataclass
 
 from kafka.protocol.api_message import ApiMessage
-from kafka.protocol.consumer import FetchResponse
 
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
@@ -50,7 +47,7 @@ class BrokerClient:
         body = await self.send_raw(request.API_KEY, version, request.encode(version=version))
         return codec.response_class(request.API_KEY).decode(body, version=version)
 
-    async def send_raw(self, api_key: int, version: int, body: bytes | bytearray | memoryview) -> bytes:
+    async def send_raw(self, api_key: int, version: int, body: bytes | bytearray | memoryview) -> memoryview:
         """Send an encoded request body; return the response body (after the response header).
 
         Raises ConnectionError when the connection cannot be made or is lost, and
@@ -64,7 +61,7 @@ class BrokerClient:
         header = struct.pack(">hhih", api_key, version, correlation_id, len(self._client_id)) + self._client_id
         if flexible:
             header += b"\x00"  # request header v2: no tagged fields
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[memoryview] = asyncio.get_running_loop().create_future()
         # ApiVersions answers with response header v0 whatever the version (KIP-511).
         # The reader removes the entry when the answer arrives, even for an abandoned request.
         self._pending[correlation_id] = (future, flexible and api_key != ApiKey.API_VERSIONS)
@@ -116,7 +113,7 @@ class BrokerClient:
                 future, flexible = entry
                 pos = _skip_tagged_fields(frame, 4) if flexible else 4
                 if not future.done():
-                    future.set_result(frame[pos:])
+                    future.set_result(memoryview(frame)[pos:])  # no copy: a follower's fetch answer can be large
         except (OSError, asyncio.IncompleteReadError, codec.MalformedRequest, struct.error) as exc:
             error = ConnectionError(f"connection to {self.host}:{self.port} lost: {exc!r}")
         self._drop(writer, error)
@@ -144,54 +141,3 @@ def _skip_tagged_fields(frame: bytes, pos: int) -> int:
         size, pos = codec.read_uvarint(view, pos)
         pos += size
     return pos
-
-
-@dataclass(slots=True)
-class FetchedPartition:
-    """One partition of a Fetch response; `records` are the raw record batches."""
-
-    topic: str | None  # Fetch v12 names topics
-    topic_id: uuid.UUID | None  # Fetch v13+ identifies them by id instead
-    partition: int
-    error_code: int
-    high_watermark: int
-    last_stable_offset: int
-    log_start_offset: int
-    diverging_epoch: tuple[int, int] | None  # (epoch, end offset): the follower must truncate
-    preferred_read_replica: int
-    records: bytes
-
-
-@dataclass(slots=True)
-class FetchResult:
-    error_code: int
-    session_id: int
-    partitions: list[FetchedPartition]
-
-
-def decode_fetch_response(body: bytes, version: int) -> FetchResult:
-    """Decode a Fetch response body (v12+) from `send_raw`, keeping record sets as bytes.
-
-    kafka-python decodes the `records` type as plain bytes (it never parses batches), so
-    this is its generic decoder flattened into per-partition results.
-    """
-    if version < 12:
-        raise ValueError("decode_fetch_response handles Fetch v12 and later")
-    resp = FetchResponse.decode(body, version=version)
-    partitions = []
-    for topic in resp.responses:
-        for p in topic.partitions:
-            diverging = p.diverging_epoch
-            partitions.append(FetchedPartition(
-                topic=topic.topic if version <= 12 else None,
-                topic_id=topic.topic_id if version >= 13 else None,
-                partition=p.partition_index,
-                error_code=p.error_code,
-                high_watermark=p.high_watermark,
-                last_stable_offset=p.last_stable_offset,
-                log_start_offset=p.log_start_offset,
-                diverging_epoch=None if diverging is None else (diverging.epoch, diverging.end_offset),
-                preferred_read_replica=p.preferred_read_replica,
-                records=p.records if p.records is not None else b"",
-            ))
-    return FetchResult(resp.error_code, resp.session_id, partitions)

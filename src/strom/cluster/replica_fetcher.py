@@ -16,10 +16,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import kafka.errors as Errors
-from kafka.protocol.consumer import FetchRequest, OffsetForLeaderEpochRequest
+from kafka.protocol.consumer import OffsetForLeaderEpochRequest
 
 from strom.cluster.broker_client import BrokerClient
+from strom.protocol import replica_fetch
+from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import build
+from strom.protocol.replica_fetch import FetchPartition
 from strom.server_common.types import TopicPartition
 
 if TYPE_CHECKING:
@@ -28,7 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FETCH_VERSION = 12  # topics by name, flexible; LastFetchedEpoch present
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 RETRY_BACKOFF_S = 0.5
 UNDEFINED_EPOCH = -1
@@ -184,48 +186,43 @@ class ReplicaFetcher:
     # -- fetch ---------------------------------------------------------------------------------------
     async def _fetch(self, client: BrokerClient) -> None:
         now = asyncio.get_running_loop().time()
-        by_topic: dict[str, list[Any]] = {}
+        by_topic: dict[str, list[FetchPartition]] = {}
         for tp, st in self.partitions.items():
             part = self.replica_manager.partitions.get(tp)
             if st.truncating or st.delayed_until > now or part is None:
                 continue
-            epoch = part.log.latest_epoch
-            by_topic.setdefault(tp[0], []).append({
-                "partition": tp[1], "current_leader_epoch": st.leader_epoch,
-                "fetch_offset": part.log.log_end_offset,
-                "last_fetched_epoch": epoch if epoch is not None else -1,
-                "log_start_offset": part.log.log_start_offset,
-                "partition_max_bytes": self._partition_max_bytes})
+            log_ = part.log
+            epoch = log_.latest_epoch
+            by_topic.setdefault(tp[0], []).append(FetchPartition(
+                tp[1], st.leader_epoch, log_.log_end_offset, epoch if epoch is not None else -1,
+                log_.log_start_offset, self._partition_max_bytes))
         if not by_topic:
             await asyncio.sleep(RETRY_BACKOFF_S / 5)
             return
-        request = build(FetchRequest,
-            replica_id=self.broker_id, max_wait_ms=self._max_wait_ms, min_bytes=self._min_bytes,
-            max_bytes=0x7FFFFFFF, isolation_level=0, session_id=0, session_epoch=-1,
-            topics=[{"topic": t, "partitions": parts} for t, parts in by_topic.items()],
-            forgotten_topics_data=[], rack_id="")
-        response = await client.send(request, FETCH_VERSION)
-        if response.error_code:
-            raise ConnectionError(f"fetch refused with error {response.error_code}")
-        for t in response.responses:
-            for p in t.partitions:
-                tp = (t.topic, p.partition_index)
-                if tp not in self.partitions or self.partitions[tp].truncating:
-                    continue  # removed, or moved to another leader, while the fetch was out
-                if p.error_code == Errors.OffsetOutOfRangeError.errno:
-                    await self._handle_out_of_range(client, tp)
-                    continue
-                if p.error_code:
-                    self._partition_error(tp, p.error_code)
-                    continue
-                try:
-                    self.replica_manager.append_as_follower(tp, p.records, p.high_watermark, p.log_start_offset)
-                except Errors.KafkaError as exc:
-                    log.error("cannot append to follower %s-%d: %s", *tp, exc)
-                    self.partitions[tp].truncating = True  # start over from the divergence point
-                except OSError as exc:
-                    log.error("storage error appending to follower %s-%d: %s", *tp, exc)
-                    self._partition_error(tp, Errors.KafkaStorageError.errno)
+        request = replica_fetch.encode_request(self.broker_id, self._max_wait_ms, self._min_bytes, 0x7FFFFFFF,
+                                               by_topic)
+        error_code, partitions = replica_fetch.decode_response(
+            await client.send_raw(ApiKey.FETCH, replica_fetch.FETCH_VERSION, request))
+        if error_code:
+            raise ConnectionError(f"fetch refused with error {error_code}")
+        for p in partitions:
+            tp = (p.topic, p.partition)
+            if tp not in self.partitions or self.partitions[tp].truncating:
+                continue  # removed, or moved to another leader, while the fetch was out
+            if p.error_code == Errors.OffsetOutOfRangeError.errno:
+                await self._handle_out_of_range(client, tp)
+                continue
+            if p.error_code:
+                self._partition_error(tp, p.error_code)
+                continue
+            try:
+                self.replica_manager.append_as_follower(tp, p.records, p.high_watermark, p.log_start_offset)
+            except Errors.KafkaError as exc:
+                log.error("cannot append to follower %s-%d: %s", *tp, exc)
+                self.partitions[tp].truncating = True  # start over from the divergence point
+            except OSError as exc:
+                log.error("storage error appending to follower %s-%d: %s", *tp, exc)
+                self._partition_error(tp, Errors.KafkaStorageError.errno)
 
     async def _handle_out_of_range(self, client: BrokerClient, tp: TopicPartition) -> None:
         """Our LEO is outside the leader's log: below its start (retention) -> start over at its start."""

@@ -1,0 +1,120 @@
+"""Fetch v12 as a follower speaks it, encoded and decoded by hand.
+
+Every acks=all produce waits for a follower round trip, so the replica fetcher's request and
+response sit on the replication latency path of every record. The generic codec builds one
+object per field (and copies the records out of the frame); here the request is packed straight
+into bytes and the response is read into plain tuples whose records are views into the frame.
+Only what a follower needs is decoded: the last stable offset, aborted transactions and the
+tagged fields (diverging epoch, current leader, snapshot id) are skipped; a follower learns
+about divergence through OffsetForLeaderEpoch and about leaders from the controller.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from strom.protocol.codec import MalformedRequest, read_uvarint
+from strom.protocol.primitives import uvarint
+
+FETCH_VERSION = 12  # topics by name, flexible, LastFetchedEpoch
+
+_REQUEST_HEAD = struct.Struct(">iiiibii")  # replica_id .. session_epoch
+_REQUEST_PARTITION = struct.Struct(">iiqiqi")  # partition .. partition_max_bytes
+_RESPONSE_HEAD = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
+_RESPONSE_PARTITION = struct.Struct(">ihqqq")  # partition, error, high watermark, last stable, log start
+_INT32 = struct.Struct(">i")
+_ABORTED_TXN_BYTES = 16  # producer_id int64 + first_offset int64 (plus its own tagged fields)
+
+
+class FetchPartition(NamedTuple):
+    """One partition of a follower's Fetch request."""
+
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    log_start_offset: int
+    partition_max_bytes: int
+
+
+class FetchedPartition(NamedTuple):
+    """One partition of the leader's answer; ``records`` is a view into the response frame."""
+
+    topic: str
+    partition: int
+    error_code: int
+    high_watermark: int
+    log_start_offset: int
+    records: memoryview | None
+
+
+def encode_request(replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
+                   topics: dict[str, list[FetchPartition]]) -> bytes:
+    """A full (sessionless) Fetch v12 request body from a follower."""
+    out = bytearray(_REQUEST_HEAD.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, 0, -1))
+    out += uvarint(len(topics) + 1)
+    for topic, partitions in topics.items():
+        name = topic.encode()
+        out += uvarint(len(name) + 1)
+        out += name
+        out += uvarint(len(partitions) + 1)
+        for p in partitions:
+            out += _REQUEST_PARTITION.pack(*p)
+            out += b"\x00"  # partition tagged fields
+        out += b"\x00"  # topic tagged fields
+    out += b"\x01"  # forgotten_topics_data: empty
+    out += b"\x01"  # rack_id: ""
+    out += b"\x00"  # tagged fields
+    return bytes(out)
+
+
+def decode_response(body: bytes | bytearray | memoryview) -> tuple[int, list[FetchedPartition]]:
+    """(top-level error code, partitions) of a Fetch v12 response body (after the response header)."""
+    view = body if isinstance(body, memoryview) else memoryview(body)
+    try:
+        return _decode(view)
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise MalformedRequest(f"cannot decode a Fetch v12 response: {exc!r}") from exc
+
+
+def _decode(view: memoryview) -> tuple[int, list[FetchedPartition]]:
+    _, error_code, _ = _RESPONSE_HEAD.unpack_from(view, 0)
+    pos = _RESPONSE_HEAD.size
+    out: list[FetchedPartition] = []
+    n_topics, pos = read_uvarint(view, pos)
+    for _ in range(n_topics - 1):
+        n, pos = read_uvarint(view, pos)
+        topic = str(view[pos : pos + n - 1], "utf-8")
+        pos += n - 1
+        n_parts, pos = read_uvarint(view, pos)
+        for _ in range(n_parts - 1):
+            partition, err, hw, _, log_start = _RESPONSE_PARTITION.unpack_from(view, pos)
+            pos += _RESPONSE_PARTITION.size
+            n_aborted, pos = read_uvarint(view, pos)  # 0 = null
+            for _ in range(n_aborted - 1):
+                pos = _skip_tags(view, pos + _ABORTED_TXN_BYTES)
+            pos += _INT32.size  # preferred_read_replica
+            size, pos = read_uvarint(view, pos)  # 0 = null, else length + 1
+            records = None
+            if size:
+                end = pos + size - 1
+                if end > len(view):
+                    raise MalformedRequest("records run past the end of the Fetch response")
+                records = view[pos:end]
+                pos = end
+            pos = _skip_tags(view, pos)
+            out.append(FetchedPartition(topic, partition, err, hw, log_start, records))
+        pos = _skip_tags(view, pos)
+    return error_code, out
+
+
+def _skip_tags(view: memoryview, pos: int) -> int:
+    count, pos = read_uvarint(view, pos)
+    for _ in range(count):
+        _, pos = read_uvarint(view, pos)
+        size, pos = read_uvarint(view, pos)
+        pos += size
+    if pos > len(view):
+        raise MalformedRequest("tagged fields run past the end of the Fetch response")
+    return pos
