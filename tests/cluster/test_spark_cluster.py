@@ -28,7 +28,7 @@ from tests.support.checker import SequenceProducer, consume_topic, parse_value
 from tests.support.cluster import ClusterProcess
 from tests.support.replicas import IDEMPOTENT, create_topic
 
-pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(240)]
 
 PARTITIONS = 3
 ALL = {1, 2, 3}

@@ -11,7 +11,7 @@ offset look-ups do the same here, so a leader kill is a pause, not a failed quer
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 # Kafka's default.api.timeout.ms: how long a metadata or offset look-up may keep retrying.
@@ -39,6 +39,8 @@ def leader_moving_codes() -> frozenset[int]:
         KafkaError._WAIT_COORD,
         KafkaError._NODE_UPDATE,
         KafkaError._UNKNOWN_BROKER,
+        # librdkafka drops a broker that vanished from metadata; requests in flight on it fail so.
+        KafkaError._DESTROY_BROKER,
     })
 
 
@@ -83,17 +85,3 @@ def refresh_metadata(client: Any, topic: str | None = None) -> None:
     except Exception:  # noqa: BLE001 - a refresh is best effort; the retried call reports the real error
         pass
 
-
-def retry_leader_change(call: Callable[[], Any], client: Any, what: str, topic: str | None = None,
-                        timeout: float = LEADER_CHANGE_TIMEOUT_S) -> Any:
-    """Run `call`, retrying while its failure is a leader change, for at most `timeout` seconds."""
-    last: BaseException | None = None
-    for _ in attempts(timeout):
-        try:
-            return call()
-        except Exception as exc:
-            if not is_leader_change(exc):
-                raise
-            last = exc
-            refresh_metadata(client, topic)
-    raise TimeoutError(f"{what} still failing after {timeout:g} s of leader-change retries: {last}") from last

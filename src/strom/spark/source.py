@@ -170,7 +170,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
                         if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
                             reset = True
                             break
-                        if err.fatal() or not err.retriable():
+                        if not is_leader_change(KafkaException(err)):
                             raise KafkaException(err)
                         continue
                     off = m.offset()
