@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from strom.spark.options import SourceOptions, StromOptionError
+from strom.spark.retry import LEADER_CHANGE_TIMEOUT_S, attempts, is_leader_change, refresh_metadata
 
 log = logging.getLogger("strom.spark")
 
@@ -102,7 +102,16 @@ class OffsetResolver:
 
     # -- ListOffsets -------------------------------------------------------------------
 
-    def _list(self, specs: Mapping[TP, Any]) -> PartitionOffsets:
+    def _list(self, specs: Mapping[TP, Any], *, no_match_ok: bool = False) -> PartitionOffsets:
+        """ListOffsets for every partition, riding out a leader change (see strom.spark.retry).
+
+        While a killed leader is being replaced, librdkafka's AdminClient can answer a
+        partition with offset -1001 (OFFSET_INVALID) and no error, instead of raising. A real
+        earliest/latest offset is never negative and a timestamp look-up that matches nothing
+        gives -1 (``no_match_ok``), so any other negative answer is retried after a metadata
+        refresh like an error; taken as an offset it looked like offsets going backwards and
+        failed the query with a false data-loss error.
+        """
         if not specs:
             return {}
         from confluent_kafka import IsolationLevel, TopicPartition
@@ -111,15 +120,26 @@ class OffsetResolver:
         kwargs: dict[str, Any] = {"request_timeout": 30}
         if self.options.read_committed:
             kwargs["isolation_level"] = IsolationLevel.READ_COMMITTED
-        last_exc: Exception | None = None
-        for attempt in range(5):
+        last: Exception | str | None = None
+        for attempt in attempts():
             try:
                 futures = self.admin.list_offsets(req, **kwargs)
-                return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
-            except Exception as exc:  # leader moves, topic just created: retry briefly
-                last_exc = exc
-                time.sleep(0.2 * (attempt + 1))
-        raise RuntimeError(f"ListOffsets failed for {sorted(specs)}: {last_exc}") from last_exc
+                found = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+            except Exception as exc:
+                # A topic created a moment ago may be unknown for a few tries; other errors
+                # that a leader change does not explain are not worth a minute of retries.
+                if not is_leader_change(exc) and attempt >= 5:
+                    raise RuntimeError(f"ListOffsets failed for {sorted(specs)}: {exc}") from exc
+                last = exc
+            else:
+                invalid = {tp: off for tp, off in found.items() if off < 0 and not (no_match_ok and off == -1)}
+                if not invalid:
+                    return found
+                last = f"no valid offset for {sorted(invalid)} (got {invalid})"
+            refresh_metadata(self.admin)
+        raise RuntimeError(
+            f"ListOffsets failed for {sorted(specs)} after {LEADER_CHANGE_TIMEOUT_S:g} s of retries: {last}"
+        )
 
     def earliest(self, tps: Iterable[TP]) -> PartitionOffsets:
         from confluent_kafka.admin import OffsetSpec
@@ -135,7 +155,7 @@ class OffsetResolver:
         """First offset whose timestamp is >= the given one; no match means 'latest' or an error."""
         from confluent_kafka.admin import OffsetSpec
 
-        found = self._list({tp: OffsetSpec.for_timestamp(ts) for tp, ts in times.items()})
+        found = self._list({tp: OffsetSpec.for_timestamp(ts) for tp, ts in times.items()}, no_match_ok=True)
         missing = [tp for tp, off in found.items() if off < 0]
         if missing:
             if strategy == "error":

@@ -43,6 +43,7 @@ from strom.spark.offsets import (
     to_json,
 )
 from strom.spark.options import SourceOptions, StromOptionError, parse_sink_options, parse_source_options
+from strom.spark.retry import LEADER_CHANGE_TIMEOUT_S, attempts, is_leader_change, refresh_metadata
 
 log = logging.getLogger("strom.spark")
 
@@ -78,6 +79,40 @@ def _consumer(opts: SourceOptions) -> Any:
     return consumer
 
 
+def _watermarks(consumer: Any, tp: Any) -> tuple[int, int] | None:
+    """The partition's (low, high) watermarks from its leader; None if the partition does not exist.
+
+    Asking the leader fails while it is being replaced (a killed broker, NOT_LEADER_OR_FOLLOWER,
+    time-outs): that is retried after a metadata refresh, bounded like Kafka's clients (see
+    strom.spark.retry), instead of failing the task, which fails a local-mode query outright.
+    An unknown partition is retried a few times too: the driver saw it when planning, and a
+    reused consumer's metadata may simply be older (new partition or topic).
+    """
+    from confluent_kafka import KafkaError, KafkaException
+
+    unknown = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION)
+    last: BaseException | str | None = None
+    for attempt in attempts():
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=15, cached=False)
+        except KafkaException as exc:
+            if exc.args[0].code() in unknown:
+                if attempt >= 8:
+                    return None
+            elif not is_leader_change(exc):
+                raise
+            last = exc
+        else:
+            if low >= 0 and high >= 0:
+                return low, high
+            last = f"invalid watermarks ({low}, {high})"
+        refresh_metadata(consumer, tp.topic)
+    raise TimeoutError(
+        f"Could not get the offsets of {tp.topic}-{tp.partition} from its leader within "
+        f"{LEADER_CHANGE_TIMEOUT_S:g} s: {last}"
+    )
+
+
 def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Yield exactly the records with offsets in [start, end) of one partition.
 
@@ -93,21 +128,11 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
     schema = arrow_schema(opts.include_headers)
     consumer = _consumer(opts)
     tp = TopicPartition(topic, part)
-    unknown = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION)
-    for attempt in range(8):
-        try:
-            low, _ = consumer.get_watermark_offsets(tp, timeout=15, cached=False)
-            break
-        except KafkaException as exc:
-            if exc.args[0].code() not in unknown:
-                raise
-            # The driver saw this partition when planning; a reused consumer's metadata may
-            # simply be older (new partition or topic). Refresh before calling it lost.
-            time.sleep(0.25 * attempt)
-            consumer.list_topics(topic=topic, timeout=10)
-    else:
+    marks = _watermarks(consumer, tp)
+    if marks is None:
         report_data_loss(opts.fail_on_data_loss, f"Topic-partition {topic}-{part} no longer exists.")
         return
+    low, _ = marks
     if low > start:
         report_data_loss(
             opts.fail_on_data_loss,
@@ -145,7 +170,7 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
                         if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
                             reset = True
                             break
-                        if err.fatal() or not err.retriable():
+                        if not is_leader_change(KafkaException(err)):
                             raise KafkaException(err)
                         continue
                     off = m.offset()
@@ -154,7 +179,11 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
                     good.append(m)
                     offsets.append(off)
                 if reset:
-                    low, _ = consumer.get_watermark_offsets(tp, timeout=15, cached=False)
+                    marks = _watermarks(consumer, tp)
+                    if marks is None:
+                        report_data_loss(opts.fail_on_data_loss, f"Topic-partition {topic}-{part} vanished.")
+                        return
+                    low = marks[0]
                     report_data_loss(
                         opts.fail_on_data_loss,
                         f"Offset {nxt} of {topic}-{part} went out of range while reading; "
@@ -172,8 +201,11 @@ def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch
             if eof:
                 # Everything up to the partition end has been seen; if that end is at or past
                 # our range end, the missing offsets are gaps (compaction, control records).
-                _, high = consumer.get_watermark_offsets(tp, timeout=15, cached=False)
-                if high >= end:
+                marks = _watermarks(consumer, tp)
+                if marks is None:
+                    report_data_loss(opts.fail_on_data_loss, f"Topic-partition {topic}-{part} vanished.")
+                    return
+                if marks[1] >= end:
                     break
             if time.monotonic() > deadline:
                 raise TimeoutError(
@@ -229,6 +261,11 @@ class StromBatchReader(DataSourceReader):
 # ---------------------------------------------------------------------------------------
 
 
+# Spark's fetchOffset.numRetries / fetchOffset.retryIntervalMs defaults.
+BACKWARDS_RETRIES = 3
+BACKWARDS_RETRY_INTERVAL_S = 1.0
+
+
 class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """``spark.readStream.format("strom")`` with admission control and Trigger.AvailableNow.
 
@@ -265,6 +302,14 @@ class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return latest
         tps = self.resolver.discover()
         latest = self.resolver.latest(tps)
+        for _ in range(BACKWARDS_RETRIES):
+            # Right after a leader change the new leader's high watermark can trail the one the
+            # old leader reported until its followers fetch again; Spark's Kafka source re-asks
+            # too (fetchOffset.numRetries) before calling offsets that went backwards data loss.
+            if all(off >= start.get(tp, 0) for tp, off in latest.items()):
+                break
+            time.sleep(BACKWARDS_RETRY_INTERVAL_S)
+            latest = self.resolver.latest(tps)
         for tp in sorted(set(start) - set(latest)):
             report_data_loss(self.options.fail_on_data_loss, f"Topic-partition {tp[0]}-{tp[1]} vanished.")
         for tp, off in sorted(latest.items()):
