@@ -319,8 +319,6 @@ FAULTS = ("kill9", "sigstop-short", "sigstop-long", "stop")
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="open: a broker restarted by the campaign later exits (replay with STROM_FAULT_SEED="
-                          "1447894180); the checker has not yet run to the end of a campaign", strict=False)
 def test_fault_campaign_keeps_every_acknowledged_record_exactly_once(cluster_factory) -> None:  # noqa: ANN001
     seed = int(os.environ.get("STROM_FAULT_SEED") or random.randrange(1 << 32))
     rng = random.Random(seed)
