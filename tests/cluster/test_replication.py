@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import DataWatch
 
-from tests.support.checker import SequenceProducer, check_topic
+from tests.support.checker import SequenceProducer, check_topic, record_value
 from tests.support.cluster import ClusterProcess, PartitionState
 from tests.support.replicas import (
     IDEMPOTENT,
@@ -218,3 +218,68 @@ def test_restarted_broker_catches_up_and_rejoins_the_isr(cluster_factory) -> Non
     wait_identical_replicas(cluster, topic, 0, hw, ALL)
     report = check_topic(cluster.bootstrap, topic, first.acked + second.acked)
     assert report.ok and report.consumed == 1000, str(report)
+
+
+@pytest.mark.slow
+def test_rolling_restart_of_every_broker_under_load_keeps_records_and_the_group(cluster_factory) -> None:  # noqa: ANN001
+    """Each broker in turn: SIGTERM (controlled shutdown), start, back in every ISR; writers and a group go on."""
+    import threading
+
+    cluster = cluster_factory(3)
+    topic = create_topic(cluster, partitions=3, config={"min.insync.replicas": "2"})
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    seen: set[bytes] = set()
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def consume() -> None:
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "log_level": 0,
+                             "auto.offset.reset": "earliest", "enable.auto.commit": True,
+                             "auto.commit.interval.ms": 200, "session.timeout.ms": 10_000})
+        consumer.subscribe([topic])
+        try:
+            while not stop.is_set():
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    continue
+                if msg.error():
+                    if not (msg.error().retriable() or msg.error().code() in COORDINATOR_MOVING
+                            or msg.error().code() == KafkaError._PARTITION_EOF):
+                        errors.append(str(msg.error()))
+                    continue
+                seen.add(msg.value())
+        finally:
+            consumer.close()  # commits what was consumed
+
+    reader = threading.Thread(target=consume, name="group-member", daemon=True)
+    reader.start()
+    writer = SequenceProducer(cluster.bootstrap, topic, "w", IDEMPOTENT, rate_sleep=0.002).start()
+    try:
+        assert writer.wait_acked(200, 60)
+        for broker in sorted(ALL):
+            assert cluster.stop(broker, timeout=120) == 0, cluster.broker(broker).log_tail()
+            assert writer.wait_acked(writer.acked_count() + 100, 90), f"no progress with broker {broker} down"
+            cluster.start_broker(broker)
+            for p in range(3):
+                cluster.wait_isr(topic, p, ALL, timeout=90)
+            assert writer.wait_acked(writer.acked_count() + 100, 90), f"no progress after broker {broker} came back"
+    finally:
+        writer.stop()
+    assert writer.unflushed == 0 and not writer.errors, writer.errors[:5]
+    acked = {record_value(a.producer, a.seq) for a in writer.acked}
+    deadline = time.monotonic() + 120
+    while not acked <= seen and time.monotonic() < deadline:
+        time.sleep(0.5)
+    stop.set()
+    reader.join(60)
+    assert not errors, errors[:5]
+    assert acked <= seen, f"the group never saw {len(acked - seen)} acknowledged records"
+    partitions = [TopicPartition(topic, p) for p in range(3)]
+    fresh = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "log_level": 0})
+    try:
+        committed = {tp.partition: tp.offset for tp in fresh.committed(partitions, timeout=30)}
+    finally:
+        fresh.close()
+    assert committed == {p: high_watermark(cluster, topic, p) for p in range(3)}
+    report = check_topic(cluster.bootstrap, topic, writer.acked)
+    assert report.ok, str(report)
