@@ -172,9 +172,13 @@ def test_leader_frozen_past_its_session_is_fenced(cluster_factory) -> None:  # n
 def test_isr_shrinks_for_a_frozen_follower_and_expands_when_it_resumes(cluster_factory) -> None:  # noqa: ANN001
     # A session timeout well above replica.lag.time.max.ms: the shrink must come from the leader's lag check.
     cluster = cluster_factory(3, session_timeout_ms=20_000, overrides={"replica.lag.time.max.ms": 3000})
-    topic = create_topic(cluster, config={"min.insync.replicas": "2"})
+    # The leader is the controller: the followers frozen below must not include the controller, through
+    # which every ISR change goes (AlterPartition); a frozen controller changes nothing until its session ends.
+    controller = cluster.controller_id()
+    follower, other = sorted(ALL - {controller})
+    topic = create_topic(cluster, config={"min.insync.replicas": "2"}, replicas=[[controller, follower, other]])
     leader = cluster.partition_state(topic, 0).leader
-    follower, other = sorted(ALL - {leader})
+    assert leader == controller
     seed = write(cluster.bootstrap, topic, "seed", 50, "all")
 
     cluster.sigstop(follower)

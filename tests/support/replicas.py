@@ -26,12 +26,20 @@ WHOLE_LOG = 1 << 62
 IDEMPOTENT = {"acks": "all", "enable.idempotence": True, "message.timeout.ms": 120_000, "linger.ms": 5}
 
 def create_topic(cluster: ClusterProcess, partitions: int = 1, replication_factor: int = 3,
-                 config: dict[str, str] | None = None) -> str:
-    """Create a topic through the Admin API and wait until ZooKeeper shows every partition with a full ISR."""
+                 config: dict[str, str] | None = None, replicas: list[list[int]] | None = None) -> str:
+    """Create a topic through the Admin API and wait until ZooKeeper shows every partition with a full ISR.
+
+    `replicas` pins the assignment (first = preferred leader) for tests that need a given leader;
+    otherwise placement starts at a random broker, as Kafka's does."""
     name = f"r-{uuid.uuid4().hex[:10]}"
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
-    admin.create_topics([NewTopic(name, partitions, replication_factor, config=config or {})])[name].result(
-        timeout=60)
+    if replicas is not None:
+        partitions, replication_factor = len(replicas), len(replicas[0])
+        new = NewTopic(name, num_partitions=len(replicas), replication_factor=-1, replica_assignment=replicas,
+                       config=config or {})
+    else:
+        new = NewTopic(name, partitions, replication_factor, config=config or {})
+    admin.create_topics([new])[name].result(timeout=60)
     for p in range(partitions):
         state = cluster.wait_isr(name, p, cluster.topic_assignment(name).get(p) or cluster.broker_ids, timeout=60)
         assert len(state.isr) == replication_factor
