@@ -111,7 +111,7 @@ class BrokerClient:
                     error = ConnectionError(f"unexpected correlation id {correlation_id} from {self.host}:{self.port}")
                     break
                 future, flexible = entry
-                pos = _skip_tagged_fields(frame, 4) if flexible else 4
+                pos = codec.skip_tagged_fields(memoryview(frame), 4) if flexible else 4
                 if not future.done():
                     future.set_result(memoryview(frame)[pos:])  # no copy: a follower's fetch answer can be large
         except (OSError, asyncio.IncompleteReadError, codec.MalformedRequest, struct.error) as exc:
@@ -132,12 +132,3 @@ class BrokerClient:
                 future.set_exception(error)
         self._pending.clear()
 
-
-def _skip_tagged_fields(frame: bytes, pos: int) -> int:
-    view = memoryview(frame)
-    count, pos = codec.read_uvarint(view, pos)
-    for _ in range(count):
-        _tag, pos = codec.read_uvarint(view, pos)
-        size, pos = codec.read_uvarint(view, pos)
-        pos += size
-    return pos

@@ -15,7 +15,7 @@ writes the result.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 import kafka.errors as Errors
@@ -82,18 +82,25 @@ def _assign_rack_unaware(broker_ids: list[int], num_partitions: int, replication
                          fixed_start_index: int, start_partition_id: int,
                          rng: random.Random) -> dict[int, list[int]]:
     n = len(broker_ids)
+    out: dict[int, list[int]] = {}
+    for partition, first, shift in _leader_slots(n, num_partitions, fixed_start_index, start_partition_id, rng):
+        out[partition] = [broker_ids[first]] + [broker_ids[replica_index(first, shift, j, n)]
+                                                for j in range(replication_factor - 1)]
+    return out
+
+
+def _leader_slots(n: int, num_partitions: int, fixed_start_index: int, start_partition_id: int,
+                  rng: random.Random) -> Iterator[tuple[int, int, int]]:
+    """(partition, index of its leader in the broker list, follower shift): a start broker and a
+    shift picked once (at random unless fixed), the shift growing by one every n partitions."""
     start_index = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
     shift = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
-    out: dict[int, list[int]] = {}
     partition = max(0, start_partition_id)
     for _ in range(num_partitions):
         if partition > 0 and partition % n == 0:
             shift += 1
-        first = (partition + start_index) % n
-        out[partition] = [broker_ids[first]] + [broker_ids[replica_index(first, shift, j, n)]
-                                                for j in range(replication_factor - 1)]
+        yield partition, (partition + start_index) % n, shift
         partition += 1
-    return out
 
 
 def _assign_rack_aware(broker_racks: dict[int, str], num_partitions: int, replication_factor: int,
@@ -102,14 +109,8 @@ def _assign_rack_aware(broker_racks: dict[int, str], num_partitions: int, replic
     arranged = rack_alternated_brokers(broker_racks)
     n = len(arranged)
     num_racks = len(set(broker_racks.values()))
-    start_index = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
-    shift = fixed_start_index if fixed_start_index >= 0 else rng.randrange(n)
     out: dict[int, list[int]] = {}
-    partition = max(0, start_partition_id)
-    for _ in range(num_partitions):
-        if partition > 0 and partition % n == 0:
-            shift += 1
-        first = (partition + start_index) % n
+    for partition, first, shift in _leader_slots(n, num_partitions, fixed_start_index, start_partition_id, rng):
         leader = arranged[first]
         replicas = [leader]
         racks = {broker_racks[leader]}
@@ -126,5 +127,4 @@ def _assign_rack_aware(broker_racks: dict[int, str], num_partitions: int, replic
                     racks.add(rack)
                     break
         out[partition] = replicas
-        partition += 1
     return out

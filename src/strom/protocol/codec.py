@@ -56,7 +56,8 @@ def is_flexible(api_key: int, version: int) -> bool:
     return bool(cls and cls.flexible_version_q(version))
 
 
-def _skip_tagged_fields(frame: memoryview, pos: int) -> int:
+def skip_tagged_fields(frame: memoryview, pos: int) -> int:
+    """Position after a tagged-field section (flexible versions); raises MalformedRequest past the end."""
     count, pos = read_uvarint(frame, pos)
     for _ in range(count):
         _tag, pos = read_uvarint(frame, pos)
@@ -98,7 +99,7 @@ def parse_request_header(frame: memoryview) -> tuple[RequestHeader, int]:
             pos += n
     flexible = is_flexible(api_key, api_version)
     if flexible:
-        pos = _skip_tagged_fields(frame, pos)
+        pos = skip_tagged_fields(frame, pos)
     return RequestHeader(api_key, api_version, correlation_id, client_id, flexible), pos
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from strom.protocol.codec import MalformedRequest, read_uvarint
+from strom.protocol.codec import MalformedRequest, read_uvarint, skip_tagged_fields
 from strom.protocol.primitives import uvarint
 
 FETCH_VERSION = 12  # topics by name, flexible, LastFetchedEpoch
@@ -93,7 +93,7 @@ def _decode(view: memoryview) -> tuple[int, list[FetchedPartition]]:
             pos += _RESPONSE_PARTITION.size
             n_aborted, pos = read_uvarint(view, pos)  # 0 = null
             for _ in range(n_aborted - 1):
-                pos = _skip_tags(view, pos + _ABORTED_TXN_BYTES)
+                pos = skip_tagged_fields(view, pos + _ABORTED_TXN_BYTES)
             pos += _INT32.size  # preferred_read_replica
             size, pos = read_uvarint(view, pos)  # 0 = null, else length + 1
             records = None
@@ -103,18 +103,7 @@ def _decode(view: memoryview) -> tuple[int, list[FetchedPartition]]:
                     raise MalformedRequest("records run past the end of the Fetch response")
                 records = view[pos:end]
                 pos = end
-            pos = _skip_tags(view, pos)
+            pos = skip_tagged_fields(view, pos)
             out.append(FetchedPartition(topic, partition, err, hw, log_start, records))
-        pos = _skip_tags(view, pos)
+        pos = skip_tagged_fields(view, pos)
     return error_code, out
-
-
-def _skip_tags(view: memoryview, pos: int) -> int:
-    count, pos = read_uvarint(view, pos)
-    for _ in range(count):
-        _, pos = read_uvarint(view, pos)
-        size, pos = read_uvarint(view, pos)
-        pos += size
-    if pos > len(view):
-        raise MalformedRequest("tagged fields run past the end of the Fetch response")
-    return pos
