@@ -189,16 +189,13 @@ class Partition:
         if not self.is_leader:
             return False
         new_hw = self.log.log_end_offset
-        isr = self.isr
-        if self.pending_isr is None and len(isr) == 1 and isr[0] == self.local_broker_id:  # alone: HW = LEO
-            if new_hw > self.log.high_watermark:
-                self.log.update_high_watermark(new_hw)
-                return True
-            return False
-        for b in self.maximal_isr:
-            if b != self.local_broker_id:
-                follower = self._followers.get(b)
-                new_hw = min(new_hw, follower.log_end_offset if follower else 0)
+        me = self.local_broker_id
+        isr = self.maximal_isr
+        if isr != [me]:  # alone in the ISR (one broker, or the others out): the HW is the LEO
+            for b in isr:
+                if b != me:
+                    follower = self._followers.get(b)
+                    new_hw = min(new_hw, follower.log_end_offset if follower else 0)
         if new_hw > self.log.high_watermark:
             self.log.update_high_watermark(new_hw)
             return True

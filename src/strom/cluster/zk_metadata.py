@@ -178,8 +178,8 @@ class ZkMetadataStore(MetadataStore):
 
     # -- writes (AdminZkClient) ----------------------------------------------------------------------
     def _require_zookeeper(self) -> None:
-        """Admin writes run on the event loop: while ZooKeeper is away, refuse them (retriable) at once
-        instead of freezing the whole broker, leaders included, until it comes back."""
+        """While ZooKeeper is away, refuse admin writes (retriable) at once instead of letting them wait
+        on a worker thread, each holding its client's request, until it comes back."""
         if not self.zk.connected:
             raise Errors.RequestTimedOutError(f"ZooKeeper at {self.zk.connect_string} is unavailable")
 
@@ -196,7 +196,7 @@ class ZkMetadataStore(MetadataStore):
 
     async def create_topic_async(self, name: str, assignment: dict[int, list[int]],
                                  configs: dict[str, str]) -> TopicMetadata:
-        self._require_zookeeper()
+        self._require_zookeeper()  # here too: refused at once, before a worker thread is taken
         return await self._off_loop(self.create_topic, name, assignment, configs)  # touches no cache
 
     def delete_topic(self, name: str, recorded_elsewhere: bool = False) -> None:
@@ -204,8 +204,8 @@ class ZkMetadataStore(MetadataStore):
         self.zk.mark_topic_for_deletion(name)
 
     async def delete_topic_async(self, name: str, recorded_elsewhere: bool = False) -> None:
-        self._require_zookeeper()
-        await self._off_loop(self.zk.mark_topic_for_deletion, name)
+        self._require_zookeeper()  # here too: refused at once, before a worker thread is taken
+        await self._off_loop(self.delete_topic, name, recorded_elsewhere)
 
     def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
         self._require_zookeeper()
