@@ -275,7 +275,15 @@ class SinkOptions:
 
     client: dict[str, str]
     topic: str | None
-    delivery: str = "at-least-once"
+    delivery: str = "at-least-once"  # "at-least-once" | "exactly-once"
+    # Exactly-once: prefix of the per-task transactional.id (kafka.transactional.id), else "strom-spark".
+    transactional_id_prefix: str | None = None
+    # Test hook (option failAfterWriteForTesting): fail a task once its rows are durable.
+    fail_after_write: dict[str, int] | None = None
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.delivery == "exactly-once"
 
     def producer_config(self) -> dict[str, Any]:
         """Idempotent producer by default: a retried request inside a task cannot duplicate."""
@@ -289,23 +297,59 @@ class SinkOptions:
             "queue.buffering.max.messages": 500_000,
             "delivery.report.only.error": True,
         }
+        if self.exactly_once:
+            # Long enough for a big task; a task killed mid-transaction is aborted sooner than
+            # this by the next attempt's init_transactions (same transactional.id).
+            conf["transaction.timeout.ms"] = 300_000
         conf.update(self.client)
         return conf
 
 
 def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
-    """Validate writer options the way Spark's Kafka sink does."""
+    """Validate writer options the way Spark's Kafka sink does, plus ``delivery``."""
     opts = _lower(raw)
     client = client_config(opts, _FORBIDDEN_SINK)
     topic = opts.get("topic")
     if topic is not None and not topic.strip():
         raise StromOptionError("Option 'topic' must not be empty.")
-    delivery = opts.get("delivery", "at-least-once").lower()
+    delivery = opts.get("delivery", "at-least-once").strip().lower()
     if delivery not in ("at-least-once", "exactly-once"):
         raise StromOptionError("Option 'delivery' must be 'at-least-once' or 'exactly-once'.")
-    if "transactional.id" in client:
+    prefix = client.pop("transactional.id", None)
+    if prefix is not None:
+        if delivery != "exactly-once":
+            raise StromOptionError(
+                "Option 'kafka.transactional.id' needs delivery=exactly-once: the sink then uses it "
+                "as the prefix of one transactional.id per Spark partition."
+            )
+        if not prefix.strip():
+            raise StromOptionError("Option 'kafka.transactional.id' must not be empty.")
+    if delivery == "exactly-once":
+        for name, wanted in (("enable.idempotence", "true"), ("acks", "all")):
+            given = client.get(name)
+            if given is not None and given.strip().lower() not in (wanted, "-1"):
+                raise StromOptionError(f"Option 'kafka.{name}' must be {wanted} with delivery=exactly-once.")
+    return SinkOptions(
+        client=client,
+        topic=topic.strip() if topic else None,
+        delivery=delivery,
+        transactional_id_prefix=prefix.strip() if prefix else None,
+        fail_after_write=_parse_fault(opts.get("failafterwritefortesting")),
+    )
+
+
+def _parse_fault(text: str | None) -> dict[str, int] | None:
+    """``{"batch": 1, "partition": 0, "attempts": 1}``: any key may be left out (= any / 1)."""
+    if text is None:
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None
+    if not isinstance(data, dict) or not all(
+        k in ("batch", "partition", "attempts") and isinstance(v, int) for k, v in data.items()
+    ):
         raise StromOptionError(
-            "Option 'kafka.transactional.id' is not supported yet: the transactional "
-            "exactly-once sink arrives with broker transactions."
+            'Option \'failAfterWriteForTesting\' must be JSON like {"batch": 1, "partition": 0, "attempts": 1}.'
         )
-    return SinkOptions(client=client, topic=topic.strip() if topic else None, delivery=delivery)
+    return {str(k): int(v) for k, v in data.items()}

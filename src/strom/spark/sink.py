@@ -1,15 +1,22 @@
 """The `strom` sink: Arrow-based batch and streaming writers.
 
-Delivery is at least once, like Spark's Kafka sink: a task retried after a failure, or a
-micro-batch replayed after a crash, writes its rows again. The idempotent producer (on by
-default) removes the duplicates that librdkafka's own retries would otherwise create inside
-one task. How rows reach the broker is a ``Delivery`` strategy, so a transactional
-exactly-once mode can be added later without touching the writers.
+How rows reach the broker is a ``Delivery`` strategy:
+
+* at least once (default, like Spark's Kafka sink): a task retried after a failure, or a
+  micro-batch replayed after a crash, writes its rows again. The idempotent producer
+  removes only the duplicates librdkafka's own retries would create inside one task.
+* exactly once (``delivery=exactly-once``): each task writes its rows in one Kafka
+  transaction and commits, in the same transaction, a marker "batch B of partition P is
+  written" as the offset of a sink-private consumer group. A retried or replayed task
+  fences its predecessor (``init_transactions``), reads the marker and skips a batch that
+  already committed. The reasoning is in docs/decisions/0012-exactly-once-spark-sink.md.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -39,6 +46,8 @@ class SinkCommitMessage(WriterCommitMessage):
     """What one write task reports back to the driver."""
 
     rows: int
+    # Exactly-once: the task found its batch already committed by an earlier attempt.
+    skipped: bool = False
 
 
 def validate_sink_schema(schema: StructType, opts: SinkOptions) -> None:
@@ -76,7 +85,7 @@ def validate_sink_schema(schema: StructType, opts: SinkOptions) -> None:
 
 
 class Delivery(Protocol):
-    """How rows reach the broker. The seam for a future transactional exactly-once mode."""
+    """How rows reach the broker: at least once, or exactly once with transactions."""
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage: ...
 
@@ -162,6 +171,82 @@ def _produce_general(
             _produce_when_room(producer, topic, values[i], keys[i], kwargs)
 
 
+def _produce_batches(producer: Any, opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> tuple[int, str | None]:
+    """Produce every row of ``batches``; returns (rows, topic of the first row).
+
+    Stops early once a delivery error was reported; the caller raises it after flushing.
+    """
+    rows = 0
+    first_topic: str | None = None
+    for batch in batches:
+        n = batch.num_rows
+        if n == 0:
+            continue
+        values = _col(batch, "value")
+        assert values is not None
+        keys = _col(batch, "key") or [None] * n
+        parts = _col(batch, "partition")
+        headers = _col(batch, "headers")
+        if opts.topic is not None and parts is None and headers is None:
+            _produce_plain(producer, opts.topic, values, keys)
+            topics: list[Any] = [opts.topic]
+        else:
+            topics = [opts.topic] * n if opts.topic is not None else (_col(batch, "topic") or [None] * n)
+            _produce_general(producer, topics, values, keys, parts, headers)
+        if first_topic is None:
+            first_topic = topics[0]
+        producer.poll(0)
+        rows += n
+        if _DELIVERY_ERRORS:
+            break
+    return rows, first_topic
+
+
+def _raise_delivery_errors() -> None:
+    if _DELIVERY_ERRORS:
+        raise RuntimeError(
+            f"{len(_DELIVERY_ERRORS)} records failed to reach Strom, first: {_DELIVERY_ERRORS[0]}"
+        )
+
+
+@dataclass(frozen=True)
+class TaskScope:
+    """Where a write task runs: Spark partition, attempt, and the micro-batch if streaming."""
+
+    partition: int
+    attempt: int
+    query_id: str | None
+    batch_id: int | None
+
+    @classmethod
+    def current(cls) -> TaskScope:
+        """Read from the task context; a streaming query (or its foreachBatch) sets the two properties."""
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is None:  # not inside a Spark task (direct calls in tests)
+            return cls(0, 0, None, None)
+        query = ctx.getLocalProperty("sql.streaming.queryId")
+        batch = ctx.getLocalProperty("streaming.sql.batchId")
+        return cls(ctx.partitionId(), ctx.attemptNumber(), query, int(batch) if batch is not None else None)
+
+
+def _maybe_fail_for_testing(opts: SinkOptions, scope: TaskScope) -> None:
+    """Option failAfterWriteForTesting: fail a task after its rows are durable, before Spark hears of it."""
+    fault = opts.fail_after_write
+    if fault is None:
+        return
+    if fault.get("batch", scope.batch_id) != scope.batch_id:
+        return
+    if fault.get("partition", scope.partition) != scope.partition:
+        return
+    if scope.attempt < fault.get("attempts", 1):
+        raise RuntimeError(
+            f"injected failure (failAfterWriteForTesting) after writing batch {scope.batch_id} "
+            f"partition {scope.partition}, attempt {scope.attempt}"
+        )
+
+
 class AtLeastOnceDelivery:
     """Produce every row directly; flush before the task reports success."""
 
@@ -171,36 +256,13 @@ class AtLeastOnceDelivery:
     def write(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         producer = _producer(self.opts)
         _DELIVERY_ERRORS.clear()
-        rows = 0
-        for batch in batches:
-            n = batch.num_rows
-            if n == 0:
-                continue
-            values = _col(batch, "value")
-            assert values is not None
-            keys = _col(batch, "key") or [None] * n
-            parts = _col(batch, "partition")
-            headers = _col(batch, "headers")
-            if self.opts.topic is not None and parts is None and headers is None:
-                _produce_plain(producer, self.opts.topic, values, keys)
-            else:
-                topics = (
-                    [self.opts.topic] * n
-                    if self.opts.topic is not None
-                    else (_col(batch, "topic") or [None] * n)
-                )
-                _produce_general(producer, topics, values, keys, parts, headers)
-            producer.poll(0)
-            rows += n
-            if _DELIVERY_ERRORS:
-                break
+        rows, _ = _produce_batches(producer, self.opts, batches)
         remaining = producer.flush(120)
-        if _DELIVERY_ERRORS:
-            raise RuntimeError(
-                f"{len(_DELIVERY_ERRORS)} records failed to reach Strom, first: {_DELIVERY_ERRORS[0]}"
-            )
+        _raise_delivery_errors()
         if remaining:
             raise TimeoutError(f"{remaining} records were still unacknowledged after 120 s.")
+        if self.opts.fail_after_write is not None:
+            _maybe_fail_for_testing(self.opts, TaskScope.current())
         return SinkCommitMessage(rows=rows)
 
     def commit(self, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
@@ -216,13 +278,159 @@ class AtLeastOnceDelivery:
         )
 
 
-def delivery_for(opts: SinkOptions) -> Delivery:
-    """Pick the delivery strategy. Exactly-once needs broker transactions, not there yet."""
-    if opts.delivery == "exactly-once":
-        raise StromOptionError(
-            "delivery=exactly-once is not available yet: it will build on Strom transactions. "
-            "The default at-least-once delivery with the idempotent producer is in effect otherwise."
+# How long the transactional calls may take; they retry internally (coordinator moves, etc.).
+TXN_TIMEOUT_S = 120.0
+MARKER = "strom-spark-sink"
+_ADMINS: dict[tuple[tuple[str, str], ...], Any] = {}
+
+
+def _connection_conf(opts: SinkOptions) -> dict[str, str]:
+    """The user's connection settings (brokers, security), without producer-only ones."""
+    return {
+        k: v
+        for k, v in opts.client.items()
+        if k in ("bootstrap.servers", "client.id") or k.startswith(("security.", "sasl.", "ssl.", "socket.", "broker."))
+    }
+
+
+def _admin(opts: SinkOptions) -> Any:
+    """One AdminClient per configuration per Python worker, for reading markers."""
+    from confluent_kafka.admin import AdminClient
+
+    conf = _connection_conf(opts)
+    key = tuple(sorted(conf.items()))
+    admin = _ADMINS.get(key)
+    if admin is None:
+        admin = AdminClient(conf)
+        _ADMINS[key] = admin
+    return admin
+
+
+def last_committed_batch(opts: SinkOptions, group: str) -> int | None:
+    """The highest batch id a task of this transactional.id committed, or None.
+
+    Read with require_stable (KIP-447): an offset still pending in an unfinished transaction
+    makes the broker answer UNSTABLE_OFFSET_COMMIT, which librdkafka retries, instead of
+    hiding it. ``init_transactions`` has already completed or aborted any such transaction.
+    """
+    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
+
+    from strom.spark.retry import attempts, is_leader_change
+
+    last: BaseException | None = None
+    for attempt in attempts(TXN_TIMEOUT_S):
+        try:
+            futures = _admin(opts).list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group)], require_stable=True, request_timeout=30
+            )
+            result = futures[group].result()
+        except KafkaException as exc:
+            code = exc.args[0].code() if exc.args else None
+            if code == KafkaError.GROUP_ID_NOT_FOUND:
+                return None
+            if not (is_leader_change(exc) or code in (
+                KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR)) and attempt >= 3:
+                raise
+            last = exc
+            continue
+        found = [
+            tp.offset for tp in result.topic_partitions or []
+            if tp.error is None and tp.offset >= 0 and (tp.metadata or "").startswith(MARKER)
+        ]
+        return max(found) if found else None
+    raise TimeoutError(f"Could not read the exactly-once marker of {group}: {last}")
+
+
+def transactional_id(opts: SinkOptions, scope: TaskScope, write_id: str) -> str:
+    """One transactional.id per (query or write, Spark partition), stable across restarts.
+
+    A streaming query's id is kept in its checkpoint, so a restarted query fences and
+    finds the markers of its previous run. Batch writes outside a streaming query get a
+    fresh id per write: exactly once there means "despite task retries and speculation".
+    Without kafka.transactional.id the fixed topic is part of the id, so two writes to
+    different topics inside one foreachBatch do not share markers.
+    """
+    base = opts.transactional_id_prefix or (f"strom-spark-{opts.topic}" if opts.topic else "strom-spark")
+    return f"{base}-{scope.query_id or write_id}-{scope.partition}"
+
+
+class ExactlyOnceDelivery:
+    """One transaction per task, committed with a (batch, partition) marker; see the module docstring."""
+
+    def __init__(self, opts: SinkOptions) -> None:
+        self.opts = opts
+        # Made on the driver and pickled to every task of this write: the scope of a batch write.
+        self.write_id = uuid.uuid4().hex
+
+    def write(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
+        from confluent_kafka import Consumer, Producer, TopicPartition
+
+        opts = self.opts
+        scope = TaskScope.current()
+        batch_id = scope.batch_id if scope.query_id is not None and scope.batch_id is not None else 0
+        txn_id = transactional_id(opts, scope, self.write_id)
+        conf = opts.producer_config()
+        conf["transactional.id"] = txn_id
+        conf["on_delivery"] = _on_delivery
+        _DELIVERY_ERRORS.clear()
+        # A fresh producer per task: init_transactions is what fences an older attempt (a
+        # zombie) of this partition and finishes its transaction, and a producer cached in
+        # this worker may itself have been fenced by a task that ran in another worker.
+        producer = Producer(conf)
+        try:
+            producer.init_transactions(TXN_TIMEOUT_S)
+            done = last_committed_batch(opts, txn_id)
+            if done is not None and done >= batch_id:
+                for _ in batches:  # drain the input: Spark expects the task to consume it
+                    pass
+                log.info("strom sink: %s batch %d already committed by an earlier attempt; skipped", txn_id, batch_id)
+                return SinkCommitMessage(rows=0, skipped=True)
+            producer.begin_transaction()
+            try:
+                rows, first_topic = _produce_batches(producer, opts, batches)
+                producer.flush(TXN_TIMEOUT_S)
+                _raise_delivery_errors()
+                if rows == 0:
+                    producer.abort_transaction(TXN_TIMEOUT_S)  # nothing to show, nothing to mark
+                    return SinkCommitMessage(rows=0)
+                marker = json.dumps({"batch": batch_id, "partition": scope.partition, "rows": rows})
+                offsets = [TopicPartition(first_topic, 0, batch_id, metadata=f"{MARKER} {marker}")]
+                group = Consumer({**_connection_conf(opts), "group.id": txn_id})
+                try:
+                    producer.send_offsets_to_transaction(offsets, group.consumer_group_metadata(), TXN_TIMEOUT_S)
+                finally:
+                    group.close()
+                producer.commit_transaction(TXN_TIMEOUT_S)
+            except BaseException:
+                try:
+                    producer.abort_transaction(TXN_TIMEOUT_S)
+                except Exception:  # noqa: BLE001 - fenced or fatal: the next attempt aborts it anyway
+                    pass
+                raise
+        finally:
+            producer.flush(0)
+        _maybe_fail_for_testing(opts, scope)
+        return SinkCommitMessage(rows=rows)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
+        """Every task already committed its own transaction; nothing to finalise."""
+
+    def abort(self, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
+        done = [m for m in messages if isinstance(m, SinkCommitMessage)]
+        log.warning(
+            "strom sink: batch %s aborted; %d partitions already committed their transactions "
+            "(%d rows). A restart from the checkpoint replays the batch and skips them (exactly-once).",
+            batch_id,
+            len(done),
+            sum(m.rows for m in done),
         )
+
+
+def delivery_for(opts: SinkOptions) -> Delivery:
+    """Pick the delivery strategy."""
+    if opts.exactly_once:
+        return ExactlyOnceDelivery(opts)
     return AtLeastOnceDelivery(opts)
 
 
