@@ -13,6 +13,8 @@ import pytest
 
 from tests.spark.conftest import strom_reader
 
+COMMITTED = {"kafka.isolation.level": "read_committed"}  # the pipeline writes exactly once
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 PIPELINES = Path(__file__).resolve().parents[2] / "pipelines"
@@ -76,16 +78,16 @@ def test_demo_pipeline_end_to_end(spark: Any, bootstrap: str, workdir: Path) -> 
 
     watermark = max(e["ts"] for e in valid) - WATERMARK_MS
 
-    dlq = strom_reader(spark, bootstrap, subscribe=clickstream.DLQ_TOPIC, includeHeaders="true").collect()
+    dlq = strom_reader(spark, bootstrap, subscribe=clickstream.DLQ_TOPIC, includeHeaders="true", **COMMITTED).collect()
     assert sorted(bytes(r.value) for r in dlq) == sorted(malformed)
     assert all(any(h.key == "error" for h in r.headers) for r in dlq)
 
-    pv_rows = [json.loads(bytes(r.value)) for r in strom_reader(spark, bootstrap, subscribe=clickstream.PAGE_VIEWS_TOPIC).collect()]
+    pv_rows = [json.loads(bytes(r.value)) for r in strom_reader(spark, bootstrap, subscribe=clickstream.PAGE_VIEWS_TOPIC, **COMMITTED).collect()]
     got_pv = Counter({(_ms(r["window_start"]), r["page"]): r["views"] for r in pv_rows})
     assert len(pv_rows) == len(got_pv)  # one row per closed (window, page)
     assert got_pv == expected_page_views(valid, watermark)
 
-    s_rows = [json.loads(bytes(r.value)) for r in strom_reader(spark, bootstrap, subscribe=clickstream.SESSIONS_TOPIC).collect()]
+    s_rows = [json.loads(bytes(r.value)) for r in strom_reader(spark, bootstrap, subscribe=clickstream.SESSIONS_TOPIC, **COMMITTED).collect()]
     got_s = Counter((r["user"], _ms(r["session_start"]), r["clicks"]) for r in s_rows)
     assert got_s == expected_sessions(valid, watermark)
 
