@@ -6,6 +6,11 @@ Prints one JSON object. Every figure comes from the same run on the same data:
 
     python bench/bench_spark.py                     # 1,000,000 x 1 KiB, own broker
     python bench/bench_spark.py --records 100000 --bootstrap-server 127.0.0.1:9092
+    python bench/bench_spark.py --sink-only         # the sink: exactly-once next to at-least-once
+
+The sink is measured both ways in every run: ``delivery=at-least-once`` (idempotent
+producer) and ``delivery=exactly-once`` (one transaction per task), as a batch write and
+as a streaming copy src -> dst in ``--micro-batches`` micro-batches.
 """
 
 from __future__ import annotations
@@ -107,6 +112,8 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--cores", type=int, default=2, help="local[N] Spark cores")
     ap.add_argument("--bootstrap-server", default=None, help="use this broker instead of starting one")
+    ap.add_argument("--sink-only", action="store_true", help="skip the source figures")
+    ap.add_argument("--micro-batches", type=int, default=10, help="micro-batches of the streaming sink copy")
     args = ap.parse_args()
 
     broker = None
@@ -136,31 +143,58 @@ def main() -> None:
         # Warm-up: Python workers and the JVM's first job cost seconds that are not throughput.
         spark.read.format("strom").options(**opts).load().limit(10).collect()
 
-        t0 = time.perf_counter()
-        spark.read.format("strom").options(**opts).load().write.format("noop").mode("overwrite").save()
-        result["spark_batch_read_rows_per_s"] = round(n / (time.perf_counter() - t0))
+        if not args.sink_only:
+            t0 = time.perf_counter()
+            spark.read.format("strom").options(**opts).load().write.format("noop").mode("overwrite").save()
+            result["spark_batch_read_rows_per_s"] = round(n / (time.perf_counter() - t0))
 
-        t0 = time.perf_counter()
-        q = (
-            spark.readStream.format("strom").options(**opts).option("startingOffsets", "earliest").load()
-            .writeStream.format("noop").option("checkpointLocation", str(tmp / "ckpt-read"))
-            .trigger(availableNow=True).start()
-        )
-        q.awaitTermination()
-        wall = time.perf_counter() - t0
-        add_batch = sum(p["durationMs"].get("addBatch", 0) for p in q.recentProgress) / 1000
-        result["spark_stream_available_now_rows_per_s"] = round(n / wall)
-        result["spark_stream_available_now_addbatch_rows_per_s"] = round(n / add_batch) if add_batch else None
+            t0 = time.perf_counter()
+            q = (
+                spark.readStream.format("strom").options(**opts).option("startingOffsets", "earliest").load()
+                .writeStream.format("noop").option("checkpointLocation", str(tmp / "ckpt-read"))
+                .trigger(availableNow=True).start()
+            )
+            q.awaitTermination()
+            wall = time.perf_counter() - t0
+            add_batch = sum(p["durationMs"].get("addBatch", 0) for p in q.recentProgress) / 1000
+            result["spark_stream_available_now_rows_per_s"] = round(n / wall)
+            result["spark_stream_available_now_addbatch_rows_per_s"] = round(n / add_batch) if add_batch else None
+            result["source_vs_plain_consumer"] = round(
+                result["plain_consumer_rows_per_s"] / result["spark_batch_read_rows_per_s"], 2)
 
         data = spark.range(n).selectExpr("cast(id as string) as key", f"repeat('x', {args.size}) as value")
         data = data.repartition(args.cores).cache()
         data.count()
-        t0 = time.perf_counter()
-        data.write.format("strom").option("kafka.bootstrap.servers", bootstrap).option("topic", dst) \
-            .mode("append").save()
-        result["spark_sink_rows_per_s"] = round(n / (time.perf_counter() - t0))
-        result["source_vs_plain_consumer"] = round(
-            result["plain_consumer_rows_per_s"] / result["spark_batch_read_rows_per_s"], 2)
+        for delivery in ("at-least-once", "exactly-once"):
+            name = delivery.replace("-", "_")
+            topic = f"bench-spark-{name}-{uuid.uuid4().hex[:6]}"
+            create_topic(bootstrap, topic, parts)
+            t0 = time.perf_counter()
+            data.write.format("strom").option("kafka.bootstrap.servers", bootstrap).option("topic", topic) \
+                .option("delivery", delivery).mode("append").save()
+            rate = round(n / (time.perf_counter() - t0))
+            result[f"spark_sink_{name}_rows_per_s"] = rate
+            if delivery == "at-least-once":
+                result["spark_sink_rows_per_s"] = rate  # the name earlier runs used
+
+            topic = f"bench-spark-stream-{name}-{uuid.uuid4().hex[:6]}"
+            create_topic(bootstrap, topic, parts)
+            t0 = time.perf_counter()
+            q = (
+                spark.readStream.format("strom").options(**opts).option("startingOffsets", "earliest")
+                .option("maxOffsetsPerTrigger", str(max(1, n // args.micro_batches))).load()
+                .selectExpr("key", "value")
+                .writeStream.format("strom").option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
+                .option("delivery", delivery).option("checkpointLocation", str(tmp / f"ckpt-{name}"))
+                .trigger(availableNow=True).start()
+            )
+            q.awaitTermination()
+            result[f"spark_stream_copy_{name}_rows_per_s"] = round(n / (time.perf_counter() - t0))
+        result["sink_exactly_once_vs_at_least_once"] = round(
+            result["spark_sink_exactly_once_rows_per_s"] / result["spark_sink_at_least_once_rows_per_s"], 2)
+        result["stream_copy_exactly_once_vs_at_least_once"] = round(
+            result["spark_stream_copy_exactly_once_rows_per_s"]
+            / result["spark_stream_copy_at_least_once_rows_per_s"], 2)
         spark.stop()
         print(json.dumps(result, indent=2))
     finally:
