@@ -150,6 +150,10 @@ class SourceOptions:
             # default retries only after 1 s, so a task reading a big range idles in 1 s gaps.
             "fetch.queue.backoff.ms": 10,
             "topic.metadata.refresh.interval.ms": 30_000,
+            # Spark's Kafka source (the Java client) reads uncommitted by default; librdkafka's own
+            # default is read_committed, which planned ranges ending at the high watermark (not
+            # the LSO) would wait on. kafka.isolation.level=read_committed switches both.
+            "isolation.level": "read_uncommitted",
         }
         conf.update(self.client)
         return conf
