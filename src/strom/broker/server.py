@@ -32,6 +32,7 @@ from strom.broker.handlers import (
     describe_configs,
     describe_groups,
     describe_log_dirs,
+    describe_producers,
     elect_leaders,
     fetch,
     find_coordinator,
@@ -51,6 +52,7 @@ from strom.broker.handlers import (
     produce,
     stop_replica,
     sync_group,
+    txn_offset_commit,
     update_metadata,
 )
 from strom.broker.network import SocketServer
@@ -95,10 +97,10 @@ _TOPIC_DEFAULT_KEYS = frozenset(key for d in TOPIC_CONFIGS.values() for key in d
 HANDLER_MODULES = [
     api_versions, metadata, produce, fetch, list_offsets, create_topics, delete_topics, create_partitions,
     describe_configs, alter_configs, incremental_alter_configs, describe_cluster, delete_records,
-    describe_log_dirs, init_producer_id, offset_for_leader_epoch,
+    describe_log_dirs, init_producer_id, offset_for_leader_epoch, describe_producers,
     # group coordinator
     find_coordinator, join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch,
-    offset_delete, list_groups, describe_groups, delete_groups,
+    offset_delete, list_groups, describe_groups, delete_groups, txn_offset_commit,
 ]
 
 
