@@ -19,6 +19,7 @@ import kafka.errors as Errors
 
 from strom.cluster.metadata import PartitionState
 from strom.storage.log import Log
+from strom.storage.validator import AppendOrigin
 
 # FetchRequest / ListOffsetsRequest isolation_level.
 READ_UNCOMMITTED = 0
@@ -84,8 +85,8 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        # No transactions yet: every record below the HW is stable.
-        return self.log.high_watermark
+        """The HW, or the first offset of the oldest transaction not yet decided below it."""
+        return self.log.last_stable_offset
 
     @property
     def isr_size(self) -> int:
@@ -201,7 +202,8 @@ class Partition:
             return True
         return False
 
-    def append_records_to_leader(self, records: Any, required_acks: int) -> Any:
+    def append_records_to_leader(self, records: Any, required_acks: int,
+                                 origin: AppendOrigin = AppendOrigin.CLIENT) -> Any:
         if not self.is_leader:
             raise Errors.NotLeaderForPartitionError(f"broker {self.local_broker_id} is not the leader of "
                                                     f"{self.topic}-{self.index}")
@@ -210,7 +212,7 @@ class Partition:
             raise Errors.NotEnoughReplicasError(
                 f"{self.topic}-{self.index} has {len(self.isr)} in-sync replicas, min.insync.replicas is {min_isr}"
             )
-        info = self.log.append_as_leader(records, self.leader_epoch)
+        info = self.log.append_as_leader(records, self.leader_epoch, origin=origin)
         self.maybe_increment_high_watermark()
         return info
 

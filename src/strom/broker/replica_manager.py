@@ -17,14 +17,17 @@ from typing import Any, Protocol
 import kafka.errors as Errors
 
 from strom.broker.handlers import error_code_of, error_message_of
-from strom.broker.partition import READ_UNCOMMITTED, IsrChangeSender, Partition
+from strom.broker.partition import READ_COMMITTED, READ_UNCOMMITTED, IsrChangeSender, Partition
 from strom.cluster.metadata import ChangeKind, MetadataStore, PartitionState, TopicChange, TopicMetadata
 from strom.config import BrokerConfig
+from strom.protocol.record_batch import build_control_batch
 from strom.server_common.purgatory import DelayedOperation, DelayedOperationPurgatory
 from strom.server_common.types import TopicPartition
 from strom.storage.log_config import LogConfig
 from strom.storage.log_manager import LogManager
 from strom.storage.partition_metadata import ensure_topic_configs, ensure_topic_id
+from strom.storage.transaction_index import AbortedTxn
+from strom.storage.validator import AppendOrigin
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,7 @@ class FetchPartitionResult:
     log_start_offset: int = -1
     records: Any = None  # FetchDataInfo or None
     size: int = 0
+    aborted_transactions: list[AbortedTxn] | None = None  # read_committed only
 
 
 @dataclass(slots=True)
@@ -470,7 +474,8 @@ class ReplicaManager:
         return self.log_manager.offline_log_dirs
 
     # -- produce ---------------------------------------------------------------
-    def append_records(self, entries: dict[TopicPartition, Any], required_acks: int, timeout_ms: int = 30_000
+    def append_records(self, entries: dict[TopicPartition, Any], required_acks: int, timeout_ms: int = 30_000,
+                       origin: AppendOrigin = AppendOrigin.CLIENT,
                        ) -> tuple[ProduceResults, asyncio.Future[ProduceResults] | None]:
         """Append a whole produce request; returns (per-partition results, None or what to await).
 
@@ -489,7 +494,7 @@ class ReplicaManager:
             try:
                 if part is None:
                     part = self.get_partition(*tp)  # raises the error to answer
-                info = self._append_to_local_log(part, tp, records, required_acks)
+                info = self._append_to_local_log(part, tp, records, required_acks, origin)
             except Exception as exc:
                 res.error_code = error_code_of(exc)
                 res.error_message = error_message_of(exc)
@@ -509,11 +514,12 @@ class ReplicaManager:
         self.produce_purgatory.try_complete_else_watch(op, [tp for tp, r in results.items() if r.acks_pending])
         return results, future
 
-    def _append_to_local_log(self, part: Partition, tp: TopicPartition, records: Any, required_acks: int) -> Any:
+    def _append_to_local_log(self, part: Partition, tp: TopicPartition, records: Any, required_acks: int,
+                             origin: AppendOrigin = AppendOrigin.CLIENT) -> Any:
         if records is None:
             raise Errors.InvalidRecordError("no records in produce request")
         try:
-            info = part.append_records_to_leader(records, required_acks)
+            info = part.append_records_to_leader(records, required_acks, origin)
         except OSError as exc:
             self._log_storage_error(tp, exc)
             raise Errors.KafkaStorageError(f"error appending to {tp[0]}-{tp[1]}: {exc}") from exc
@@ -523,6 +529,38 @@ class ReplicaManager:
         if not info.duplicate:
             self.fetch_purgatory.check_and_complete(tp)
         return info
+
+    async def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                                commit: bool, partitions: list[TopicPartition], timeout_ms: int = 30_000
+                                ) -> dict[TopicPartition, int]:
+        """WriteTxnMarkers on this broker: a COMMIT or ABORT marker on each partition, replicated to
+        the ISR before it counts (acks=all, as Kafka), then an error code per partition (0 = written).
+
+        Markers are not subject to min.insync.replicas: Kafka lets them through even with a shrunken
+        ISR, because refusing would leave the transaction hanging and its partitions' LSO stuck."""
+        now = int(time.time() * 1000)
+        marker = build_control_batch(producer_id, producer_epoch, coordinator_epoch, commit, now)
+        entries: dict[TopicPartition, Any] = {tp: marker for tp in partitions}
+        results, done = self.append_records(entries, 1, timeout_ms, origin=AppendOrigin.COORDINATOR)
+        waiting: list[TopicPartition] = []
+        for tp, res in results.items():
+            if not res.error_code:
+                res.required_offset = res.base_offset + 1
+                res.acks_pending = True
+                check_replicated(self.partitions.get(tp), res)
+                if res.acks_pending:
+                    waiting.append(tp)
+                elif res.error_code == Errors.NotEnoughReplicasAfterAppendError.errno:
+                    res.error_code = 0  # written and replicated to the ISR there is; see above
+        if waiting:
+            future: asyncio.Future[ProduceResults] = asyncio.get_running_loop().create_future()
+            op = DelayedProduce(timeout_ms, results, self.partitions.get, future)
+            self.produce_purgatory.try_complete_else_watch(op, waiting)
+            await future
+            for tp in waiting:
+                if results[tp].error_code == Errors.NotEnoughReplicasAfterAppendError.errno:
+                    results[tp].error_code = 0
+        return {tp: res.error_code for tp, res in results.items()}
 
     def _log_storage_error(self, tp: TopicPartition, exc: BaseException) -> None:
         """ERROR once per partition per interval; the count of the suppressed ones comes with the next."""
@@ -588,6 +626,9 @@ class ReplicaManager:
                                              min_one_message=(total == 0), replica_id=params.replica_id)
                     res.records = data
                     res.size = data.size
+                    if params.isolation_level == READ_COMMITTED and params.replica_id < 0 and data.size:
+                        res.aborted_transactions = part.log.collect_aborted_transactions(
+                            req.fetch_offset, res.last_stable_offset)
                     remaining -= data.size
                     total += data.size
             except Errors.KafkaError as exc:

@@ -318,6 +318,74 @@ def build_batch(
     return bytes(out)
 
 
+# Control records (transaction markers): key = int16 version + int16 type, value = int16
+# version + int32 coordinator epoch. Control batches hold one record and are never compressed.
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+_CONTROL_KEY = struct.Struct(">hh")
+_CONTROL_VALUE = struct.Struct(">hi")
+
+
+def build_control_batch(producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
+                        timestamp_ms: int, base_offset: int = 0) -> bytes:
+    """A v2 transaction marker batch (COMMIT or ABORT) as the coordinator's WriteTxnMarkers writes it.
+
+    Hand-encoded: a marker is one tiny fixed-shape record, and kafka-python's builder cannot set
+    the control attribute."""
+    key = _CONTROL_KEY.pack(0, CONTROL_COMMIT if commit else CONTROL_ABORT)
+    value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    # attributes 0, timestamp delta 0, offset delta 0 (zigzag varints of 0), key, value, no headers
+    body = b"\x00\x00\x00" + bytes([len(key) << 1]) + key + bytes([len(value) << 1]) + value + b"\x00"
+    record = bytes([len(body) << 1]) + body
+    attributes = TRANSACTIONAL_MASK | CONTROL_MASK
+    length = HEADER_SIZE - LOG_OVERHEAD + len(record)
+    out = bytearray(HEADER.pack(base_offset, length, NO_PARTITION_LEADER_EPOCH, MAGIC_V2, 0, attributes, 0,
+                                timestamp_ms, timestamp_ms, producer_id, producer_epoch, NO_SEQUENCE, 1))
+    out += record
+    _U32.pack_into(out, CRC_POS, compute_crc(out, 0, len(out)))
+    return bytes(out)
+
+
+def read_control_marker(buf: Buffer, position: int = 0) -> tuple[int, int] | None:
+    """(control type, coordinator epoch) of the control batch at ``position``; None if not a marker.
+
+    Only the first record is read (a control batch holds one); unknown key versions or types
+    (Kafka reserves other control types) give None, so callers treat them as opaque."""
+    try:
+        pos = position + HEADER_SIZE
+        _length, pos = _read_varint(buf, pos)
+        pos += 1  # attributes
+        _, pos = _read_varint(buf, pos)  # timestamp delta
+        _, pos = _read_varint(buf, pos)  # offset delta
+        key_len, pos = _read_varint(buf, pos)
+        if key_len < 4:
+            return None
+        version, ctype = _CONTROL_KEY.unpack_from(buf, pos)
+        pos += key_len
+        if version != 0 or ctype not in (CONTROL_ABORT, CONTROL_COMMIT):
+            return None
+        value_len, pos = _read_varint(buf, pos)
+        epoch = _CONTROL_VALUE.unpack_from(buf, pos)[1] if value_len >= 6 else -1
+        return ctype, epoch
+    except (struct.error, IndexError):
+        return None
+
+
+def _read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
+    """A zigzag varint as record fields use them."""
+    raw = 0
+    shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        raw |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (raw >> 1) ^ -(raw & 1), pos
+        shift += 7
+        if shift > 63:
+            raise IndexError("varint too long")
+
+
 def decode_records(buf: Buffer, position: int = 0) -> list[Any]:
     """Decode the records of one batch (decompressing if needed). Slow path only: tools, ListOffsets."""
     from kafka.record.default_records import DefaultRecordBatch

@@ -20,7 +20,10 @@ A round:
 Batches are kept whole when nothing in them is dropped (bytes copied verbatim,
 compression untouched); otherwise they are rebuilt with the survivors, keeping
 base offset, last offset delta, producer id/epoch/sequence, compression and
-timestamp type. Control batches are kept as they are. Records without a key are
+timestamp type. Control batches (transaction markers) are kept as they are; records of
+aborted transactions (found in the transaction indexes) are dropped and never enter the
+offset map, so an aborted write can never erase a committed one; the cleanable range stops at
+the last stable offset, so open transactions are never compacted. Records without a key are
 kept (Kafka rejects them on produce for compacted topics; Strom keeps what it has).
 
 Simplification: segments are cleaned one by one and never merged, so cleaned
@@ -61,6 +64,7 @@ from strom.server_common.types import TopicPartition
 from strom.storage.checkpoints import OffsetCheckpointFile
 from strom.storage.log import Log
 from strom.storage.segment import CLEANED_SUFFIX, LogSegment
+from strom.storage.transaction_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +151,21 @@ def rebuild_batch(original: RecordBatchHeader, records: list, data: bytes) -> by
     return bytes(out)
 
 
+class _AbortedRanges:
+    """Offsets of aborted transactions per producer, from the logs' transaction indexes."""
+
+    def __init__(self, txns: list[AbortedTxn]) -> None:
+        self._by_producer: dict[int, list[tuple[int, int]]] = {}
+        for t in txns:
+            self._by_producer.setdefault(t.producer_id, []).append((t.first_offset, t.last_offset))
+
+    def holds(self, header: RecordBatchHeader) -> bool:
+        if not header.is_transactional or not self._by_producer:
+            return False
+        ranges = self._by_producer.get(header.producer_id)
+        return bool(ranges) and any(first <= header.base_offset < last for first, last in ranges)
+
+
 class LogCleaner:
     """Compacts the logs of compacted topics; ``clean_logs`` is one round over all of them.
 
@@ -207,7 +226,7 @@ class LogCleaner:
         """Inactive segments wholly below the first uncleanable offset, and that offset."""
         segments = plog.segments
         config = plog.config
-        upper = min(segments[-1].base_offset, plog.high_watermark)
+        upper = min(segments[-1].base_offset, plog.last_stable_offset)  # open transactions stay dirty
         picked: list[LogSegment] = []
         for seg, nxt in zip(segments, segments[1:], strict=False):
             if nxt.base_offset > upper:
@@ -244,11 +263,12 @@ class LogCleaner:
             return None
         stats = CleanerStats(plog.topic, plog.partition, first_dirty_offset=first_dirty, end_offset=end_offset)
 
-        # 1. offset map of the dirty range: key -> offset of its latest record
+        # 1. offset map of the dirty range: key -> offset of its latest record (aborted ones never count)
+        aborted = _AbortedRanges(plog.collect_aborted_transactions(plog.log_start_offset, end_offset))
         offset_map: dict[bytes, int] = {}
         for seg in segments:
             for header, data in iter_segment_batches(seg):
-                if header.next_offset <= first_dirty or header.is_control:
+                if header.next_offset <= first_dirty or header.is_control or aborted.holds(header):
                     continue
                 for r in DefaultRecordBatch(data):
                     if r.key is not None:
@@ -262,7 +282,11 @@ class LogCleaner:
             for header, data in iter_segment_batches(seg):
                 stats.bytes_read += len(data)
                 if header.is_control:
-                    chunks.append(data)
+                    chunks.append(data)  # markers stay: consumers and producer state rely on them
+                    continue
+                if aborted.holds(header):
+                    stats.records_read += header.records_count
+                    changed = True  # an aborted transaction's records are never read by anyone again
                     continue
                 records = list(DefaultRecordBatch(data))
                 stats.records_read += len(records)

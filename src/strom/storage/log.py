@@ -37,13 +37,14 @@ from strom.protocol.record_batch import (
     Buffer,
     RecordBatchHeader,
     decode_records,
+    read_control_marker,
     rewrite_header,
 )
 from strom.storage.checkpoints import fsync_dir
 from strom.storage.leader_epoch_cache import LeaderEpochFileCache
 from strom.storage.log_config import LogConfig
 from strom.storage.log_loader import LogLoader, rebuild_producer_state
-from strom.storage.producer_state import ProducerStateManager
+from strom.storage.producer_state import Marker, ProducerStateManager
 from strom.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -52,7 +53,8 @@ from strom.storage.segment import (
     LogSegment,
     segment_path,
 )
-from strom.storage.validator import LogValidator
+from strom.storage.transaction_index import AbortedTxn
+from strom.storage.validator import AppendOrigin, LogValidator
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +134,20 @@ class _DeleteScheduler:
 DELETE_SCHEDULER = _DeleteScheduler()
 
 
+def _markers_in(view: memoryview, headers: list[RecordBatchHeader]) -> dict[int, Marker] | None:
+    """Batch position -> (control type, coordinator epoch) of the control batches; None if there are none
+    (the common case: one attribute test per batch)."""
+    markers: dict[int, Marker] | None = None
+    for h in headers:
+        if h.is_control:
+            marker = read_control_marker(view, h.position)
+            if marker is not None:
+                if markers is None:
+                    markers = {}
+                markers[h.position] = marker
+    return markers
+
+
 class Log:
     """One partition's log. All mutating methods take the per-log lock (safe from a thread pool)."""
 
@@ -206,7 +222,7 @@ class Log:
 
     @property
     def last_stable_offset(self) -> int:
-        unstable = self.producer_state.first_unstable_offset()
+        unstable = self.producer_state.first_unstable_offset(self.high_watermark)
         return self.high_watermark if unstable is None else min(self.high_watermark, unstable)
 
     def update_high_watermark(self, hw: int) -> int:
@@ -231,7 +247,8 @@ class Log:
     # -- append -------------------------------------------------------------------------------------
 
     def append_as_leader(
-        self, records: Buffer, leader_epoch: int, now_ms: int | None = None
+        self, records: Buffer, leader_epoch: int, now_ms: int | None = None,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> LogAppendInfo:
         """Validate, assign offsets from the LEO, stamp the leader epoch (and LogAppendTime), append.
 
@@ -241,11 +258,12 @@ class Log:
         now = now_ms if now_ms is not None else time_ms()
         config = self.config
         view = records if isinstance(records, memoryview) else memoryview(records)
-        result = LogValidator.validate(view, config, now)
+        result = LogValidator.validate(view, config, now, from_client=origin is AppendOrigin.CLIENT)
         append_time = now if config.log_append_time else None
+        markers = _markers_in(view, result.headers)
         with self._lock:
             self._check_open()
-            dup = self.producer_state.check_batches(result.headers)
+            dup = self.producer_state.check_batches(result.headers, markers)
             if dup is not None:
                 return LogAppendInfo(
                     first_offset=dup.first_offset,
@@ -279,8 +297,7 @@ class Log:
             self._maybe_roll(result.size, max_ts, offset - 1, now)
             self.active_segment.append(buffers, batches)
             self._leo = offset
-            for h in result.headers:
-                self.producer_state.update(h)
+            self._update_producer_state(result.headers, markers)
             if self._leo - self.recovery_point >= config.flush_messages:
                 self.flush()
             return LogAppendInfo(
@@ -316,8 +333,7 @@ class Log:
             self._maybe_roll(result.size, max_ts, last, now)
             self.active_segment.append([view], [(h.last_offset, h.max_timestamp, h.size) for h in headers])
             self._leo = last + 1
-            for h in headers:
-                self.producer_state.update(h)
+            self._update_producer_state(headers, _markers_in(view, headers))
             if self._leo - self.recovery_point >= self.config.flush_messages:
                 self.flush()
             append_time = max_ts if headers[-1].timestamp_type == LOG_APPEND_TIME else -1
@@ -330,6 +346,35 @@ class Log:
                 max_ts,
                 valid_bytes=result.size,
             )
+
+    def _update_producer_state(self, headers: list[RecordBatchHeader], markers: dict[int, Marker] | None) -> None:
+        """Track producers; an ABORT marker adds its transaction to the active segment's txn index."""
+        state = self.producer_state
+        if markers is None:
+            for h in headers:
+                state.update(h)
+            return
+        for h in headers:
+            done = state.update(h, markers.get(h.position))
+            if done is not None and done.aborted:
+                self.active_segment.txn_index.append(AbortedTxn(
+                    done.producer_id, done.first_offset, done.last_offset, state.last_stable_offset_after(done)))
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start_offset, upper_bound), for a read_committed fetch.
+
+        An aborted transaction is indexed in the segment of its marker, which lies at or after
+        any of its records, so the search starts at the segment holding ``start_offset`` and stops at
+        an entry whose LSO reaches the bound (no later abort can start below it)."""
+        with self._lock:
+            segments = self._segments[self._segment_index_for(start_offset):]
+        found: list[AbortedTxn] = []
+        for seg in segments:
+            txns, complete = seg.txn_index.collect(start_offset, upper_bound)
+            found.extend(txns)
+            if complete:
+                break
+        return found
 
     def _assign_epochs_of(self, headers: list[RecordBatchHeader]) -> None:
         """Record the start of each new leader epoch among the leader's batches (one file write at most)."""
@@ -728,6 +773,7 @@ class Log:
                 except FileNotFoundError:
                     pass
             new.change_suffix("")
+            new.txn_index = old.txn_index  # same offsets, same aborted transactions, same file
             self._segments[i] = new
             old.deleted = True  # its paths now name the new files: never rename or unlink through it
         fsync_dir(self.directory)  # the renames are atomic already; this only makes them durable

@@ -8,7 +8,8 @@ Steps (following Kafka's LogLoader):
 3. after an unclean shutdown, recover every segment from the one holding the
    recovery point on (length + CRC validation, index rebuild);
 4. compute the log end offset and rebuild producer state from the newest
-   snapshot plus a replay of batch headers;
+   snapshot plus a replay of batch headers; recovered segments get their transaction
+   index (aborted transactions) rebuilt by the same replay;
 5. load the leader epoch cache, rebuild it from batch headers if its file is missing or
    unreadable, and cut it to the recovered [log start, LEO).
 
@@ -23,13 +24,15 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from strom.protocol.record_batch import RecordBatchHeader, read_control_marker
 from strom.storage.leader_epoch_cache import LeaderEpochFileCache
 from strom.storage.log_config import LogConfig
-from strom.storage.producer_state import SNAPSHOT_SUFFIX, ProducerStateManager
+from strom.storage.producer_state import SNAPSHOT_SUFFIX, Marker, ProducerStateManager
 from strom.storage.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, LogSegment
+from strom.storage.transaction_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +49,22 @@ class LoadedLog:
     leader_epoch_cache: LeaderEpochFileCache
 
 
+def marker_of(seg: LogSegment, header: RecordBatchHeader) -> Marker | None:
+    """The COMMIT/ABORT marker a control batch in ``seg`` holds (one small read)."""
+    return read_control_marker(os.pread(seg.file.fileno(), header.size, header.position))
+
+
 def rebuild_producer_state(
-    producer_state: ProducerStateManager, segments: Sequence[LogSegment], log_end_offset: int
+    producer_state: ProducerStateManager, segments: Sequence[LogSegment], log_end_offset: int,
+    reindex: Collection[int] = (),
 ) -> None:
-    """Load the newest snapshot <= LEO, then replay batch headers from its offset to the LEO."""
-    loaded = producer_state.load_latest_snapshot(log_end_offset)
+    """Load the newest snapshot <= LEO, then replay batch headers from its offset to the LEO.
+
+    ``reindex`` names segments (by base offset) whose transaction index was lost with a crash:
+    the replay then starts at a snapshot no later than the first of them and re-adds the
+    aborted transactions whose markers lie in them."""
+    limit = min([log_end_offset, *reindex])
+    loaded = producer_state.load_latest_snapshot(limit)
     start = loaded if loaded is not None else (segments[0].base_offset if segments else 0)
     if loaded is None:
         producer_state.reset(start)
@@ -58,9 +72,17 @@ def rebuild_producer_state(
         upper = segments[i + 1].base_offset if i + 1 < len(segments) else log_end_offset
         if upper <= start:
             continue
+        rebuild_index = seg.base_offset in reindex
         for header in seg.batches_from(start):
-            if header.base_offset >= start:
+            if header.base_offset < start:
+                continue
+            if not header.is_control or header.producer_id < 0:
                 producer_state.update(header)
+                continue
+            done = producer_state.update(header, marker_of(seg, header))
+            if done is not None and done.aborted and rebuild_index:
+                seg.txn_index.append(AbortedTxn(done.producer_id, done.first_offset, done.last_offset,
+                                                producer_state.last_stable_offset_after(done)))
     producer_state.map_end_offset = log_end_offset
 
 
@@ -131,6 +153,7 @@ class LogLoader:
         for i, seg in enumerate(segments):
             if seg.base_offset in recovered:
                 self._recover_segment(seg, segments[i + 1] if i + 1 < len(segments) else None)
+                seg.txn_index.reset()  # rebuilt by the producer-state replay below
         if not segments:
             base = max(0, self.log_start_offset)
             segments.append(LogSegment(self.directory, base, self.config, self.now_ms, active=True))
@@ -144,7 +167,7 @@ class LogLoader:
         log_start_offset = min(max(self.log_start_offset, segments[0].base_offset), log_end_offset)
         recovery_point = log_end_offset if self.clean_shutdown else min(self.recovery_point, log_end_offset)
         producer_state = ProducerStateManager(self.directory)
-        rebuild_producer_state(producer_state, segments, log_end_offset)
+        rebuild_producer_state(producer_state, segments, log_end_offset, reindex=recovered)
         producer_state.delete_snapshots_before(segments[0].base_offset)
         epochs = load_leader_epoch_cache(self.directory, segments, log_start_offset, log_end_offset)
         return LoadedLog(segments, log_start_offset, log_end_offset, recovery_point, producer_state, epochs)
@@ -164,7 +187,7 @@ class LogLoader:
                     bases.append(int(stem))
         present = set(bases)
         for name in os.listdir(self.directory):
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 if name.endswith(suffix):
                     stem = name[: -len(suffix)]
                     if stem.isdigit() and int(stem) not in present:

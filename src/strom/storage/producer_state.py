@@ -10,6 +10,14 @@ Choice (as Kafka 3.x after KIP-360): an unknown producer id is accepted with any
 sequence, because its state may legitimately have been removed by retention or
 expiration; UNKNOWN_PRODUCER_ID is not returned.
 
+Transactions: a transactional data batch opens (or continues) the producer's transaction, whose
+first offset bounds the last stable offset (LSO) until a COMMIT or ABORT marker of that producer
+closes it. A closed transaction keeps bounding the LSO until the high watermark passes its
+marker (Kafka's "unreplicated" transactions), so a read_committed consumer never sees a
+transaction's records before the marker that decides them is committed. A non-transactional
+write from a producer with an open transaction is INVALID_TXN_STATE; a marker from an older
+coordinator epoch is TRANSACTION_COORDINATOR_FENCED.
+
 State is persisted as ``<20-digit offset>.snapshot`` files (own format, CRC-32C)
 at roll and close; recovery loads the newest snapshot <= the log end and replays
 batch headers after it.
@@ -24,9 +32,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import crc32c
-from kafka.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
+from kafka.errors import (
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceNumberError,
+    TransactionCoordinatorFencedError,
+)
 
-from strom.protocol.record_batch import NO_SEQUENCE, RecordBatchHeader
+from strom.protocol.record_batch import CONTROL_ABORT, NO_SEQUENCE, RecordBatchHeader
 from strom.storage.checkpoints import write_atomically
 
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -77,6 +90,20 @@ class ProducerStateEntry:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction closed by its marker at ``last_offset``."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+
+
+# What a control batch says: (control type, coordinator epoch); see record_batch.read_control_marker.
+Marker = tuple[int, int]
+
+
 def _in_sequence(last_seq: int, next_seq: int) -> bool:
     return next_seq == last_seq + 1 or (last_seq == INT_MAX and next_seq == 0)
 
@@ -89,16 +116,23 @@ class ProducerStateManager:
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0  # state reflects every batch below this offset
+        self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self.unreplicated: list[CompletedTxn] = []  # closed, but the marker is not below the HW yet
 
     # -- validation (before anything is written) ---------------------------------------------------
 
-    def check_batches(self, headers: Iterable[RecordBatchHeader]) -> BatchMetadata | None:
+    def check_batches(self, headers: Iterable[RecordBatchHeader],
+                      markers: dict[int, Marker] | None = None) -> BatchMetadata | None:
         """Classify the idempotent batches of one append, in order.
 
         Returns the original metadata of the first duplicate batch (the caller then
         writes nothing and answers with the original offsets), None if all are new.
         Raises InvalidProducerEpochError / OutOfOrderSequenceNumberError.  Batches of
         the same producer within one append are checked against each other.
+        ``markers`` (batch position -> marker) come with a coordinator's control batches;
+        a marker from an older coordinator epoch than the producer's last one is fenced.
+        Batches without a sequence (a coordinator's transactional offset commits) skip the
+        sequence checks.
         """
         staged: dict[int, tuple[int, int]] = {}  # pid -> (epoch, last seq) after earlier batches here
         for h in headers:
@@ -118,6 +152,19 @@ class ProducerStateManager:
                     f"producer {pid} epoch {epoch} is older than current epoch {cur_epoch}"
                 )
             if h.is_control:
+                marker = markers.get(h.position) if markers else None
+                if marker is not None and entry is not None and marker[1] < entry.coordinator_epoch:
+                    raise TransactionCoordinatorFencedError(
+                        f"marker of producer {pid} from coordinator epoch {marker[1]} is older than "
+                        f"epoch {entry.coordinator_epoch}"
+                    )
+                staged[pid] = (epoch, cur_last if epoch == cur_epoch else NO_SEQUENCE)
+                continue
+            if not h.is_transactional and pid in self.ongoing and pid not in staged:
+                raise InvalidTxnStateError(
+                    f"expected a transactional write from producer {pid}: it has an open transaction"
+                )
+            if h.base_sequence == NO_SEQUENCE:
                 staged[pid] = (epoch, cur_last if epoch == cur_epoch else NO_SEQUENCE)
                 continue
             if entry is not None and pid not in staged and epoch == entry.producer_epoch:
@@ -140,13 +187,15 @@ class ProducerStateManager:
 
     # -- update (after the write, and during replay) -----------------------------------------------
 
-    def update(self, h: RecordBatchHeader) -> None:
-        """Apply one batch whose offsets are final (header fields must hold the assigned offsets)."""
+    def update(self, h: RecordBatchHeader, marker: Marker | None = None) -> CompletedTxn | None:
+        """Apply one batch whose offsets are final (header fields must hold the assigned offsets).
+
+        A control batch needs its ``marker``; the transaction it closes is returned."""
         pid = h.producer_id
         if h.next_offset > self.map_end_offset:
             self.map_end_offset = h.next_offset
         if pid < 0:
-            return
+            return None
         entry = self.producers.get(pid)
         if entry is None:
             entry = ProducerStateEntry(pid)
@@ -156,21 +205,39 @@ class ProducerStateManager:
             entry.batches.clear()
         entry.last_timestamp = max(entry.last_timestamp, h.max_timestamp)
         if h.is_control:
+            first = entry.current_txn_first_offset
             entry.current_txn_first_offset = -1
-            return
+            self.ongoing.pop(pid, None)
+            if marker is None:
+                return None
+            entry.coordinator_epoch = max(entry.coordinator_epoch, marker[1])
+            done = CompletedTxn(pid, first if first >= 0 else h.base_offset, h.base_offset,
+                                marker[0] == CONTROL_ABORT)
+            self.unreplicated.append(done)
+            return done
         if h.base_sequence >= 0:
             entry.batches.append(
                 BatchMetadata(h.base_sequence, h.last_sequence, h.base_offset, h.last_offset, h.max_timestamp)
             )
         if h.is_transactional and entry.current_txn_first_offset < 0:
             entry.current_txn_first_offset = h.base_offset
+            self.ongoing[pid] = h.base_offset
+        return None
 
-    def first_unstable_offset(self) -> int | None:
-        """Smallest first offset of an ongoing transaction (bounds the last stable offset)."""
-        offsets = [
-            e.current_txn_first_offset for e in self.producers.values() if e.current_txn_first_offset >= 0
-        ]
-        return min(offsets) if offsets else None
+    def first_unstable_offset(self, high_watermark: int | None = None) -> int | None:
+        """Smallest first offset of a transaction that is open, or closed by a marker at or past the HW."""
+        if self.unreplicated and high_watermark is not None:
+            self.unreplicated = [t for t in self.unreplicated if t.last_offset >= high_watermark]
+        if not self.ongoing and not self.unreplicated:
+            return None
+        firsts = list(self.ongoing.values())
+        firsts.extend(t.first_offset for t in self.unreplicated)
+        return min(firsts)
+
+    def last_stable_offset_after(self, completed: CompletedTxn) -> int:
+        """The LSO once ``completed`` is closed, ignoring replication: Kafka stores it in the txn index."""
+        others = [first for pid, first in self.ongoing.items() if pid != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Forget producers idle for producer.id.expiration.ms with no open transaction."""
@@ -186,7 +253,14 @@ class ProducerStateManager:
 
     def reset(self, offset: int = 0) -> None:
         self.producers.clear()
+        self.ongoing.clear()
+        self.unreplicated.clear()
         self.map_end_offset = offset
+
+    def _reindex_ongoing(self) -> None:
+        self.ongoing = {pid: e.current_txn_first_offset for pid, e in self.producers.items()
+                        if e.current_txn_first_offset >= 0}
+        self.unreplicated.clear()
 
     # -- snapshots ---------------------------------------------------------------------------------
 
@@ -262,6 +336,7 @@ class ProducerStateManager:
             except (CorruptSnapshotError, OSError):
                 self._unlink(offset)
                 continue
+            self._reindex_ongoing()
             self.map_end_offset = offset
             return offset
         self.reset()

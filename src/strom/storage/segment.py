@@ -32,6 +32,7 @@ from strom.protocol.record_batch import (
 )
 from strom.storage.index import NO_TIMESTAMP, AbstractIndex, CorruptIndexError, OffsetIndex, TimeIndex
 from strom.storage.log_config import INT_MAX, LogConfig
+from strom.storage.transaction_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,7 @@ class LogSegment:
             segment_path(directory, base_offset, TIME_INDEX_SUFFIX + suffix), base_offset, max_index,
             on_corrupt=self._rebuild_index,
         )
+        self.txn_index = TransactionIndex(segment_path(directory, base_offset, TXN_INDEX_SUFFIX + suffix))
         self.created_ms = int(time.time() * 1000) if now_ms is None else now_ms
         self._bytes_since_last_index_entry = 0
         # Largest timestamp and its offset: read lazily from the time index's last entry.
@@ -445,7 +447,8 @@ class LogSegment:
 
     def index_files_usable(self) -> bool:
         """Cheap load-time check (stat only): both index files exist and hold whole entries."""
-        return self.offset_index.file_size_ok() and self.time_index.file_size_ok()
+        return (self.offset_index.file_size_ok() and self.time_index.file_size_ok()
+                and self.txn_index.file_size_ok())
 
     def _rebuild_index(self, index: AbstractIndex, exc: CorruptIndexError) -> None:
         """A lazily loaded index failed its sanity check: rebuild it from batch headers.
@@ -486,6 +489,7 @@ class LogSegment:
         os.ftruncate(self._fd, pos)
         self._size = pos
         self._next_offset = header.base_offset
+        self.txn_index.truncate_to(header.base_offset)
         self._max_timestamp_so_far = None  # re-read from the truncated time index
         self._bytes_since_last_index_entry = 0
         self.offset_index.persist()
@@ -508,6 +512,7 @@ class LogSegment:
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         if self._file.closed:
@@ -527,6 +532,7 @@ class LogSegment:
         self.log_path = new_log_path
         self.offset_index.rename(segment_path(self.directory, self.base_offset, INDEX_SUFFIX + new_suffix))
         self.time_index.rename(segment_path(self.directory, self.base_offset, TIME_INDEX_SUFFIX + new_suffix))
+        self.txn_index.rename(segment_path(self.directory, self.base_offset, TXN_INDEX_SUFFIX + new_suffix))
 
     def delete_files(self) -> None:
         """Close and unlink; in-flight sendfiles on the old handle fail with EBADF."""
@@ -535,6 +541,7 @@ class LogSegment:
             self._file.close()
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         try:
             os.unlink(self.log_path)
         except FileNotFoundError:

@@ -8,6 +8,7 @@ A failure raises the Kafka error the broker returns; nothing is written then.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from kafka.errors import (
     CorruptRecordError,
@@ -18,6 +19,15 @@ from kafka.errors import (
 
 from strom.protocol.record_batch import Buffer, RecordBatchHeader, compute_crc, iter_batches
 from strom.storage.log_config import LONG_MAX, LogConfig
+
+
+class AppendOrigin(Enum):
+    """Who writes (Kafka's AppendOrigin): clients get every check; a coordinator (transaction
+    markers, group records, transactional offset commits) may write control batches and
+    batches without sequence numbers."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
 
 
 @dataclass(slots=True)

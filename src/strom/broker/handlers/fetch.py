@@ -23,6 +23,7 @@ API_KEY = ApiKey.FETCH
 CURRENT_LEADER_EPOCH_FROM = 9
 FLEXIBLE_FROM = 12
 TOPIC_IDS_FROM = 13
+_ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 
 
 async def handle(ctx: RequestContext, request: Any) -> RawResponse:
@@ -88,7 +89,15 @@ def _encode(version: int, top_error: int, layout: list[tuple[Any, str | None, li
         buf.extend(struct.pack(">ihqq", index, err, hw, lso))
         if version >= 5:
             buf.extend(struct.pack(">q", lso_start))
-        buf.extend(array_len(0, flexible))  # aborted_transactions: none (no transactions yet)
+        aborted = r.aborted_transactions if r else None
+        if aborted is None:
+            buf.extend(array_len(-1, flexible))  # null: not read_committed, or nothing read
+        else:
+            buf.extend(array_len(len(aborted), flexible))
+            for txn in aborted:
+                buf.extend(_ABORTED.pack(txn.producer_id, txn.first_offset))
+                if flexible:
+                    buf.extend(b"\x00")
         if version >= 11:
             buf.extend(struct.pack(">i", -1))  # preferred_read_replica
 

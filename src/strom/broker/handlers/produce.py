@@ -30,10 +30,7 @@ PartitionResult = ProducePartitionResult
 async def handle(ctx: RequestContext, request: Any) -> bytes | DeferredResponse | None:
     acks = request.acks
     err = 0
-    if request.transactional_id is not None:
-        # Transactions come later; refuse clearly instead of writing half a transaction.
-        err = Errors.TransactionalIdAuthorizationFailedError.errno
-    elif acks not in (0, 1, -1):
+    if acks not in (0, 1, -1):
         err = Errors.InvalidRequiredAcksError.errno
     entries: dict[TopicPartition, Any] = {}
     if not err:
