@@ -35,7 +35,7 @@ class LogBackedReplicaManager:
             self.logs[partition] = Log(path, self.config)
         return self.logs[partition]
 
-    def append_records(self, entries: dict[tuple[str, int], bytes], acks: int) -> Any:
+    def append_records(self, entries: dict[tuple[str, int], bytes], acks: int, origin: Any = None) -> Any:
         results = {}
         for (topic, partition), records in entries.items():
             assert topic == GROUP_METADATA_TOPIC_NAME

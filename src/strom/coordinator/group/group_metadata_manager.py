@@ -49,6 +49,7 @@ from strom.protocol.record_batch import (
     iter_batches,
 )
 from strom.server_common.types import TopicPartition
+from strom.storage.validator import AppendOrigin
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +192,7 @@ class GroupMetadataManager:
                             base_sequence=0 if transactional else NO_SEQUENCE,
                             is_transactional=transactional)
         tp = (GROUP_METADATA_TOPIC_NAME, partition)
-        results, replicated = self.replica_manager.append_records({tp: batch}, -1)
+        results, replicated = self.replica_manager.append_records({tp: batch}, -1, origin=AppendOrigin.COORDINATOR)
         if replicated is not None:
             results = await replicated
         res = results[tp]
