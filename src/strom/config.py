@@ -328,6 +328,10 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("transaction.state.log.segment.bytes", T.INT, 104857600, "Segment size of __transaction_state.", at_least(1)),
     ConfigDef("transaction.max.timeout.ms", T.INT, 900000, "Largest transaction timeout a producer may ask for.", at_least(1)),
     ConfigDef("transactional.id.expiration.ms", T.INT, 604800000, "Idle transactional ids expire after this.", at_least(1)),
+    ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", T.INT, 10000,
+              "How often the coordinator aborts transactions past their timeout.", at_least(1)),
+    ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", T.INT, 3600000,
+              "How often the coordinator removes expired transactional ids.", at_least(1)),
     ConfigDef("producer.id.expiration.ms", T.INT, 86400000, "Idle producer ids expire after this.", at_least(1)),
 ]
 del T

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,9 +20,7 @@ if TYPE_CHECKING:
     from strom.cluster.zk_metadata import ZkMetadataStore
     from strom.config import BrokerConfig
     from strom.coordinator.group.group_coordinator import GroupCoordinator
-
-# (error code, error message, node id, host, port) for one coordinator key.
-CoordinatorLookup = Callable[[str | None], tuple[int, str | None, int, str, int]]
+    from strom.coordinator.transaction.transaction_coordinator import TransactionCoordinator
 
 
 class CloseConnection(Exception):
@@ -75,7 +72,7 @@ class BrokerServices:
     group_coordinator: GroupCoordinator
     producer_id_manager: ProducerIdManager
     apis: KafkaApis  # what ApiVersions advertises
-    find_transaction_coordinator: CoordinatorLookup | None = None  # None until transactions exist
+    transaction_coordinator: TransactionCoordinator | None = None  # None only in handler tests built from fakes
     cluster: ClusterLink | None = None  # None on a single node (no ZooKeeper)
     dynamic_config: DynamicBrokerConfig | None = None  # AlterConfigs on broker resources
 

@@ -19,6 +19,8 @@ from strom.broker.admin_manager import AdminManager
 from strom.broker.apis import KafkaApis
 from strom.broker.dynamic_config import DynamicBrokerConfig
 from strom.broker.handlers import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_configs,
     alter_partition,
     api_versions,
@@ -33,7 +35,9 @@ from strom.broker.handlers import (
     describe_groups,
     describe_log_dirs,
     describe_producers,
+    describe_transactions,
     elect_leaders,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -44,6 +48,7 @@ from strom.broker.handlers import (
     leave_group,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -54,6 +59,7 @@ from strom.broker.handlers import (
     sync_group,
     txn_offset_commit,
     update_metadata,
+    write_txn_markers,
 )
 from strom.broker.network import SocketServer
 from strom.broker.producer_id_manager import ProducerIdManager
@@ -72,6 +78,8 @@ from strom.config import TOPIC_CONFIGS, BrokerConfig
 from strom.coordinator.common import sync_ownership
 from strom.coordinator.group.group_coordinator import GroupCoordinator
 from strom.coordinator.group.startup import create_group_coordinator
+from strom.coordinator.transaction.startup import create_transaction_coordinator
+from strom.coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from strom.protocol.inter_broker import ControlledShutdownRequest
 from strom.server_common.purgatory import DelayedOperationPurgatory, TimerDriver
 from strom.server_common.timing_wheel import Timer
@@ -101,6 +109,8 @@ HANDLER_MODULES = [
     # group coordinator
     find_coordinator, join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch,
     offset_delete, list_groups, describe_groups, delete_groups, txn_offset_commit,
+    # transaction coordinator
+    add_partitions_to_txn, add_offsets_to_txn, end_txn, write_txn_markers, describe_transactions, list_transactions,
 ]
 
 
@@ -187,13 +197,14 @@ class KafkaServer:
             self._set_aside_unhosted_logs()
             self.replica_manager.purge_tombstones()
         self.group_coordinator: GroupCoordinator = create_group_coordinator(self, timer)
+        self.transaction_coordinator: TransactionCoordinator = create_transaction_coordinator(self)
         self.publisher.sync_coordinators()
         cluster_link = self._start_cluster_services() if self.clustered else None
         self.services = BrokerServices(
             broker_id=self.broker_id, config=cfg, metadata=self.metadata, replica_manager=self.replica_manager,
             admin_manager=self.admin_manager, group_coordinator=self.group_coordinator,
             producer_id_manager=self.producer_id_manager, apis=self.apis, cluster=cluster_link,
-            dynamic_config=self.dynamic_config,
+            dynamic_config=self.dynamic_config, transaction_coordinator=self.transaction_coordinator,
         )
         self.dynamic_config.add_reconfigurable(self._reconfigure)
         host, port = cfg.listener_host_port()
@@ -217,10 +228,21 @@ class KafkaServer:
         self._schedule("metadata-save-retry", METADATA_RETRY_INTERVAL_MS, self._retry_metadata_save)
         self._schedule("group-metadata-expiry", cfg.get("offsets.retention.check.interval.ms"),
                        self.group_coordinator.cleanup_group_metadata)
+        self._schedule("transaction-abort", cfg.get("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+                       self._abort_timed_out_transactions)
+        self._schedule("transactional-id-expiration",
+                       cfg.get("transaction.remove.expired.transaction.cleanup.interval.ms"),
+                       self._remove_expired_transactional_ids)
         self.log_cleaner = LogCleaner(log_dirs)
         if cfg.get("log.cleaner.enable"):
             # The pause is read before every pass: log.cleaner.backoff.ms is dynamic.
             self._schedule("log-cleaner", lambda: cleaner_backoff_ms(cfg), self._clean_logs)
+
+    async def _abort_timed_out_transactions(self) -> None:
+        await self.transaction_coordinator.abort_timed_out_transactions()
+
+    async def _remove_expired_transactional_ids(self) -> None:
+        await self.transaction_coordinator.remove_expired_transactional_ids()
 
     def _load_dynamic_config(self) -> None:
         """Persisted dynamic broker configs, applied before anything reads topic defaults (blocking)."""
@@ -456,6 +478,8 @@ class KafkaServer:
             await step("alter partition manager", self.alter_partition_manager.close)
         if hasattr(self, "controller"):
             await step("controller", self.controller.shutdown)
+        if hasattr(self, "transaction_coordinator"):
+            await step("transaction coordinator", self.transaction_coordinator.shutdown)
         if hasattr(self, "group_coordinator"):
             await step("group coordinator", self.group_coordinator.shutdown)
         if hasattr(self, "_timer_driver"):

@@ -1,8 +1,8 @@
-"""FindCoordinator: which broker coordinates a group (v0-v3 one key, v4+ a batch of keys).
+"""FindCoordinator: which broker coordinates a group or a transactional id (v0-v3 one key, v4+ a batch).
 
-The coordinator is the leader of the group's ``__consumer_offsets`` partition; the
-topic is created on first use. Transaction coordinators do not exist yet, so
-transactional keys get COORDINATOR_NOT_AVAILABLE.
+The coordinator of a group is the leader of its ``__consumer_offsets`` partition, that of a
+transactional id (key type 1) the leader of its ``__transaction_state`` partition; both
+topics are created on first use.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ from kafka.protocol.metadata import FindCoordinatorResponse
 from strom.broker.request import RequestContext
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, partition_for
 from strom.coordinator.group.startup import ensure_offsets_topic
+from strom.coordinator.transaction.startup import ensure_transaction_state_topic
+from strom.coordinator.transaction.transaction_state_manager import TRANSACTION_STATE_TOPIC_NAME
+from strom.coordinator.transaction.transaction_state_manager import partition_for as txn_partition_for
 from strom.protocol.api_keys import ApiKey
 
 API_KEY = ApiKey.FIND_COORDINATOR
@@ -28,26 +31,29 @@ async def lookup(ctx: RequestContext, key: str | None, key_type: int) -> tuple[i
     """(error, message, node id, host, port) for one key."""
     services = ctx.services
     if key_type == TRANSACTION_KEY_TYPE:
-        finder = services.find_transaction_coordinator
-        if finder is None:
-            return Errors.CoordinatorNotAvailableError.errno, "transactions are not supported yet", -1, "", -1
-        return finder(key)
-    if key_type != GROUP_KEY_TYPE:
+        if not key:
+            return Errors.InvalidRequestError.errno, "empty transactional id", -1, "", -1
+        if services.transaction_coordinator is None:
+            return Errors.CoordinatorNotAvailableError.errno, None, -1, "", -1
+        ensure, topic_name, partition_of = ensure_transaction_state_topic, TRANSACTION_STATE_TOPIC_NAME, \
+            txn_partition_for
+    elif key_type == GROUP_KEY_TYPE:
+        if key is None:
+            return Errors.InvalidGroupIdError.errno, "null group id", -1, "", -1
+        ensure, topic_name, partition_of = ensure_offsets_topic, GROUP_METADATA_TOPIC_NAME, partition_for
+    else:
         return Errors.InvalidRequestError.errno, f"unknown coordinator key type {key_type}", -1, "", -1
-    if key is None:
-        return Errors.InvalidGroupIdError.errno, "null group id", -1, "", -1
     try:
-        topic = await ensure_offsets_topic(services.config, services.metadata, services.admin_manager)
+        topic = await ensure(services.config, services.metadata, services.admin_manager)
     except Errors.KafkaError as exc:
         return Errors.CoordinatorNotAvailableError.errno, str(exc), -1, "", -1
     if topic is None or not topic.partitions:
         return Errors.CoordinatorNotAvailableError.errno, None, -1, "", -1
-    state = topic.partitions.get(partition_for(key, len(topic.partitions)))
+    state = topic.partitions.get(partition_of(key, len(topic.partitions)))
     brokers = {b.broker_id: b for b in services.metadata.live_brokers()}
     broker = brokers.get(state.leader) if state is not None else None
     if broker is None:
-        return Errors.CoordinatorNotAvailableError.errno, f"{GROUP_METADATA_TOPIC_NAME} has no live leader", \
-            -1, "", -1
+        return Errors.CoordinatorNotAvailableError.errno, f"{topic_name} has no live leader", -1, "", -1
     return 0, None, broker.broker_id, broker.host, broker.port
 
 

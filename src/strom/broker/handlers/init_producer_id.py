@@ -1,7 +1,8 @@
-"""InitProducerId: hands idempotent producers an id and epoch.
+"""InitProducerId: hands producers an id and epoch.
 
-Ids come in blocks reserved in the metadata store, so they stay unique across
-restarts. Transactional ids are refused until the transaction coordinator exists.
+Idempotent producers (no transactional id) get a fresh id from blocks reserved in the
+metadata store, so ids stay unique across restarts. Transactional producers go to the
+transaction coordinator, which bumps the id's epoch and so fences older instances.
 """
 
 from __future__ import annotations
@@ -21,7 +22,19 @@ MAX_EPOCH = 32767
 async def handle(ctx: RequestContext, request: Any) -> InitProducerIdResponse:
     resp = InitProducerIdResponse(throttle_time_ms=0, error_code=0, producer_id=-1, producer_epoch=-1)
     if request.transactional_id is not None:
-        resp.error_code = Errors.TransactionalIdAuthorizationFailedError.errno
+        coordinator = ctx.services.transaction_coordinator
+        if coordinator is None:
+            resp.error_code = Errors.CoordinatorNotAvailableError.errno
+            return resp
+        expected = None
+        if ctx.version >= 3 and request.producer_id >= 0:
+            expected = (request.producer_id, request.producer_epoch)
+        result = await coordinator.handle_init_producer_id(request.transactional_id,
+                                                           request.transaction_timeout_ms, expected)
+        error = result.error
+        if error == Errors.ProducerFencedError.errno and ctx.version < 4:
+            error = Errors.InvalidProducerEpochError.errno  # PRODUCER_FENCED arrived with v4 (KIP-588)
+        resp.error_code, resp.producer_id, resp.producer_epoch = error, result.producer_id, result.producer_epoch
         return resp
     pid_manager = ctx.producer_id_manager
     if ctx.version >= 3 and request.producer_id >= 0 and 0 <= request.producer_epoch < MAX_EPOCH - 1:

@@ -1,0 +1,26 @@
+"""AddOffsetsToTxn: the consumer group's ``__consumer_offsets`` partition joins the transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kafka.errors as Errors
+from kafka.protocol.producer.transaction import AddOffsetsToTxnResponse
+
+from strom.broker.request import RequestContext
+from strom.protocol.api_keys import ApiKey
+
+API_KEY = ApiKey.ADD_OFFSETS_TO_TXN
+VERSIONS = (0, 3)
+
+
+async def handle(ctx: RequestContext, request: Any) -> AddOffsetsToTxnResponse:
+    coordinator = ctx.services.transaction_coordinator
+    if coordinator is None:
+        error = Errors.CoordinatorNotAvailableError.errno
+    else:
+        error = await coordinator.handle_add_offsets_to_transaction(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id)
+    if error == Errors.ProducerFencedError.errno and ctx.version < 2:
+        error = Errors.InvalidProducerEpochError.errno
+    return AddOffsetsToTxnResponse(throttle_time_ms=0, error_code=error)

@@ -1,0 +1,26 @@
+"""EndTxn: commit or abort; answered once PrepareCommit/PrepareAbort is durable (markers follow)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kafka.errors as Errors
+from kafka.protocol.producer.transaction import EndTxnResponse
+
+from strom.broker.request import RequestContext
+from strom.protocol.api_keys import ApiKey
+
+API_KEY = ApiKey.END_TXN
+VERSIONS = (0, 3)
+
+
+async def handle(ctx: RequestContext, request: Any) -> EndTxnResponse:
+    coordinator = ctx.services.transaction_coordinator
+    if coordinator is None:
+        error = Errors.CoordinatorNotAvailableError.errno
+    else:
+        error = await coordinator.handle_end_transaction(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
+    if error == Errors.ProducerFencedError.errno and ctx.version < 2:
+        error = Errors.InvalidProducerEpochError.errno
+    return EndTxnResponse(throttle_time_ms=0, error_code=error)
