@@ -124,3 +124,66 @@ def test_describe_producers_of_an_idempotent_producer(broker: BrokerProcess) -> 
     missing = strom("transactions", "--bootstrap-server", broker.bootstrap, "describe-producers", "--topic", topic,
                     "--partition", "9")
     assert missing.returncode == 1 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_send_offsets_to_transaction_and_transactions_tool(broker: BrokerProcess) -> None:
+    """confluent-kafka's consume-transform-produce commit: the offsets show only after commit;
+    `strom transactions list/describe` see the transactional id at its coordinator."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = new_topic(broker)
+    group = "eos-group"
+    txn_id = "eos-txn-1"
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": txn_id})
+    try:
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce(topic, value=b"x", partition=0)
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 17)], consumer.consumer_group_metadata(), 30)
+        assert offset_fetch(broker, group, topic, require_stable=True) == (UNSTABLE_OFFSET_COMMIT, -1)
+        assert offset_fetch(broker, group, topic, require_stable=False) == (0, -1)
+        p.commit_transaction(30)
+        assert offset_fetch(broker, group, topic, require_stable=True) == (0, 17)
+
+        p.begin_transaction()
+        p.send_offsets_to_transaction([TopicPartition(topic, 0, 99)], consumer.consumer_group_metadata(), 30)
+        p.abort_transaction(30)
+        assert offset_fetch(broker, group, topic, require_stable=True) == (0, 17)
+
+        listed = ok(strom("transactions", "--bootstrap-server", broker.bootstrap, "list")).stdout.splitlines()
+        assert listed[0].split() == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+        assert any(line.split()[0] == txn_id for line in listed[1:])
+        described = ok(strom("transactions", "--bootstrap-server", broker.bootstrap, "describe",
+                             "--transactional-id", txn_id)).stdout.splitlines()
+        assert described[0].split()[:5] == ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
+                                            "TransactionState"]
+        assert described[1].split()[1] == txn_id and described[1].split()[4] == "CompleteAbort"
+    finally:
+        consumer.close()
+
+
+def test_find_hanging_and_abort_by_start_offset(broker: BrokerProcess) -> None:
+    topic = new_topic(broker)
+    b = broker.bootstrap
+    p = Producer({"bootstrap.servers": b, "transactional.id": "open-txn", "transaction.timeout.ms": 60000})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"open", partition=0)
+    assert p.flush(20) == 0
+    rows = ok(strom("transactions", "--bootstrap-server", b, "describe-producers", "--topic", topic,
+                    "--partition", "0")).stdout.splitlines()
+    assert rows[1].split()[-1] == "0"  # the open transaction starts at offset 0
+    # The coordinator knows this transaction as ongoing with the partition: not hanging.
+    hanging = ok(strom("transactions", "--bootstrap-server", b, "find-hanging", "--topic", topic,
+                       "--max-transaction-timeout", "0")).stdout.splitlines()
+    assert hanging[0].split()[:2] == ["Topic", "Partition"] and hanging[1:] == []
+
+    ok(strom("transactions", "--bootstrap-server", b, "abort", "--topic", topic, "--partition", "0",
+             "--start-offset", "0"))
+    rows = ok(strom("transactions", "--bootstrap-server", b, "describe-producers", "--topic", topic,
+                    "--partition", "0")).stdout.splitlines()
+    assert rows[1].split()[-1] == "None"
+    none = strom("transactions", "--bootstrap-server", b, "abort", "--topic", topic, "--partition", "0",
+                 "--start-offset", "0")
+    assert none.returncode == 1 and "No open transaction starts at offset 0" in none.stderr

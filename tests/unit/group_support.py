@@ -10,11 +10,11 @@ from typing import Any, TypeVar
 
 from strom.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
-from strom.protocol.record_batch import parse_header, set_base_offset
 from strom.server_common.purgatory import TimerDriver
 from strom.server_common.timing_wheel import Timer
 from strom.storage.log import Log
 from strom.storage.log_config import LogConfig
+from strom.storage.validator import AppendOrigin
 
 T = TypeVar("T")
 
@@ -35,20 +35,13 @@ class LogBackedReplicaManager:
             self.logs[partition] = Log(path, self.config)
         return self.logs[partition]
 
-    def append_records(self, entries: dict[tuple[str, int], bytes], acks: int, origin: Any = None) -> Any:
+    def append_records(self, entries: dict[tuple[str, int], bytes], acks: int,
+                       origin: AppendOrigin = AppendOrigin.CLIENT) -> Any:
         results = {}
         for (topic, partition), records in entries.items():
             assert topic == GROUP_METADATA_TOPIC_NAME
             plog = self.log(partition)
-            header = parse_header(records)
-            if header.is_transactional:
-                # Transactional offsets and markers are coordinator appends, which skip the client's
-                # sequence checks: stand in for that with a follower-style append at the LEO.
-                buf = bytearray(records)
-                set_base_offset(buf, 0, plog.log_end_offset)
-                info = plog.append_as_follower(bytes(buf))
-            else:
-                info = plog.append_as_leader(records, 0)
+            info = plog.append_as_leader(records, 0, origin=origin)
             plog.update_high_watermark(plog.log_end_offset)
             self.appends += 1
             results[(topic, partition)] = SimpleNamespace(error_code=0, error_message=None,

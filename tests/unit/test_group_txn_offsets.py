@@ -7,7 +7,6 @@ them the committed offsets on commit and drops them on abort.
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 from tests.unit.group_support import Harness, run
@@ -23,29 +22,20 @@ from strom.coordinator.group.group_coordinator import (
 )
 from strom.coordinator.group.group_metadata import OffsetAndMetadata
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME
-from strom.protocol.record_batch import CONTROL_MASK, build_batch, compute_crc
+from strom.protocol.record_batch import build_control_batch
+from strom.storage.validator import AppendOrigin
 
 TP = ("t", 0)
 PID = 4000
-
-
-def control_batch(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int = 0) -> bytes:
-    """A v2 control batch (transaction marker) the way a partition leader writes one."""
-    key = struct.pack(">hh", 0, 1 if commit else 0)
-    value = struct.pack(">hi", 0, coordinator_epoch)
-    out = bytearray(build_batch([(key, value, (), 1_700_000_000_000)], producer_id=producer_id,
-                                producer_epoch=producer_epoch, is_transactional=True))
-    (attributes,) = struct.unpack_from(">h", out, 21)
-    struct.pack_into(">h", out, 21, attributes | CONTROL_MASK)
-    struct.pack_into(">I", out, 17, compute_crc(out))
-    return bytes(out)
 
 
 def write_marker(h: Harness, group: str, producer_id: int, commit: bool, epoch: int = 0) -> None:
     """What WriteTxnMarkers does to the group's partition, without telling the coordinator."""
     partition = h.manager.partition_for(group)
     results, _ = h.replicas.append_records(
-        {(GROUP_METADATA_TOPIC_NAME, partition): control_batch(producer_id, epoch, commit)}, -1)
+        {(GROUP_METADATA_TOPIC_NAME, partition): build_control_batch(producer_id, epoch, 0, commit,
+                                                                     1_700_000_000_000)},
+        -1, origin=AppendOrigin.COORDINATOR)
     assert all(r.error_code == 0 for r in results.values())
 
 

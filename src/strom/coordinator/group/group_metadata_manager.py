@@ -180,19 +180,20 @@ class GroupMetadataManager:
                       transactional: bool = False) -> int:
         """Append one batch to the group's partition (acks=all); returns the batch's base offset.
 
-        A transactional batch carries the producer's id and epoch and, as Kafka writes it,
-        base sequence 0: the log must take it as a coordinator append (no sequence or
-        duplicate checks; the epoch still fences zombies).
+        Written as a coordinator append (Kafka's AppendOrigin.COORDINATOR). A transactional
+        batch carries the producer's id and epoch but no sequence numbers: the log skips
+        the sequence and duplicate checks for it, while the epoch still fences zombies.
         """
         partition = self.partition_for(group_id)
         if partition not in self.owned_partitions:
             raise Errors.NotLeaderForPartitionError(f"{GROUP_METADATA_TOPIC_NAME}-{partition} is not led here")
         batch = build_batch(((k, v, (), timestamp) for k, v in records), producer_id=producer_id,
                             producer_epoch=producer_epoch,
-                            base_sequence=0 if transactional else NO_SEQUENCE,
+                            base_sequence=NO_SEQUENCE,
                             is_transactional=transactional)
         tp = (GROUP_METADATA_TOPIC_NAME, partition)
-        results, replicated = self.replica_manager.append_records({tp: batch}, -1, origin=AppendOrigin.COORDINATOR)
+        results, replicated = self.replica_manager.append_records({tp: batch}, -1,
+                                                                  origin=AppendOrigin.COORDINATOR)
         if replicated is not None:
             results = await replicated
         res = results[tp]
