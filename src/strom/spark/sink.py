@@ -385,6 +385,7 @@ class ExactlyOnceDelivery:
                 for _ in batches:  # drain the input: Spark expects the task to consume it
                     pass
                 log.info("strom sink: %s batch %d already committed by an earlier attempt; skipped", txn_id, batch_id)
+                _maybe_fail_for_testing(opts, scope)
                 return SinkCommitMessage(rows=0, skipped=True)
             producer.begin_transaction()
             try:
