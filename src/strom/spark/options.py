@@ -3,6 +3,12 @@
 Options mirror Spark's built-in Kafka source and sink, so a user moving from
 ``format("kafka")`` keeps their option names. Everything is parsed once, on the
 driver, into small picklable dataclasses that travel to the executor tasks.
+
+Beyond Spark's options: the sink's ``delivery`` (``at-least-once`` by default, or
+``exactly-once``: Kafka transactions per task, see strom.spark.sink), which also allows
+``kafka.transactional.id`` as the prefix of the per-task transactional ids, and the
+test-only ``failAfterWriteForTesting``. The source passes ``kafka.isolation.level`` to the
+consumer and to ListOffsets (read_committed ends batches at the last stable offset).
 """
 
 from __future__ import annotations
