@@ -114,6 +114,7 @@ def main() -> None:
     ap.add_argument("--bootstrap-server", default=None, help="use this broker instead of starting one")
     ap.add_argument("--sink-only", action="store_true", help="skip the source figures")
     ap.add_argument("--micro-batches", type=int, default=10, help="micro-batches of the streaming sink copy")
+    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of the sink batch writes")
     args = ap.parse_args()
 
     broker = None
@@ -165,18 +166,31 @@ def main() -> None:
         data = spark.range(n).selectExpr("cast(id as string) as key", f"repeat('x', {args.size}) as value")
         data = data.repartition(args.cores).cache()
         data.count()
+        # Warm-up: the first write job of a session pays for Python write workers; without it the
+        # mode measured first looks slower.
+        for delivery in ("at-least-once", "exactly-once"):
+            data.limit(1000).write.format("strom").option("kafka.bootstrap.servers", bootstrap) \
+                .option("topic", dst).option("delivery", delivery).mode("append").save()
+        # Alternate the modes over --rounds rounds and keep each mode's best: run order and
+        # the broker's state (segment rolls, page cache) otherwise decide which one "wins".
+        for _ in range(args.rounds):
+            for delivery in ("at-least-once", "exactly-once"):
+                name = delivery.replace("-", "_")
+                topic = f"bench-spark-{name}-{uuid.uuid4().hex[:6]}"
+                create_topic(bootstrap, topic, parts)
+                t0 = time.perf_counter()
+                data.write.format("strom").option("kafka.bootstrap.servers", bootstrap).option("topic", topic) \
+                    .option("delivery", delivery).mode("append").save()
+                rate = round(n / (time.perf_counter() - t0))
+                key = f"spark_sink_{name}_rows_per_s"
+                result[key] = max(rate, result.get(key, 0))
+                result.setdefault(f"spark_sink_{name}_rounds_rows_per_s", []).append(rate)
+                written = spark.read.format("strom").option("kafka.bootstrap.servers", bootstrap) \
+                    .option("subscribe", topic).option("kafka.isolation.level", "read_committed").load().count()
+                assert written == n, (delivery, written, n)
+        result["spark_sink_rows_per_s"] = result["spark_sink_at_least_once_rows_per_s"]  # earlier runs' name
         for delivery in ("at-least-once", "exactly-once"):
             name = delivery.replace("-", "_")
-            topic = f"bench-spark-{name}-{uuid.uuid4().hex[:6]}"
-            create_topic(bootstrap, topic, parts)
-            t0 = time.perf_counter()
-            data.write.format("strom").option("kafka.bootstrap.servers", bootstrap).option("topic", topic) \
-                .option("delivery", delivery).mode("append").save()
-            rate = round(n / (time.perf_counter() - t0))
-            result[f"spark_sink_{name}_rows_per_s"] = rate
-            if delivery == "at-least-once":
-                result["spark_sink_rows_per_s"] = rate  # the name earlier runs used
-
             topic = f"bench-spark-stream-{name}-{uuid.uuid4().hex[:6]}"
             create_topic(bootstrap, topic, parts)
             t0 = time.perf_counter()
