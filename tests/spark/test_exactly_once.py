@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.spark.conftest import build_session, create_topic, produce_values, strom_reader, unique
+from tests.spark.conftest import admin, build_session, create_topic, produce_values, strom_reader, unique
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -206,3 +206,93 @@ def test_source_read_committed(spark: Any, bootstrap: str, workdir: Path) -> Non
     rows = spark.read.parquet(out).collect()
     assert sorted(r.v for r in rows) == sorted(want | {f"o{i}" for i in range(5)})
     assert sorted(r.offset for r in rows if r.v.startswith("o")) == list(range(33, 38))
+
+
+DRIVER = """
+import sys, time
+from pathlib import Path
+from strom.spark.environment import prepare_spark_environment
+
+bootstrap, src, dst, ckpt, conf = sys.argv[1:6]
+prepare_spark_environment(Path(conf), force=True)
+from pyspark.sql import SparkSession
+import strom.spark
+
+spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+         .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+         .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+strom.spark.register(spark)
+q = (spark.readStream.format("strom").option("kafka.bootstrap.servers", bootstrap).option("subscribe", src)
+     .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "40").load()
+     .selectExpr("key", "value").writeStream.format("strom").option("kafka.bootstrap.servers", bootstrap)
+     .option("topic", dst).option("delivery", "exactly-once").option("checkpointLocation", ckpt)
+     .option("failAfterWriteForTesting", '{"batch": 2, "partition": 0, "hold_ms": 120000}')
+     .trigger(processingTime="0 seconds").start())
+seen = -1
+while True:
+    p = q.lastProgress
+    if p and p["batchId"] != seen:
+        seen = p["batchId"]
+        print("BATCH", seen, flush=True)
+    time.sleep(0.02)
+"""
+
+
+def end_offsets(bootstrap: str, topic: str) -> tuple[int, int]:
+    """(high watermark, last stable offset) of partition 0."""
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    client = admin(bootstrap)
+    out = []
+    for iso in (IsolationLevel.READ_UNCOMMITTED, IsolationLevel.READ_COMMITTED):
+        fs = client.list_offsets({TopicPartition(topic, 0): OffsetSpec.latest()}, isolation_level=iso)
+        out.append(next(iter(fs.values())).result().offset)
+    return out[0], out[1]
+
+
+def test_driver_killed_mid_stream_and_restarted(spark: Any, bootstrap: str, workdir: Path) -> None:
+    """kill -9 of the whole Spark application (driver and its local tasks) while a task of
+    batch 2 has its transaction open, then a restart from the checkpoint in another
+    application: the restarted task's init_transactions aborts the dead one's transaction,
+    and the replayed batch skips partitions that had committed."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    src = create_topic(bootstrap, unique("eo-src"), 2)
+    dst = create_topic(bootstrap, unique("eo-dst"), 1)
+    produce_values(bootstrap, src, 2, ROWS)
+    script = workdir / "driver.py"
+    script.write_text(DRIVER)
+    ckpt = workdir / "ckpt"
+    proc = subprocess.Popen(
+        [sys.executable, str(script), bootstrap, src, dst, str(ckpt), str(workdir / "conf")],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+    )
+    open_seen = False
+    try:
+        deadline = time.monotonic() + 180
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("BATCH") and int(line.split()[1]) >= 1:
+                break
+            assert time.monotonic() < deadline, "the driver made no progress"
+        # Partition 0 of batch 2 holds its transaction open (rows written, not committed): kill
+        # once the output's LSO trails its high watermark.
+        while time.monotonic() < deadline and proc.poll() is None:
+            hw, lso = end_offsets(bootstrap, dst)
+            if hw > lso:
+                open_seen = True
+                break
+            time.sleep(0.1)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM, by process group id
+        proc.wait(30)
+    assert open_seen, "the driver died before batch 2 opened its transaction"
+    assert end_offsets(bootstrap, dst)[1] < end_offsets(bootstrap, dst)[0]  # still open after the kill
+    q = copy_query(spark, bootstrap, src, dst, ckpt, True, None)
+    assert run_to_end(q) is None
+    assert committed_values(spark, bootstrap, dst) == expected()

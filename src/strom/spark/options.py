@@ -349,7 +349,12 @@ def parse_sink_options(raw: Mapping[str, str]) -> SinkOptions:
 
 
 def _parse_fault(text: str | None) -> dict[str, int] | None:
-    """``{"batch": 1, "partition": 0, "attempts": 1}``: any key may be left out (= any / 1)."""
+    """``{"batch": 1, "partition": 0, "attempts": 1, "hold_ms": 0}``; any key may be left out.
+
+    batch/partition select tasks (default: all); they fail after their rows are durable on
+    attempts below ``attempts`` (default 1, or 0 with ``hold_ms``); with exactly-once,
+    ``hold_ms`` keeps their transaction open that long before committing.
+    """
     if text is None:
         return None
     try:
@@ -357,7 +362,7 @@ def _parse_fault(text: str | None) -> dict[str, int] | None:
     except json.JSONDecodeError:
         data = None
     if not isinstance(data, dict) or not all(
-        k in ("batch", "partition", "attempts") and isinstance(v, int) for k, v in data.items()
+        k in ("batch", "partition", "attempts", "hold_ms") and isinstance(v, int) for k, v in data.items()
     ):
         raise StromOptionError(
             'Option \'failAfterWriteForTesting\' must be JSON like {"batch": 1, "partition": 0, "attempts": 1}.'

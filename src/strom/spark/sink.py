@@ -231,20 +231,30 @@ class TaskScope:
         return cls(ctx.partitionId(), ctx.attemptNumber(), query, int(batch) if batch is not None else None)
 
 
+def _fault_matches(fault: dict[str, int], scope: TaskScope) -> bool:
+    return fault.get("batch", scope.batch_id) == scope.batch_id and fault.get(
+        "partition", scope.partition) == scope.partition
+
+
 def _maybe_fail_for_testing(opts: SinkOptions, scope: TaskScope) -> None:
     """Option failAfterWriteForTesting: fail a task after its rows are durable, before Spark hears of it."""
     fault = opts.fail_after_write
-    if fault is None:
+    if fault is None or not _fault_matches(fault, scope):
         return
-    if fault.get("batch", scope.batch_id) != scope.batch_id:
-        return
-    if fault.get("partition", scope.partition) != scope.partition:
-        return
-    if scope.attempt < fault.get("attempts", 1):
+    if scope.attempt < fault.get("attempts", 0 if "hold_ms" in fault else 1):
         raise RuntimeError(
             f"injected failure (failAfterWriteForTesting) after writing batch {scope.batch_id} "
             f"partition {scope.partition}, attempt {scope.attempt}"
         )
+
+
+def _maybe_hold_for_testing(opts: SinkOptions, scope: TaskScope) -> None:
+    """failAfterWriteForTesting's ``hold_ms``: keep the transaction open (rows written, no commit) a while."""
+    fault = opts.fail_after_write
+    if fault is not None and "hold_ms" in fault and _fault_matches(fault, scope):
+        import time
+
+        time.sleep(fault["hold_ms"] / 1000)
 
 
 class AtLeastOnceDelivery:
@@ -392,6 +402,7 @@ class ExactlyOnceDelivery:
                 rows, first_topic = _produce_batches(producer, opts, batches)
                 producer.flush(TXN_TIMEOUT_S)
                 _raise_delivery_errors()
+                _maybe_hold_for_testing(opts, scope)
                 if rows == 0:
                     producer.abort_transaction(TXN_TIMEOUT_S)  # nothing to show, nothing to mark
                     return SinkCommitMessage(rows=0)
