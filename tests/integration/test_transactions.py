@@ -18,8 +18,18 @@ from kafka.protocol.admin.transactions import (
     ListTransactionsRequest,
     ListTransactionsResponse,
 )
+from kafka.protocol.metadata import FindCoordinatorRequest
+from kafka.protocol.producer import InitProducerIdRequest
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    WriteTxnMarkersRequest,
+)
 
 from strom.coordinator.transaction.transaction_marker_channel_manager import HOLD_MARKERS_ENV
+from strom.protocol import codec
+from strom.protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
 from tests.integration.test_produce_consume import new_topic
 from tests.support.broker import BrokerProcess
 from tests.support.raw_client import RawClient, decode
@@ -184,3 +194,78 @@ def test_restart_between_end_txn_and_markers_completes_the_commit(broker_factory
     again.produce(topic, b"after", partition=0)
     again.commit_transaction(30)
     assert b"after" in read(b, topic, "read_committed", partitions=2)
+
+
+def call(broker: BrokerProcess, request, version: int):  # noqa: ANN001, ANN201
+    c = RawClient(broker)
+    try:
+        frame = c.request(request, version)
+    finally:
+        c.close()
+    flexible = codec.is_flexible(request.API_KEY, version)
+    return codec.response_class(request.API_KEY).decode(frame[5:] if flexible else frame[4:], version=version)
+
+
+def versions(key: ApiKey) -> list[int]:
+    lo, hi = SUPPORTED_VERSIONS[key]
+    return list(range(lo, hi + 1))
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.END_TXN))
+def test_every_advertised_version_of_the_transaction_apis(txn_broker: BrokerProcess, version: int) -> None:
+    """A whole transaction by raw requests at each version (AddPartitionsToTxn, AddOffsetsToTxn and
+    EndTxn share 0-3), with FindCoordinator and InitProducerId at every version of theirs."""
+    topic = new_topic(txn_broker, partitions=2)
+    tid = f"raw-{version}-{uuid.uuid4().hex[:6]}"
+    for v in range(1, 5):
+        req = FindCoordinatorRequest(key_type=1, coordinator_keys=[tid]) if v >= 4 else \
+            FindCoordinatorRequest(key=tid, key_type=1)
+        fc = call(txn_broker, req, v)
+        assert (fc.coordinators[0].error_code if v >= 4 else fc.error_code) == 0
+    init = None
+    for v in versions(ApiKey.INIT_PRODUCER_ID):
+        init = call(txn_broker, InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=60000,
+                                                      producer_id=-1, producer_epoch=-1), v)
+        assert init.error_code == 0, v
+    assert init is not None and init.producer_epoch == len(versions(ApiKey.INIT_PRODUCER_ID)) - 1
+    pid, epoch = init.producer_id, init.producer_epoch
+    A = AddPartitionsToTxnRequest
+    added = call(txn_broker, A(v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                               v3_and_below_producer_epoch=epoch,
+                               v3_and_below_topics=[A.AddPartitionsToTxnTopic(name=topic, partitions=[0, 1])]),
+                 version)
+    assert [(r.partition_index, r.partition_error_code) for t in added.results_by_topic_v3_and_below
+            for r in t.results_by_partition] == [(0, 0), (1, 0)]
+    unknown = call(txn_broker, A(v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
+                                 v3_and_below_producer_epoch=epoch, v3_and_below_topics=[
+                                     A.AddPartitionsToTxnTopic(name=topic, partitions=[0]),
+                                     A.AddPartitionsToTxnTopic(name="no-such-topic", partitions=[0])]), version)
+    assert {t.name: t.results_by_partition[0].partition_error_code for t in unknown.results_by_topic_v3_and_below} \
+        == {topic: KafkaError.OPERATION_NOT_ATTEMPTED, "no-such-topic": KafkaError.UNKNOWN_TOPIC_OR_PART}
+    offsets = call(txn_broker, AddOffsetsToTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                                      group_id="g"), version)
+    assert offsets.error_code == 0
+    fenced = call(txn_broker, EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch - 1,
+                                            committed=True), version)
+    assert fenced.error_code == (KafkaError.PRODUCER_FENCED if version >= 2 else KafkaError.INVALID_PRODUCER_EPOCH)
+    ended = call(txn_broker, EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
+                                           committed=True), version)
+    assert ended.error_code == 0
+    assert wait_for(lambda: describe(txn_broker, tid).transaction_state == "CompleteCommit")
+
+
+def test_write_txn_markers_v1(txn_broker: BrokerProcess) -> None:
+    """What a coordinator on another broker sends: an abort marker for a producer id on our partitions."""
+    topic = new_topic(txn_broker, partitions=2)
+    M = WriteTxnMarkersRequest.WritableTxnMarker
+    resp = call(txn_broker, WriteTxnMarkersRequest(markers=[M(
+        producer_id=987654, producer_epoch=0, transaction_result=False, coordinator_epoch=0,
+        topics=[M.WritableTxnMarkerTopic(name=topic, partition_indexes=[0, 1])])]), 1)
+    assert [(p.partition_index, p.error_code) for m in resp.markers for t in m.topics for p in t.partitions] == \
+        [(0, 0), (1, 0)]
+
+
+def test_init_producer_id_rejects_a_timeout_above_the_maximum(txn_broker: BrokerProcess) -> None:
+    resp = call(txn_broker, InitProducerIdRequest(transactional_id="too-long", transaction_timeout_ms=900001,
+                                                  producer_id=-1, producer_epoch=-1), 4)
+    assert resp.error_code == KafkaError.INVALID_TRANSACTION_TIMEOUT
