@@ -14,6 +14,7 @@ from strom.server_common.purgatory import TimerDriver
 from strom.server_common.timing_wheel import Timer
 from strom.storage.log import Log
 from strom.storage.log_config import LogConfig
+from strom.storage.validator import AppendOrigin
 
 T = TypeVar("T")
 
@@ -34,12 +35,13 @@ class LogBackedReplicaManager:
             self.logs[partition] = Log(path, self.config)
         return self.logs[partition]
 
-    def append_records(self, entries: dict[tuple[str, int], bytes], acks: int) -> Any:
+    def append_records(self, entries: dict[tuple[str, int], bytes], acks: int,
+                       origin: AppendOrigin = AppendOrigin.CLIENT) -> Any:
         results = {}
         for (topic, partition), records in entries.items():
             assert topic == GROUP_METADATA_TOPIC_NAME
             plog = self.log(partition)
-            info = plog.append_as_leader(records, 0)
+            info = plog.append_as_leader(records, 0, origin=origin)
             plog.update_high_watermark(plog.log_end_offset)
             self.appends += 1
             results[(topic, partition)] = SimpleNamespace(error_code=0, error_message=None,

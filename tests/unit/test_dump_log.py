@@ -244,3 +244,32 @@ def test_cli_accepts_comma_separated_files_and_reports_missing(segment: Path, tm
     assert "payload: hello" in result.output
     assert "does not exist" in result.output
     assert "Traceback" not in result.output
+
+
+def test_transactional_batch_and_abort_marker(tmp_path: Path) -> None:
+    data = bytearray(make_batch(0, [(b"k", b"v", [])], producer_id=5, base_sequence=0))
+    struct.pack_into(">h", data, 21, struct.unpack_from(">h", data, 21)[0] | 0x10)
+    txn = _reseal(bytearray(data[:HEADER_SIZE]), bytes(data[HEADER_SIZE:]))
+    marker = make_batch(1, [(struct.pack(">hh", 0, 0), struct.pack(">hi", 0, 3), [])], producer_id=5)
+    header = bytearray(marker[:HEADER_SIZE])
+    struct.pack_into(">h", header, 21, struct.unpack_from(">h", header, 21)[0] | 0x30)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(txn + _reseal(header, marker[HEADER_SIZE:]))
+    text, failures = dump(path, deep=True)
+    lines = text.splitlines()
+    assert failures == 0
+    assert "producerId: 5" in lines[2] and "isTransactional: true isControl: false" in lines[2]
+    assert "isTransactional: true isControl: true" in lines[4]
+    assert "endTxnMarker: ABORT coordinatorEpoch: 3" in lines[5]
+
+
+def test_txn_index_entries(tmp_path: Path) -> None:
+    path = tmp_path / "00000000000000000000.txnindex"
+    entry = struct.Struct(">hqqqq")
+    path.write_bytes(entry.pack(0, 7, 10, 14, 10) + entry.pack(0, 8, 20, 25, 22))
+    text, failures = dump(path)
+    assert failures == 0
+    assert text.splitlines()[1:] == [
+        "version: 0 producerId: 7 firstOffset: 10 lastOffset: 14 lastStableOffset: 10",
+        "version: 0 producerId: 8 firstOffset: 20 lastOffset: 25 lastStableOffset: 22",
+    ]

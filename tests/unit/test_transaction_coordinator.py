@@ -48,7 +48,7 @@ class Partitions:
             self.logs[partition] = Log(path, self.config)
         return self.logs[partition]
 
-    def append_records(self, entries: dict[tuple[str, int], bytes], acks: int) -> Any:
+    def append_records(self, entries: dict[tuple[str, int], bytes], acks: int, origin: Any = None) -> Any:
         results = {}
         for (topic, partition), records in entries.items():
             plog = self.log(partition)

@@ -34,6 +34,7 @@ from strom.broker.handlers import (
     describe_configs,
     describe_groups,
     describe_log_dirs,
+    describe_producers,
     describe_transactions,
     elect_leaders,
     end_txn,
@@ -56,6 +57,7 @@ from strom.broker.handlers import (
     produce,
     stop_replica,
     sync_group,
+    txn_offset_commit,
     update_metadata,
     write_txn_markers,
 )
@@ -103,10 +105,10 @@ _TOPIC_DEFAULT_KEYS = frozenset(key for d in TOPIC_CONFIGS.values() for key in d
 HANDLER_MODULES = [
     api_versions, metadata, produce, fetch, list_offsets, create_topics, delete_topics, create_partitions,
     describe_configs, alter_configs, incremental_alter_configs, describe_cluster, delete_records,
-    describe_log_dirs, init_producer_id, offset_for_leader_epoch,
+    describe_log_dirs, init_producer_id, offset_for_leader_epoch, describe_producers,
     # group coordinator
     find_coordinator, join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch,
-    offset_delete, list_groups, describe_groups, delete_groups,
+    offset_delete, list_groups, describe_groups, delete_groups, txn_offset_commit,
     # transaction coordinator
     add_partitions_to_txn, add_offsets_to_txn, end_txn, write_txn_markers, describe_transactions, list_transactions,
 ]

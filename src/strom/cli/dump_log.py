@@ -538,7 +538,7 @@ def iter_files(files: list[str]) -> Iterator[Path]:
 
 def dump_log(
     files: Annotated[
-        list[str], typer.Option("--files", help="Comma-separated segment files: *.log, *.index, *.timeindex.")
+        list[str], typer.Option("--files", help="Comma-separated segment files: *.log, *.index, *.timeindex, *.txnindex.")
     ],
     print_data_log: Annotated[
         bool,

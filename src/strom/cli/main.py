@@ -21,6 +21,7 @@ from strom.cli.cluster import cluster_app
 from strom.cli.common import print_error
 from strom.cli.server import server_app
 from strom.cli.storage import storage_app
+from strom.cli.transactions import transactions_app
 
 app = typer.Typer(
     name="strom",
@@ -33,6 +34,7 @@ app = typer.Typer(
 app.add_typer(server_app, name="server")
 app.add_typer(storage_app, name="storage")
 app.add_typer(cluster_app, name="cluster")
+app.add_typer(transactions_app, name="transactions")
 app.command("topics", no_args_is_help=True)(topics.topics)
 app.command("configs", no_args_is_help=True)(configs.configs)
 app.command("console-producer", no_args_is_help=True)(console_producer.console_producer)

@@ -263,7 +263,7 @@ class Log:
         markers = _markers_in(view, result.headers)
         with self._lock:
             self._check_open()
-            dup = self.producer_state.check_batches(result.headers, markers)
+            dup = self.producer_state.check_batches(result.headers, markers, origin is AppendOrigin.CLIENT)
             if dup is not None:
                 return LogAppendInfo(
                     first_offset=dup.first_offset,

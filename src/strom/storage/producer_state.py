@@ -122,7 +122,7 @@ class ProducerStateManager:
     # -- validation (before anything is written) ---------------------------------------------------
 
     def check_batches(self, headers: Iterable[RecordBatchHeader],
-                      markers: dict[int, Marker] | None = None) -> BatchMetadata | None:
+                      markers: dict[int, Marker] | None = None, from_client: bool = True) -> BatchMetadata | None:
         """Classify the idempotent batches of one append, in order.
 
         Returns the original metadata of the first duplicate batch (the caller then
@@ -131,8 +131,8 @@ class ProducerStateManager:
         the same producer within one append are checked against each other.
         ``markers`` (batch position -> marker) come with a coordinator's control batches;
         a marker from an older coordinator epoch than the producer's last one is fenced.
-        Batches without a sequence (a coordinator's transactional offset commits) skip the
-        sequence checks.
+        A coordinator's batches (transactional offset commits, which Kafka writes with
+        sequence 0 every time) skip the duplicate and sequence checks, as in Kafka.
         """
         staged: dict[int, tuple[int, int]] = {}  # pid -> (epoch, last seq) after earlier batches here
         for h in headers:
@@ -164,7 +164,7 @@ class ProducerStateManager:
                 raise InvalidTxnStateError(
                     f"expected a transactional write from producer {pid}: it has an open transaction"
                 )
-            if h.base_sequence == NO_SEQUENCE:
+            if h.base_sequence == NO_SEQUENCE or not from_client:
                 staged[pid] = (epoch, cur_last if epoch == cur_epoch else NO_SEQUENCE)
                 continue
             if entry is not None and pid not in staged and epoch == entry.producer_epoch:

@@ -631,6 +631,56 @@ class GroupCoordinator:
             self._complete_and_schedule_next_heartbeat(group, member)
         return await self.manager.store_offsets(group, offsets)
 
+    async def handle_txn_offset_commit(self, transactional_id: str, group_id: str, producer_id: int,
+                                       producer_epoch: int, member_id: str, generation_id: int,
+                                       group_instance_id: str | None,
+                                       offsets: dict[TopicPartition, OffsetAndMetadata]) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit: offsets written in the producer's transaction, pending until its marker.
+
+        An unknown group is fine (a producer may commit for a group nobody joined yet); the
+        v3 member fields, when given, are checked like OffsetCommit's so a zombie consumer
+        of an old generation cannot commit (KIP-447).
+        """
+        def all_(code: int) -> dict[TopicPartition, int]:
+            return dict.fromkeys(offsets, code)
+
+        error = self._validate_group_status(group_id, require_non_empty_id=True)
+        if error:
+            return all_(error)
+        group = self.manager.get_group(group_id)
+        if group is None:
+            group = self.manager.add_group(GroupMetadata(group_id))
+        if group.is_in(GroupState.DEAD):
+            return all_(COORDINATOR_NOT_AVAILABLE)
+        if group_instance_id is not None:
+            known = group.static_member_id(group_instance_id)
+            if known is not None and known != member_id:
+                return all_(FENCED_INSTANCE_ID)
+        if member_id and not group.has(member_id):
+            return all_(UNKNOWN_MEMBER_ID)
+        if generation_id >= 0 and generation_id != group.generation_id:
+            return all_(ILLEGAL_GENERATION)
+        log.debug("transactional offset commit of %s (producer %d epoch %d) for group %s", transactional_id,
+                  producer_id, producer_epoch, group_id)
+        return await self.manager.store_txn_offsets(group, producer_id, producer_epoch, offsets)
+
+    def on_txn_completed(self, producer_id: int, offsets_partitions: set[int], committed: bool) -> None:
+        """The transaction's marker was written to these ``__consumer_offsets`` partitions: its
+        pending offsets become the committed ones (commit) or vanish (abort)."""
+        touched = self.manager.complete_txn(producer_id, set(offsets_partitions), committed)
+        if touched:
+            log.debug("%s transactional offsets of producer %d in %d groups", "committed" if committed
+                      else "aborted", producer_id, touched)
+
+    def partitions_with_pending_offsets(self, group_id: str, partitions: list[TopicPartition]
+                                        ) -> set[TopicPartition]:
+        """Partitions whose offset is about to change (OffsetFetch require_stable answers
+        UNSTABLE_OFFSET_COMMIT for them): a commit in flight or one waiting for its transaction."""
+        group = self.manager.get_group(group_id)
+        if group is None:
+            return set()
+        return {tp for tp in partitions if group.has_pending_offset_commits_for(tp)}
+
     def handle_fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
                              ) -> tuple[int, dict[TopicPartition, OffsetAndMetadata | None]]:
         """Committed offsets (None where nothing is committed); partitions=None means all of them."""

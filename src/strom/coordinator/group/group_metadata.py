@@ -61,6 +61,24 @@ class OffsetAndMetadata:
     expire_timestamp: int = -1  # only set by OffsetCommit v2-v4 with an explicit retention time
 
 
+@dataclass(slots=True)
+class CommitRecordMetadataAndOffset:
+    """An offset together with the log offset of the batch that carries it (Kafka's name).
+
+    When a transactional commit completes, the offset appended later to the log wins, so a
+    plain OffsetCommit written after the transaction's TxnOffsetCommit is not overwritten by
+    the marker. ``append_offset`` is None while the append is still in flight.
+    """
+
+    offset: OffsetAndMetadata
+    append_offset: int | None = None
+
+    def older_than(self, other: CommitRecordMetadataAndOffset) -> bool:
+        if self.append_offset is None or other.append_offset is None:
+            return True
+        return self.append_offset < other.append_offset
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -84,6 +102,10 @@ class GroupMetadata:
         self.subscribed_topics: set[str] | None = None
         self.offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         self.pending_offset_commits: dict[TopicPartition, int] = {}
+        # Log offset of the batch behind each committed offset (see CommitRecordMetadataAndOffset).
+        self.offset_append_offsets: dict[TopicPartition, int] = {}
+        # producer id -> offsets written by TxnOffsetCommit, invisible until the commit marker.
+        self.pending_transactional_offset_commits: dict[int, dict[TopicPartition, CommitRecordMetadataAndOffset]] = {}
 
     # -- state -----------------------------------------------------------------
     def is_in(self, *states: GroupState) -> bool:
@@ -255,14 +277,77 @@ class GroupMetadata:
 
     # -- offsets ---------------------------------------------------------------
     def has_offsets(self) -> bool:
-        return bool(self.offsets) or bool(self.pending_offset_commits)
+        return bool(self.offsets) or bool(self.pending_offset_commits) \
+            or bool(self.pending_transactional_offset_commits)
+
+    def has_pending_offset_commits_for(self, tp: TopicPartition) -> bool:
+        """A commit of this partition is in flight or waits for its transaction (UNSTABLE_OFFSET_COMMIT)."""
+        if tp in self.pending_offset_commits:
+            return True
+        return any(tp in pending for pending in self.pending_transactional_offset_commits.values())
+
+    def has_pending_offset_commits_from_producer(self, producer_id: int) -> bool:
+        return producer_id in self.pending_transactional_offset_commits
+
+    def commit_offset(self, tp: TopicPartition, off: OffsetAndMetadata, append_offset: int | None) -> None:
+        self.offsets[tp] = off
+        if append_offset is None:
+            self.offset_append_offsets.pop(tp, None)
+        else:
+            self.offset_append_offsets[tp] = append_offset
+
+    # -- transactional offsets (TxnOffsetCommit) --------------------------------
+    def prepare_txn_offset_commit(self, producer_id: int, offsets: dict[TopicPartition, OffsetAndMetadata]) -> None:
+        """Record offsets before their append, so OffsetFetch(require_stable) already sees them pending."""
+        pending = self.pending_transactional_offset_commits.setdefault(producer_id, {})
+        for tp, off in offsets.items():
+            pending[tp] = CommitRecordMetadataAndOffset(off)
+
+    def on_txn_offset_commit_append(self, producer_id: int, tp: TopicPartition, append_offset: int) -> None:
+        pending = self.pending_transactional_offset_commits.get(producer_id)
+        entry = pending.get(tp) if pending else None
+        if entry is not None and entry.append_offset is None:
+            entry.append_offset = append_offset
+
+    def fail_pending_txn_offset_commit(self, producer_id: int, tp: TopicPartition) -> None:
+        """The append failed: forget the offset unless an earlier append of it already succeeded."""
+        pending = self.pending_transactional_offset_commits.get(producer_id)
+        if pending is None:
+            return
+        entry = pending.get(tp)
+        if entry is not None and entry.append_offset is None:
+            del pending[tp]
+        if not pending:
+            del self.pending_transactional_offset_commits[producer_id]
+
+    def complete_pending_txn_offset_commit(self, producer_id: int, committed: bool) -> int:
+        """The transaction's marker is in the log: publish (commit) or drop (abort); returns offsets published."""
+        pending = self.pending_transactional_offset_commits.pop(producer_id, None)
+        if not pending or not committed:
+            return 0
+        published = 0
+        for tp, entry in pending.items():
+            if entry.append_offset is None:
+                continue  # its append never completed, so the marker cannot cover it
+            current_pos = self.offset_append_offsets.get(tp)
+            current = CommitRecordMetadataAndOffset(self.offsets[tp], current_pos) if tp in self.offsets else None
+            if current is None or current.older_than(entry):
+                self.commit_offset(tp, entry.offset, entry.append_offset)
+                published += 1
+        return published
 
     def remove_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, OffsetAndMetadata]:
         removed = {}
         for tp in partitions:
             off = self.offsets.pop(tp, None)
+            self.offset_append_offsets.pop(tp, None)
             if off is not None:
                 removed[tp] = off
+            # As Kafka: a deleted offset takes any not yet committed transactional one with it.
+            for pid, pending in list(self.pending_transactional_offset_commits.items()):
+                pending.pop(tp, None)
+                if not pending:
+                    del self.pending_transactional_offset_commits[pid]
         return removed
 
     def remove_expired_offsets(self, now: int, retention_ms: int) -> dict[TopicPartition, OffsetAndMetadata]:

@@ -12,12 +12,19 @@ group. Becoming leader of a partition means replaying it to rebuild the cache
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import kafka.errors as Errors
 
-from strom.coordinator.group.group_metadata import GroupMetadata, GroupState, OffsetAndMetadata, now_ms
+from strom.coordinator.group.group_metadata import (
+    CommitRecordMetadataAndOffset,
+    GroupMetadata,
+    GroupState,
+    OffsetAndMetadata,
+    now_ms,
+)
 from strom.coordinator.group.member_metadata import MemberMetadata
 from strom.coordinator.group.records import (
     GroupMetadataKey,
@@ -33,8 +40,16 @@ from strom.coordinator.group.records import (
     read_key,
     read_offset_commit_value,
 )
-from strom.protocol.record_batch import build_batch, decode_records, iter_batches
+from strom.protocol.record_batch import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    build_batch,
+    decode_records,
+    iter_batches,
+)
 from strom.server_common.types import TopicPartition
+from strom.storage.validator import AppendOrigin
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +62,9 @@ NOT_COORDINATOR = Errors.NotCoordinatorError.errno
 REBALANCE_IN_PROGRESS = Errors.RebalanceInProgressError.errno
 INVALID_COMMIT_OFFSET_SIZE = Errors.InvalidCommitOffsetSizeError.errno
 _LOAD_CHUNK = 1024 * 1024
+_PRODUCER_ERRORS = frozenset(e.errno for e in (
+    Errors.InvalidProducerEpochError, Errors.ProducerFencedError, Errors.InvalidTxnStateError,
+    Errors.TransactionCoordinatorFencedError, Errors.OutOfOrderSequenceNumberError))
 
 
 def java_string_hashcode(s: str) -> int:
@@ -67,6 +85,28 @@ def partition_for(group_id: str, num_partitions: int) -> int:
     return kafka_abs(java_string_hashcode(group_id)) % num_partitions
 
 
+class LogRecord(NamedTuple):
+    """One record of ``__consumer_offsets`` as the loader sees it (a marker has no key or value)."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    producer_id: int
+    kind: int  # RECORD, TXN_RECORD, COMMIT_MARKER or ABORT_MARKER
+
+
+RECORD, TXN_RECORD, COMMIT_MARKER, ABORT_MARKER = range(4)
+_CONTROL_KEY = struct.Struct(">hh")  # version, type (0 abort, 1 commit)
+
+
+def _control_kind(key: bytes | None) -> int | None:
+    """COMMIT_MARKER or ABORT_MARKER for a control record's key; None for a type we do not know."""
+    if key is None or len(key) < _CONTROL_KEY.size:
+        return None
+    _version, control_type = _CONTROL_KEY.unpack_from(key)
+    return {0: ABORT_MARKER, 1: COMMIT_MARKER}.get(control_type)
+
+
 def _map_append_error(exc: BaseException, for_offsets: bool) -> int:
     """Kafka's translation of log append failures into coordinator errors."""
     errno = getattr(exc, "errno", None)
@@ -79,6 +119,8 @@ def _map_append_error(exc: BaseException, for_offsets: bool) -> int:
         return REBALANCE_IN_PROGRESS
     if errno in (Errors.MessageSizeTooLargeError.errno, Errors.RecordListTooLargeError.errno):
         return INVALID_COMMIT_OFFSET_SIZE if for_offsets else UNKNOWN_SERVER_ERROR
+    if errno in _PRODUCER_ERRORS:
+        return errno  # a transactional append fenced by the log's producer state: the producer must know
     if not isinstance(exc, Errors.KafkaError):
         log.error("unexpected error appending to %s", GROUP_METADATA_TOPIC_NAME, exc_info=exc)
     return UNKNOWN_SERVER_ERROR
@@ -103,6 +145,8 @@ class GroupMetadataManager:
         self.groups: dict[str, GroupMetadata] = {}
         self.owned_partitions: set[int] = set()
         self.loading_partitions: set[int] = set()
+        # Transaction completions that arrived while a partition was loading (see complete_txn).
+        self._completions_during_load: dict[int, list[tuple[int, bool]]] = {}
 
     # -- ownership ---------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
@@ -131,18 +175,31 @@ class GroupMetadataManager:
         return [g for g in self.groups.values() if self.partition_for(g.group_id) == partition]
 
     # -- writing -----------------------------------------------------------------
-    async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]], timestamp: int) -> None:
+    async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]], timestamp: int,
+                      producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+                      transactional: bool = False) -> int:
+        """Append one batch to the group's partition (acks=all); returns the batch's base offset.
+
+        Written as a coordinator append (Kafka's AppendOrigin.COORDINATOR). A transactional
+        batch carries the producer's id and epoch but no sequence numbers: the log skips
+        the sequence and duplicate checks for it, while the epoch still fences zombies.
+        """
         partition = self.partition_for(group_id)
         if partition not in self.owned_partitions:
             raise Errors.NotLeaderForPartitionError(f"{GROUP_METADATA_TOPIC_NAME}-{partition} is not led here")
-        batch = build_batch((k, v, (), timestamp) for k, v in records)
+        batch = build_batch(((k, v, (), timestamp) for k, v in records), producer_id=producer_id,
+                            producer_epoch=producer_epoch,
+                            base_sequence=NO_SEQUENCE,
+                            is_transactional=transactional)
         tp = (GROUP_METADATA_TOPIC_NAME, partition)
-        results, replicated = self.replica_manager.append_records({tp: batch}, -1)
+        results, replicated = self.replica_manager.append_records({tp: batch}, -1,
+                                                                  origin=AppendOrigin.COORDINATOR)
         if replicated is not None:
             results = await replicated
         res = results[tp]
         if res.error_code:
             raise Errors.for_code(res.error_code)(res.error_message or "")
+        return res.base_offset
 
     @staticmethod
     def group_record(group: GroupMetadata, assignments: dict[str, bytes]) -> GroupMetadataRecord:
@@ -188,8 +245,9 @@ class GroupMetadataManager:
         for tp in valid:
             group.pending_offset_commits[tp] = group.pending_offset_commits.get(tp, 0) + 1
         code = NONE
+        base_offset = None
         try:
-            await self._append(group.group_id, records, now_ms())
+            base_offset = await self._append(group.group_id, records, now_ms())
         except Exception as exc:  # noqa: BLE001
             code = _map_append_error(exc, for_offsets=True)
             log.warning("storing offsets of group %s failed: %s (error %d)", group.group_id, exc, code)
@@ -201,10 +259,60 @@ class GroupMetadataManager:
                 else:
                     group.pending_offset_commits.pop(tp, None)
         if code == NONE and not group.is_in(GroupState.DEAD):
-            group.offsets.update(valid)
+            for tp, off in valid.items():
+                group.commit_offset(tp, off, base_offset)
         for tp in valid:
             errors[tp] = code
         return errors
+
+    async def store_txn_offsets(self, group: GroupMetadata, producer_id: int, producer_epoch: int,
+                                offsets: dict[TopicPartition, OffsetAndMetadata]) -> dict[TopicPartition, int]:
+        """TxnOffsetCommit: append the offsets as a transactional batch of the producer; they stay
+        pending in the group until ``complete_txn`` sees the transaction's marker."""
+        errors: dict[TopicPartition, int] = {}
+        valid = {}
+        for tp, off in offsets.items():
+            if self.validate_offset_metadata(off):
+                valid[tp] = off
+            else:
+                errors[tp] = Errors.OffsetMetadataTooLargeError.errno
+        if not valid:
+            return errors
+        records = [(offset_commit_key(group.group_id, tp[0], tp[1]), offset_commit_value(off))
+                   for tp, off in valid.items()]
+        group.prepare_txn_offset_commit(producer_id, valid)
+        code = NONE
+        try:
+            base_offset = await self._append(group.group_id, records, now_ms(), producer_id, producer_epoch,
+                                             transactional=True)
+        except Exception as exc:  # noqa: BLE001
+            code = _map_append_error(exc, for_offsets=True)
+            log.warning("storing transactional offsets of group %s (producer %d) failed: %s (error %d)",
+                        group.group_id, producer_id, exc, code)
+            for tp in valid:
+                group.fail_pending_txn_offset_commit(producer_id, tp)
+        else:
+            for tp in valid:
+                group.on_txn_offset_commit_append(producer_id, tp, base_offset)
+        for tp in valid:
+            errors[tp] = code
+        return errors
+
+    def complete_txn(self, producer_id: int, partitions: set[int], committed: bool) -> int:
+        """A transaction marker of ``producer_id`` reached these partitions: publish or drop its
+        pending offsets in their groups; returns the groups touched. A partition still loading
+        gets the completion after its replay (the marker may lie past what the load read)."""
+        touched = 0
+        for partition in partitions:
+            if partition in self.loading_partitions:
+                self._completions_during_load.setdefault(partition, []).append((producer_id, committed))
+        for group in list(self.groups.values()):
+            if self.partition_for(group.group_id) not in partitions:
+                continue
+            if group.has_pending_offset_commits_from_producer(producer_id):
+                group.complete_pending_txn_offset_commit(producer_id, committed)
+                touched += 1
+        return touched
 
     async def delete_offsets(self, group: GroupMetadata, partitions: list[TopicPartition]) -> int:
         """Tombstone committed offsets (OffsetDelete, expiry) and drop them from the cache."""
@@ -236,7 +344,7 @@ class GroupMetadataManager:
         return NONE
 
     # -- loading -----------------------------------------------------------------
-    def _read_records(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
+    def _read_records(self, partition: int) -> Iterator[LogRecord]:
         plog = self.replica_manager.get_partition(GROUP_METADATA_TOPIC_NAME, partition).log
         offset = plog.log_start_offset
         end = plog.log_end_offset
@@ -247,17 +355,25 @@ class GroupMetadataManager:
             next_offset = offset
             for header in iter_batches(data):
                 next_offset = header.next_offset
-                if header.is_control or header.next_offset <= offset:
+                if header.next_offset <= offset:
                     continue
+                pid = header.producer_id
+                if header.is_control:
+                    for rec in decode_records(data, header.position):
+                        kind = _control_kind(rec.key)
+                        if kind is not None:
+                            yield LogRecord(rec.offset, None, None, pid, kind)
+                    continue
+                kind = TXN_RECORD if header.is_transactional else RECORD
                 for rec in decode_records(data, header.position):
                     if rec.offset >= offset:
-                        yield rec.key, rec.value
+                        yield LogRecord(rec.offset, rec.key, rec.value, pid, kind)
             if next_offset <= offset:
                 break
             offset = next_offset
 
-    def read_partition(self, partition: int) -> list[tuple[bytes | None, bytes | None]]:
-        """All (key, value) records of one partition, in offset order; blocking file I/O."""
+    def read_partition(self, partition: int) -> list[LogRecord]:
+        """All records and transaction markers of one partition, in offset order; blocking file I/O."""
         return list(self._read_records(partition))
 
     def load_partition(self, partition: int, on_group_loaded: Callable[[GroupMetadata], None]) -> int:
@@ -269,54 +385,79 @@ class GroupMetadataManager:
             self.loading_partitions.discard(partition)
         return self.replay(partition, records, on_group_loaded)
 
-    def replay(self, partition: int, records: list[tuple[bytes | None, bytes | None]],
+    def replay(self, partition: int, records: list[LogRecord],
                on_group_loaded: Callable[[GroupMetadata], None]) -> int:
         """Rebuild the groups of one partition from its records; returns groups loaded.
 
         The latest record per key wins and tombstones delete, exactly what compaction
         would leave behind, so a compacted and an uncompacted log load the same.
+        Offsets of a transactional batch stay pending under their producer id until that
+        producer's marker: a commit publishes them, an abort drops them, and those with no
+        marker yet come back as the group's pending transactional offsets.
         """
-        offsets: dict[str, dict[TopicPartition, OffsetAndMetadata]] = {}
+        offsets: dict[str, dict[TopicPartition, CommitRecordMetadataAndOffset]] = {}
         metadata: dict[str, GroupMetadataRecord | None] = {}
-        for key, value in records:
+        pending: dict[int, dict[str, dict[TopicPartition, CommitRecordMetadataAndOffset]]] = {}
+        for offset, key, value, producer_id, kind in records:
+            if kind >= COMMIT_MARKER:
+                for group_id, group_pending in pending.pop(producer_id, {}).items():
+                    if kind != COMMIT_MARKER:
+                        continue
+                    loaded = offsets.setdefault(group_id, {})
+                    for tp, entry in group_pending.items():
+                        current = loaded.get(tp)
+                        if current is None or current.older_than(entry):
+                            loaded[tp] = entry
+                continue
             if key is None:
                 continue
             try:
                 k = read_key(key)
                 if isinstance(k, OffsetKey):
-                    per_group = offsets.setdefault(k.group, {})
-                    if value is None:
-                        per_group.pop((k.topic, k.partition), None)
+                    tp = (k.topic, k.partition)
+                    if kind == TXN_RECORD:
+                        per_group = pending.setdefault(producer_id, {}).setdefault(k.group, {})
                     else:
-                        per_group[(k.topic, k.partition)] = read_offset_commit_value(value)
+                        per_group = offsets.setdefault(k.group, {})
+                    if value is None:
+                        per_group.pop(tp, None)
+                    else:
+                        per_group[tp] = CommitRecordMetadataAndOffset(read_offset_commit_value(value), offset)
                 elif isinstance(k, GroupMetadataKey):
                     metadata[k.group] = None if value is None else read_group_metadata_value(value)
             except SchemaError as exc:
                 log.warning("skipping unreadable record in %s-%d: %s", GROUP_METADATA_TOPIC_NAME, partition, exc)
+        pending_groups = {g for per_producer in pending.values() for g, tps in per_producer.items() if tps}
         loaded = 0
-        for group_id in set(offsets) | set(metadata):
+        for group_id in set(offsets) | set(metadata) | pending_groups:
             if self.partition_for(group_id) != partition:
                 continue
             rec = metadata.get(group_id)
             group_offsets = offsets.get(group_id, {})
-            if rec is None and not group_offsets:
+            if rec is None and not group_offsets and group_id not in pending_groups:
                 continue  # deleted group, or nothing left of it
             group = self._rebuild_group(group_id, rec, group_offsets)
+            for producer_id, per_group in pending.items():
+                if per_group.get(group_id):
+                    group.pending_transactional_offset_commits[producer_id] = dict(per_group[group_id])
             self.groups[group_id] = group
             loaded += 1
             on_group_loaded(group)
         self.owned_partitions.add(partition)
+        for producer_id, committed in self._completions_during_load.pop(partition, []):
+            self.complete_txn(producer_id, {partition}, committed)
         if loaded:
             log.info("loaded %d groups from %s-%d", loaded, GROUP_METADATA_TOPIC_NAME, partition)
         return loaded
 
     @staticmethod
     def _rebuild_group(group_id: str, rec: GroupMetadataRecord | None,
-                       offsets: dict[TopicPartition, OffsetAndMetadata]) -> GroupMetadata:
+                       offsets: dict[TopicPartition, CommitRecordMetadataAndOffset]) -> GroupMetadata:
         group = GroupMetadata(group_id)
-        group.offsets = dict(offsets)
+        for tp, entry in offsets.items():
+            group.commit_offset(tp, entry.offset, entry.append_offset)
         if rec is None:
-            latest = max((o.commit_timestamp for o in offsets.values()), default=now_ms())
+            latest = max((e.offset.commit_timestamp for e in offsets.values()), default=now_ms())
             group.current_state_timestamp = latest
             return group
         group.protocol_type = rec.protocol_type or None

@@ -32,6 +32,7 @@ from strom.coordinator.transaction.transaction_metadata import (
     now_ms,
 )
 from strom.protocol.record_batch import build_batch, decode_records, iter_batches
+from strom.storage.validator import AppendOrigin
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ class TransactionStateManager:
             value = None if tombstone else value_to_bytes(transit)
             batch = build_batch([(key_to_bytes(transactional_id), value, (), now_ms())])
             try:
-                results, replicated = self.replica_manager.append_records({tp: batch}, -1)
+                results, replicated = self.replica_manager.append_records({tp: batch}, -1, origin=AppendOrigin.COORDINATOR)
                 if replicated is not None:
                     results = await replicated
                 res = results[tp]
