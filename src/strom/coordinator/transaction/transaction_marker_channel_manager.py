@@ -51,9 +51,7 @@ async def write_txn_markers_locally(replica_manager: Any, group_coordinator: Any
         producer_id, producer_epoch, coordinator_epoch, commit, partitions, timeout_ms)
     offsets_partitions = {p for (t, p), err in errors.items() if t == GROUP_METADATA_TOPIC_NAME and err == 0}
     if offsets_partitions:
-        on_txn_completed = getattr(group_coordinator, "on_txn_completed", None)
-        if on_txn_completed is not None:
-            on_txn_completed(producer_id, offsets_partitions, commit)
+        group_coordinator.on_txn_completed(producer_id, offsets_partitions, commit)
     return errors
 
 
