@@ -622,13 +622,13 @@ def test_batched_find_coordinator_offset_fetch_and_offset_delete(gbroker: Broker
         c.close()
     raw = RawClient(gbroker)
     try:
-        # v4+: several keys at once; transaction coordinators do not exist yet
+        # v4+: several keys at once, and transactional ids (key type 1) the same way
         fc = decode(FindCoordinatorResponse, raw.request(
             FindCoordinatorRequest(key_type=0, coordinator_keys=groups), 4), 4, True)
         assert [(x.key, x.error_code, x.port) for x in fc.coordinators] == [(g, 0, gbroker.port) for g in groups]
         txn = decode(FindCoordinatorResponse, raw.request(
             FindCoordinatorRequest(key_type=1, coordinator_keys=["tx"]), 4), 4, True)
-        assert txn.coordinators[0].error_code == 15  # COORDINATOR_NOT_AVAILABLE
+        assert [(x.key, x.error_code, x.port) for x in txn.coordinators] == [("tx", 0, gbroker.port)]
         # OffsetFetch v8: two groups in one request, one asking for all its offsets (topics=None)
         G = OffsetFetchRequest.OffsetFetchRequestGroup
         req = OffsetFetchRequest(groups=[

@@ -229,6 +229,8 @@ class Log:
         """Set by the Partition (leader: min follower LEO; follower: from the leader); clamped to [LSO, LEO]."""
         with self._lock:
             self.high_watermark = min(max(hw, self.log_start_offset), self._leo)
+            if self.producer_state.unreplicated:  # forget decided transactions now below the HW
+                self.producer_state.first_unstable_offset(self.high_watermark)
             return self.high_watermark
 
     def update_config(self, config: LogConfig) -> None:

@@ -7,12 +7,16 @@ to transactions, exactly as ``coordinator.group.startup`` does for groups.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from strom.cluster.metadata import TopicMetadata
 from strom.coordinator.common import attach_coordinator, ensure_internal_topic, internal_topic_partitions
 from strom.coordinator.transaction.transaction_coordinator import TransactionCoordinator
-from strom.coordinator.transaction.transaction_marker_channel_manager import TransactionMarkerChannelManager
+from strom.coordinator.transaction.transaction_marker_channel_manager import (
+    HOLD_MARKERS_ENV,
+    TransactionMarkerChannelManager,
+)
 from strom.coordinator.transaction.transaction_state_manager import (
     TRANSACTION_STATE_TOPIC_NAME,
     TransactionStateManager,
@@ -35,7 +39,8 @@ def create_transaction_coordinator(server: KafkaServer) -> TransactionCoordinato
         transactional_id_expiration_ms=cfg.get("transactional.id.expiration.ms"),
     )
     channel = TransactionMarkerChannelManager(
-        server.broker_id, server.metadata, server.replica_manager, lambda: server.group_coordinator)
+        server.broker_id, server.metadata, server.replica_manager, lambda: server.group_coordinator,
+        hold_markers=os.environ.get(HOLD_MARKERS_ENV) == "1")
     coordinator = TransactionCoordinator(
         server.broker_id, manager, channel, server.producer_id_manager.generate,
         lambda group_id: server.group_coordinator.manager.partition_for(group_id),

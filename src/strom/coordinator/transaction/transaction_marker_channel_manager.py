@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 WRITE_TXN_MARKERS_VERSION = 1
 RETRY_BACKOFF_INITIAL_S = 0.05
 RETRY_BACKOFF_MAX_S = 1.0
+# Test hook: "1" holds every marker delivery forever, so a test can crash the broker between the
+# Prepare record and the markers (Kafka's crash window) deterministically. Unset in production.
+HOLD_MARKERS_ENV = "STROM_TEST_HOLD_TXN_MARKERS"
 # The coordinator is stale (or the producer moved on): stop sending, a newer coordinator takes over.
 _ABORT_SENDING = frozenset({Errors.TransactionCoordinatorFencedError.errno, Errors.InvalidProducerEpochError.errno})
 _Marker = WriteTxnMarkersRequest.WritableTxnMarker
@@ -48,9 +51,7 @@ async def write_txn_markers_locally(replica_manager: Any, group_coordinator: Any
         producer_id, producer_epoch, coordinator_epoch, commit, partitions, timeout_ms)
     offsets_partitions = {p for (t, p), err in errors.items() if t == GROUP_METADATA_TOPIC_NAME and err == 0}
     if offsets_partitions:
-        on_txn_completed = getattr(group_coordinator, "on_txn_completed", None)
-        if on_txn_completed is not None:
-            on_txn_completed(producer_id, offsets_partitions, commit)
+        group_coordinator.on_txn_completed(producer_id, offsets_partitions, commit)
     return errors
 
 
@@ -58,8 +59,9 @@ class TransactionMarkerChannelManager:
     """Delivers markers to partition leaders: a local call for this broker, WriteTxnMarkers for others."""
 
     def __init__(self, broker_id: int, metadata: Any, replica_manager: Any, group_coordinator: Callable[[], Any],
-                 request_timeout_ms: int = 30000) -> None:
+                 request_timeout_ms: int = 30000, hold_markers: bool = False) -> None:
         self.broker_id = broker_id
+        self.hold_markers = hold_markers
         self.metadata = metadata
         self.replica_manager = replica_manager
         self.group_coordinator = group_coordinator
@@ -71,6 +73,9 @@ class TransactionMarkerChannelManager:
                            on_partition_done: Callable[[TopicPartition], None]) -> bool:
         """Deliver until every partition has its marker (True), or stop once this coordinator is
         deposed or fenced (False): the next coordinator resends from the log."""
+        if self.hold_markers:
+            log.warning("%s is set: holding the markers of producer %d", HOLD_MARKERS_ENV, producer_id)
+            await asyncio.get_running_loop().create_future()  # until shutdown cancels it
         pending = set(partitions)
         backoff = RETRY_BACKOFF_INITIAL_S
         while pending:
