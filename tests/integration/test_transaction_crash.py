@@ -4,8 +4,10 @@ A child process copies an input topic to an output topic in transactions (read_c
 of a group, transactional producer, send_offsets_to_transaction; tests/support/copy_loop.py).
 While it runs the broker is killed with SIGKILL and restarted on the same data dir and port 3-4
 times, and the copy loop itself once (restarted with the same transactional.id, which fences and
-aborts what the dead one left open). The moments are drawn from a seeded random generator; the
-seed is printed, and STROM_CHAOS_SEED replays one. Afterwards a read_committed consumer finds
+aborts what the dead one left open). Each kill comes a random number of copied records after the
+previous one, plus a random fraction of a transaction (the loop spends a few ms inside each), so
+they land in open transactions, in commits and between them. The generator is seeded; the seed is
+printed, and STROM_CHAOS_SEED replays one (as far as timing allows). Afterwards a read_committed consumer finds
 every input value in the output exactly once and the group's committed offsets are the input's
 end offsets.
 """
@@ -60,16 +62,17 @@ def test_copy_loop_is_exactly_once_across_broker_and_client_kill9(broker_factory
 
     events = ["broker"] * rng.randint(3, 4) + ["copy-loop"]
     rng.shuffle(events)
-    moments = sorted(rng.sample(range(total // 10, total * 9 // 10), len(events)))
     loops = [new_loop()]
     try:
         last = 0
-        for event, at in zip(events, moments, strict=True):
-            at = max(at, last + 10)  # some commits after each recovery
+        for event in events:
+            # a random number of records copied since the last kill (at least one commit), so that
+            # every kill lands while the loop still runs, somewhere in or between transactions
+            at = last + rng.randint(1, total // (len(events) + 3))
             wait_progress(loops[-1], at, 90, lambda: f"seed {seed}; broker log:\n{broker.log_tail()}")
+            time.sleep(rng.uniform(0, 0.3))
             last = loops[-1].progress()
-            time.sleep(rng.uniform(0, 0.3))  # somewhere inside a transaction, or between two
-            print(f"kill -9 {event} at progress {loops[-1].progress()}")
+            print(f"kill -9 {event} at progress {last}")
             if event == "broker":
                 broker.kill9()
                 time.sleep(rng.uniform(0, 1.0))

@@ -176,10 +176,12 @@ class CopyLoop:
         for m in records:
             self.producer.produce(self.args.output, value=m.value(), key=m.key())
             offsets[m.partition()] = m.offset() + 1
+        time.sleep(self.args.pause / 2)  # the kills of the tests should often land inside a transaction
         with self.watchdog.guard("send_offsets_to_transaction"):
             self.producer.send_offsets_to_transaction(
                 [TopicPartition(self.args.input, p, o) for p, o in offsets.items()],
                 self.consumer.consumer_group_metadata(), OP_TIMEOUT)
+        time.sleep(self.args.pause / 2)
         with self.watchdog.guard("commit_transaction"):
             self.producer.commit_transaction(OP_TIMEOUT)
         self.positions.update(offsets)
@@ -213,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transactional-id", required=True)
     parser.add_argument("--partitions", type=int, required=True, help="partitions of the input topic")
     parser.add_argument("--batch", type=int, default=20, help="records per transaction at most")
+    parser.add_argument("--pause", type=float, default=0.0,
+                        help="seconds spent inside each transaction (half before, half after sending offsets)")
     parser.add_argument("--transaction-timeout-ms", type=int, default=20_000)
     parser.add_argument("--recover-timeout", type=float, default=120.0, help="give up recovering after this")
     parser.add_argument("--debug", default="", help="librdkafka debug contexts, e.g. eos,protocol")

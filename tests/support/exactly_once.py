@@ -50,11 +50,12 @@ class CopyLoopProcess:
     max_wedged = 3
 
     def __init__(self, work_dir: Path, bootstrap: str, input_topic: str, output_topic: str, group: str,
-                 transactional_id: str, partitions: int, batch: int = 20) -> None:
+                 transactional_id: str, partitions: int, batch: int = 20, pause: float = 0.04) -> None:
         self.log_path = work_dir / f"copy-loop-{uuid.uuid4().hex[:6]}.log"
         self.progress_path = work_dir / f"progress-{uuid.uuid4().hex[:6]}"
         self.args = ["--bootstrap", bootstrap, "--input", input_topic, "--output", output_topic, "--group", group,
                      "--transactional-id", transactional_id, "--partitions", str(partitions), "--batch", str(batch),
+                     "--pause", str(pause),
                      "--progress", str(self.progress_path)]
         if os.environ.get("STROM_COPY_LOOP_DEBUG"):  # librdkafka debug contexts, e.g. "eos,protocol"
             self.args += ["--debug", os.environ["STROM_COPY_LOOP_DEBUG"]]
