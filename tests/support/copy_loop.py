@@ -86,7 +86,7 @@ class CopyLoop:
         self.ends: dict[int, int] = {}
         self.transactions = 0
         self.recoveries = 0
-        self.watchdog = Watchdog(grace=30.0)
+        self.watchdog = Watchdog(grace=10.0)
 
     # -- setup and recovery --------------------------------------------------
     def new_producer(self, deadline: float) -> None:
