@@ -6,6 +6,7 @@ import struct
 
 import pytest
 
+from strom.coordinator.common import java_string_hashcode, kafka_abs, partition_for
 from strom.coordinator.group.consumer_protocol import (
     decode_assignment,
     encode_assignment,
@@ -13,7 +14,6 @@ from strom.coordinator.group.consumer_protocol import (
     subscribed_topics,
 )
 from strom.coordinator.group.group_metadata import OffsetAndMetadata
-from strom.coordinator.group.group_metadata_manager import java_string_hashcode, kafka_abs, partition_for
 from strom.coordinator.group.records import (
     GroupMetadataKey,
     GroupMetadataRecord,

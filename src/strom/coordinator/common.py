@@ -78,6 +78,26 @@ class PartitionedCoordinator(Protocol):
         ...
 
 
+def java_string_hashcode(s: str) -> int:
+    """Java's String.hashCode (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def kafka_abs(n: int) -> int:
+    """Kafka's Utils.abs: like Math.abs but Integer.MIN_VALUE maps to 0, never negative."""
+    return 0 if n == -(1 << 31) else abs(n)
+
+
+def partition_for(key: str, num_partitions: int) -> int:
+    """The internal-topic partition of a group id or transactional id, as Kafka computes it, so a
+    client's FindCoordinator lands where Kafka's would."""
+    return kafka_abs(java_string_hashcode(key)) % num_partitions
+
+
 def internal_topic_partitions(server: KafkaServer, topic_name: str, configured: int) -> int:
     """An existing topic's partition count wins over the config, as in Kafka."""
     topic = server.metadata.topic(topic_name)

@@ -13,11 +13,11 @@ import kafka.errors as Errors
 from kafka.protocol.metadata import FindCoordinatorResponse
 
 from strom.broker.request import RequestContext
-from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, partition_for
+from strom.coordinator.common import partition_for
+from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME
 from strom.coordinator.group.startup import ensure_offsets_topic
 from strom.coordinator.transaction.startup import ensure_transaction_state_topic
 from strom.coordinator.transaction.transaction_state_manager import TRANSACTION_STATE_TOPIC_NAME
-from strom.coordinator.transaction.transaction_state_manager import partition_for as txn_partition_for
 from strom.protocol.api_keys import ApiKey
 
 API_KEY = ApiKey.FIND_COORDINATOR
@@ -35,12 +35,11 @@ async def lookup(ctx: RequestContext, key: str | None, key_type: int) -> tuple[i
             return Errors.InvalidRequestError.errno, "empty transactional id", -1, "", -1
         if services.transaction_coordinator is None:
             return Errors.CoordinatorNotAvailableError.errno, None, -1, "", -1
-        ensure, topic_name, partition_of = ensure_transaction_state_topic, TRANSACTION_STATE_TOPIC_NAME, \
-            txn_partition_for
+        ensure, topic_name = ensure_transaction_state_topic, TRANSACTION_STATE_TOPIC_NAME
     elif key_type == GROUP_KEY_TYPE:
         if key is None:
             return Errors.InvalidGroupIdError.errno, "null group id", -1, "", -1
-        ensure, topic_name, partition_of = ensure_offsets_topic, GROUP_METADATA_TOPIC_NAME, partition_for
+        ensure, topic_name = ensure_offsets_topic, GROUP_METADATA_TOPIC_NAME
     else:
         return Errors.InvalidRequestError.errno, f"unknown coordinator key type {key_type}", -1, "", -1
     try:
@@ -49,7 +48,7 @@ async def lookup(ctx: RequestContext, key: str | None, key_type: int) -> tuple[i
         return Errors.CoordinatorNotAvailableError.errno, str(exc), -1, "", -1
     if topic is None or not topic.partitions:
         return Errors.CoordinatorNotAvailableError.errno, None, -1, "", -1
-    state = topic.partitions.get(partition_of(key, len(topic.partitions)))
+    state = topic.partitions.get(partition_for(key, len(topic.partitions)))
     brokers = {b.broker_id: b for b in services.metadata.live_brokers()}
     broker = brokers.get(state.leader) if state is not None else None
     if broker is None:

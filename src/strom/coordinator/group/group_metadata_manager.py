@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import kafka.errors as Errors
 
+from strom.coordinator.common import partition_for
 from strom.coordinator.group.group_metadata import (
     CommitRecordMetadataAndOffset,
     GroupMetadata,
@@ -65,24 +66,6 @@ _LOAD_CHUNK = 1024 * 1024
 _PRODUCER_ERRORS = frozenset(e.errno for e in (
     Errors.InvalidProducerEpochError, Errors.ProducerFencedError, Errors.InvalidTxnStateError,
     Errors.TransactionCoordinatorFencedError, Errors.OutOfOrderSequenceNumberError))
-
-
-def java_string_hashcode(s: str) -> int:
-    """Java's String.hashCode (over UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = s.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def kafka_abs(n: int) -> int:
-    """Kafka's Utils.abs: like Math.abs but Integer.MIN_VALUE maps to 0, never negative."""
-    return 0 if n == -(1 << 31) else abs(n)
-
-
-def partition_for(group_id: str, num_partitions: int) -> int:
-    return kafka_abs(java_string_hashcode(group_id)) % num_partitions
 
 
 class LogRecord(NamedTuple):

@@ -16,7 +16,7 @@ from typing import Any
 
 import kafka.errors as Errors
 
-from strom.coordinator.group.group_metadata_manager import java_string_hashcode, kafka_abs
+from strom.coordinator.common import partition_for
 from strom.coordinator.transaction.transaction_log import (
     SchemaError,
     key_to_bytes,
@@ -45,10 +45,6 @@ UNKNOWN_SERVER_ERROR = Errors.UnknownError.errno
 _LOAD_CHUNK = 1024 * 1024
 # Open transactions the timeout applies to (a fenced one whose abort could not be logged yet too).
 _OPEN_STATES = frozenset({TransactionState.ONGOING, TransactionState.PREPARE_EPOCH_FENCE})
-
-
-def partition_for(transactional_id: str, num_partitions: int) -> int:
-    return kafka_abs(java_string_hashcode(transactional_id)) % num_partitions
 
 
 def map_append_error(exc: BaseException) -> int:
