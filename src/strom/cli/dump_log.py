@@ -19,6 +19,7 @@ from typing import Annotated, TextIO
 import typer
 
 from strom.cli.common import cli_errors, print_error
+from strom.protocol.record_batch import read_varint
 
 # v2 RecordBatch header: baseOffset, batchLength, partitionLeaderEpoch, magic, crc,
 # attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch,
@@ -197,25 +198,8 @@ def _decompress(codec: int, payload: bytes) -> bytes:
     raise ValueError(f"unknown compression codec {codec}")
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """Zig-zag varint as used inside v2 records."""
-    shift = 0
-    raw = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("record ends inside a varint")
-        byte = buf[pos]
-        pos += 1
-        raw |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint is longer than 10 bytes")
-
-
 def _bytes_field(buf: bytes, pos: int) -> tuple[bytes | None, int]:
-    length, pos = _varint(buf, pos)
+    length, pos = read_varint(buf, pos)
     if length < 0:
         return None, pos
     if pos + length > len(buf):
@@ -229,16 +213,16 @@ def decode_records(batch: Batch) -> list[Record]:
     records: list[Record] = []
     pos = 0
     for _ in range(max(batch.count, 0)):
-        length, pos = _varint(data, pos)
+        length, pos = read_varint(data, pos)
         end = pos + length
         if length < 0 or end > len(data):
             raise ValueError(f"record {len(records)} claims {length} bytes past the end of the batch")
         pos += 1  # record attributes, unused in v2
-        ts_delta, pos = _varint(data, pos)
-        offset_delta, pos = _varint(data, pos)
+        ts_delta, pos = read_varint(data, pos)
+        offset_delta, pos = read_varint(data, pos)
         key, pos = _bytes_field(data, pos)
         value, pos = _bytes_field(data, pos)
-        count, pos = _varint(data, pos)
+        count, pos = read_varint(data, pos)
         headers: list[tuple[str, bytes | None]] = []
         for _h in range(max(count, 0)):
             hkey, pos = _bytes_field(data, pos)

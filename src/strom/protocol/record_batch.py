@@ -353,29 +353,38 @@ def read_control_marker(buf: Buffer, position: int = 0) -> tuple[int, int] | Non
     (Kafka reserves other control types) give None, so callers treat them as opaque."""
     try:
         pos = position + HEADER_SIZE
-        _length, pos = _read_varint(buf, pos)
+        _length, pos = read_varint(buf, pos)
         pos += 1  # attributes
-        _, pos = _read_varint(buf, pos)  # timestamp delta
-        _, pos = _read_varint(buf, pos)  # offset delta
-        key_len, pos = _read_varint(buf, pos)
-        if key_len < 4:
+        _, pos = read_varint(buf, pos)  # timestamp delta
+        _, pos = read_varint(buf, pos)  # offset delta
+        key_len, pos = read_varint(buf, pos)
+        ctype = transaction_marker_type(buf[pos:pos + key_len]) if key_len >= 0 else None
+        if ctype is None:
             return None
-        version, ctype = _CONTROL_KEY.unpack_from(buf, pos)
         pos += key_len
-        if version != 0 or ctype not in (CONTROL_ABORT, CONTROL_COMMIT):
-            return None
-        value_len, pos = _read_varint(buf, pos)
+        value_len, pos = read_varint(buf, pos)
         epoch = _CONTROL_VALUE.unpack_from(buf, pos)[1] if value_len >= 6 else -1
         return ctype, epoch
-    except (struct.error, IndexError):
+    except (struct.error, ValueError):
         return None
 
 
-def _read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
-    """A zigzag varint as record fields use them."""
+def transaction_marker_type(key: Buffer | None) -> int | None:
+    """CONTROL_COMMIT or CONTROL_ABORT for a control record's key; None for any other key (Kafka
+    reserves further control types and key versions, which are not transaction markers)."""
+    if key is None or len(key) < _CONTROL_KEY.size:
+        return None
+    version, ctype = _CONTROL_KEY.unpack_from(key)
+    return ctype if version == 0 and ctype in (CONTROL_ABORT, CONTROL_COMMIT) else None
+
+
+def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
+    """A zig-zag varint as v2 record fields use them: (value, position after it); ValueError if cut."""
     raw = 0
     shift = 0
     while True:
+        if pos >= len(buf):
+            raise ValueError("record ends inside a varint")
         b = buf[pos]
         pos += 1
         raw |= (b & 0x7F) << shift
@@ -383,7 +392,7 @@ def _read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
             return (raw >> 1) ^ -(raw & 1), pos
         shift += 7
         if shift > 63:
-            raise IndexError("varint too long")
+            raise ValueError("varint is longer than 10 bytes")
 
 
 def decode_records(buf: Buffer, position: int = 0) -> list[Any]:

@@ -12,7 +12,6 @@ group. Becoming leader of a partition means replaying it to rebuild the cache
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -42,12 +41,15 @@ from strom.coordinator.group.records import (
     read_offset_commit_value,
 )
 from strom.protocol.record_batch import (
+    CONTROL_ABORT,
+    CONTROL_COMMIT,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     build_batch,
     decode_records,
     iter_batches,
+    transaction_marker_type,
 )
 from strom.server_common.types import TopicPartition
 from strom.storage.validator import AppendOrigin
@@ -79,15 +81,7 @@ class LogRecord(NamedTuple):
 
 
 RECORD, TXN_RECORD, COMMIT_MARKER, ABORT_MARKER = range(4)
-_CONTROL_KEY = struct.Struct(">hh")  # version, type (0 abort, 1 commit)
-
-
-def _control_kind(key: bytes | None) -> int | None:
-    """COMMIT_MARKER or ABORT_MARKER for a control record's key; None for a type we do not know."""
-    if key is None or len(key) < _CONTROL_KEY.size:
-        return None
-    _version, control_type = _CONTROL_KEY.unpack_from(key)
-    return {0: ABORT_MARKER, 1: COMMIT_MARKER}.get(control_type)
+_MARKER_KINDS = {CONTROL_ABORT: ABORT_MARKER, CONTROL_COMMIT: COMMIT_MARKER}
 
 
 def _map_append_error(exc: BaseException, for_offsets: bool) -> int:
@@ -343,9 +337,9 @@ class GroupMetadataManager:
                 pid = header.producer_id
                 if header.is_control:
                     for rec in decode_records(data, header.position):
-                        kind = _control_kind(rec.key)
-                        if kind is not None:
-                            yield LogRecord(rec.offset, None, None, pid, kind)
+                        marker = transaction_marker_type(rec.key)
+                        if marker is not None:
+                            yield LogRecord(rec.offset, None, None, pid, _MARKER_KINDS[marker])
                     continue
                 kind = TXN_RECORD if header.is_transactional else RECORD
                 for rec in decode_records(data, header.position):
