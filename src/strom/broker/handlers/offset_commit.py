@@ -12,6 +12,7 @@ import kafka.errors as Errors
 from kafka.protocol.consumer.group import OffsetCommitResponse
 
 from strom.broker.request import RequestContext
+from strom.cluster.metadata import MetadataStore
 from strom.coordinator.group.group_metadata import OffsetAndMetadata, now_ms
 from strom.protocol.api_keys import ApiKey
 
@@ -21,34 +22,47 @@ Topic = OffsetCommitResponse.OffsetCommitResponseTopic
 Part = Topic.OffsetCommitResponsePartition
 
 
+class RequestedOffsets:
+    """The offsets of an OffsetCommit or TxnOffsetCommit: those to store, the per-partition errors
+    found before the coordinator is asked, and the partitions in request order for the answer."""
+
+    def __init__(self, store: MetadataStore, topics: Any, with_leader_epoch: bool, expire_after_ms: int = -1
+                 ) -> None:
+        now = now_ms()
+        self.errors: dict[tuple[str, int], int] = {}
+        self.offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+        self.order: list[tuple[str, int]] = []
+        for t in topics or []:
+            meta = store.topic(t.name)
+            for p in t.partitions or []:
+                tp = (t.name, p.partition_index)
+                self.order.append(tp)
+                if meta is None or p.partition_index not in meta.partitions:
+                    self.errors[tp] = Errors.UnknownTopicOrPartitionError.errno
+                    continue
+                self.offsets[tp] = OffsetAndMetadata(
+                    offset=p.committed_offset,
+                    leader_epoch=p.committed_leader_epoch if with_leader_epoch else -1,
+                    metadata=p.committed_metadata or "",
+                    commit_timestamp=now,
+                    expire_timestamp=now + expire_after_ms if expire_after_ms >= 0 else -1)
+
+    def answer(self, topic_cls: Any, partition_cls: Any) -> list[Any]:
+        """The response's topics, one error per requested partition."""
+        topics: dict[str, list[Any]] = {}
+        for tp in self.order:
+            topics.setdefault(tp[0], []).append(partition_cls(partition_index=tp[1],
+                                                              error_code=self.errors.get(tp, 0)))
+        return [topic_cls(name=name, partitions=parts) for name, parts in topics.items()]
+
+
 async def handle(ctx: RequestContext, request: Any) -> OffsetCommitResponse:
     v = ctx.version
-    store = ctx.metadata
-    now = now_ms()
     retention = request.retention_time_ms if 2 <= v <= 4 else -1
-    errors: dict[tuple[str, int], int] = {}
-    offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
-    order: list[tuple[str, int]] = []
-    for t in request.topics or []:
-        meta = store.topic(t.name)
-        for p in t.partitions or []:
-            tp = (t.name, p.partition_index)
-            order.append(tp)
-            if meta is None or p.partition_index not in meta.partitions:
-                errors[tp] = Errors.UnknownTopicOrPartitionError.errno
-                continue
-            offsets[tp] = OffsetAndMetadata(
-                offset=p.committed_offset,
-                leader_epoch=p.committed_leader_epoch if v >= 6 else -1,
-                metadata=p.committed_metadata or "",
-                commit_timestamp=now,
-                expire_timestamp=now + retention if retention is not None and retention >= 0 else -1)
-    if offsets:
-        errors.update(await ctx.group_coordinator.handle_commit_offsets(
+    req = RequestedOffsets(ctx.metadata, request.topics, with_leader_epoch=v >= 6,
+                           expire_after_ms=retention if retention is not None else -1)
+    if req.offsets:
+        req.errors.update(await ctx.group_coordinator.handle_commit_offsets(
             request.group_id, request.member_id or "", request.group_instance_id if v >= 7 else None,
-            request.generation_id_or_member_epoch, offsets))
-    topics: dict[str, list[Any]] = {}
-    for tp in order:
-        topics.setdefault(tp[0], []).append(Part(partition_index=tp[1], error_code=errors.get(tp, 0)))
-    return OffsetCommitResponse(throttle_time_ms=0,
-                                topics=[Topic(name=name, partitions=parts) for name, parts in topics.items()])
+            request.generation_id_or_member_epoch, req.offsets))
+    return OffsetCommitResponse(throttle_time_ms=0, topics=req.answer(Topic, Part))

@@ -205,9 +205,10 @@ class GroupMetadataManager:
     def validate_offset_metadata(self, off: OffsetAndMetadata) -> bool:
         return len((off.metadata or "").encode("utf-8")) <= self.max_metadata_size
 
-    async def store_offsets(self, group: GroupMetadata, offsets: dict[TopicPartition, OffsetAndMetadata]
-                            ) -> dict[TopicPartition, int]:
-        """Append one batch with all the commits, then apply them to the cache; per-partition errors."""
+    def _offset_records(self, group: GroupMetadata, offsets: dict[TopicPartition, OffsetAndMetadata]
+                        ) -> tuple[dict[TopicPartition, OffsetAndMetadata], dict[TopicPartition, int],
+                                   list[tuple[bytes, bytes | None]]]:
+        """The offsets whose metadata fits (the rest get OFFSET_METADATA_TOO_LARGE) and their records."""
         errors: dict[TopicPartition, int] = {}
         valid = {}
         for tp, off in offsets.items():
@@ -215,10 +216,16 @@ class GroupMetadataManager:
                 valid[tp] = off
             else:
                 errors[tp] = Errors.OffsetMetadataTooLargeError.errno
+        records: list[tuple[bytes, bytes | None]] = [
+            (offset_commit_key(group.group_id, tp[0], tp[1]), offset_commit_value(off)) for tp, off in valid.items()]
+        return valid, errors, records
+
+    async def store_offsets(self, group: GroupMetadata, offsets: dict[TopicPartition, OffsetAndMetadata]
+                            ) -> dict[TopicPartition, int]:
+        """Append one batch with all the commits, then apply them to the cache; per-partition errors."""
+        valid, errors, records = self._offset_records(group, offsets)
         if not valid:
             return errors
-        records = [(offset_commit_key(group.group_id, tp[0], tp[1]), offset_commit_value(off))
-                   for tp, off in valid.items()]
         for tp in valid:
             group.pending_offset_commits[tp] = group.pending_offset_commits.get(tp, 0) + 1
         code = NONE
@@ -246,17 +253,9 @@ class GroupMetadataManager:
                                 offsets: dict[TopicPartition, OffsetAndMetadata]) -> dict[TopicPartition, int]:
         """TxnOffsetCommit: append the offsets as a transactional batch of the producer; they stay
         pending in the group until ``complete_txn`` sees the transaction's marker."""
-        errors: dict[TopicPartition, int] = {}
-        valid = {}
-        for tp, off in offsets.items():
-            if self.validate_offset_metadata(off):
-                valid[tp] = off
-            else:
-                errors[tp] = Errors.OffsetMetadataTooLargeError.errno
+        valid, errors, records = self._offset_records(group, offsets)
         if not valid:
             return errors
-        records = [(offset_commit_key(group.group_id, tp[0], tp[1]), offset_commit_value(off))
-                   for tp, off in valid.items()]
         group.prepare_txn_offset_commit(producer_id, valid)
         code = NONE
         try:

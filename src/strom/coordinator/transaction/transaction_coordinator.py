@@ -29,6 +29,7 @@ from strom.coordinator.transaction.transaction_metadata import (
 )
 from strom.coordinator.transaction.transaction_state_manager import (
     TRANSACTION_STATE_TOPIC_NAME,
+    CoordinatorEpochAndTxnMetadata,
     TransactionStateManager,
 )
 from strom.server_common.types import TopicPartition
@@ -150,20 +151,26 @@ class TransactionCoordinator:
             return True
         return producer_id == md.last_producer_id and producer_epoch == md.last_producer_epoch
 
+    def _producer_transaction(self, transactional_id: str, producer_id: int
+                              ) -> tuple[int, CoordinatorEpochAndTxnMetadata | None]:
+        """The transaction a request of this producer id may act on, or the error to answer instead."""
+        if not transactional_id:
+            return INVALID_REQUEST, None
+        err, current = self.txn_manager.get_transaction_state(transactional_id)
+        if err:
+            return err, None
+        if current is None or current.metadata.producer_id != producer_id:
+            return INVALID_PRODUCER_ID_MAPPING, None
+        return NONE, current
+
     # -- AddPartitionsToTxn / AddOffsetsToTxn ------------------------------------------
     async def handle_add_partitions_to_transaction(self, transactional_id: str, producer_id: int,
                                                    producer_epoch: int, partitions: set[TopicPartition]) -> int:
         """Record that the transaction writes to these partitions (durable before the producer writes)."""
-        if not transactional_id:
-            return INVALID_REQUEST
-        err, current = self.txn_manager.get_transaction_state(transactional_id)
-        if err:
-            return err
+        err, current = self._producer_transaction(transactional_id, producer_id)
         if current is None:
-            return INVALID_PRODUCER_ID_MAPPING
+            return err
         md = current.metadata
-        if md.producer_id != producer_id:
-            return INVALID_PRODUCER_ID_MAPPING
         if md.producer_epoch != producer_epoch:
             return PRODUCER_FENCED
         if md.pending_transition_in_progress or md.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
@@ -191,16 +198,10 @@ class TransactionCoordinator:
 
     async def _end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
                                from_client: bool) -> int:
-        if not transactional_id:
-            return INVALID_REQUEST
-        err, current = self.txn_manager.get_transaction_state(transactional_id)
-        if err:
-            return err
+        err, current = self._producer_transaction(transactional_id, producer_id)
         if current is None:
-            return INVALID_PRODUCER_ID_MAPPING
+            return err
         md = current.metadata
-        if md.producer_id != producer_id:
-            return INVALID_PRODUCER_ID_MAPPING
         if (from_client and producer_epoch != md.producer_epoch) or producer_epoch < md.producer_epoch:
             return PRODUCER_FENCED
         if md.pending_transition_in_progress:
