@@ -533,33 +533,14 @@ class ReplicaManager:
     async def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                                 commit: bool, partitions: list[TopicPartition], timeout_ms: int = 30_000
                                 ) -> dict[TopicPartition, int]:
-        """WriteTxnMarkers on this broker: a COMMIT or ABORT marker on each partition, replicated to
-        the ISR before it counts (acks=all, as Kafka), then an error code per partition (0 = written).
-
-        Markers are not subject to min.insync.replicas: Kafka lets them through even with a shrunken
-        ISR, because refusing would leave the transaction hanging and its partitions' LSO stuck."""
-        now = int(time.time() * 1000)
-        marker = build_control_batch(producer_id, producer_epoch, coordinator_epoch, commit, now)
-        entries: dict[TopicPartition, Any] = {tp: marker for tp in partitions}
-        results, done = self.append_records(entries, 1, timeout_ms, origin=AppendOrigin.COORDINATOR)
-        waiting: list[TopicPartition] = []
-        for tp, res in results.items():
-            if not res.error_code:
-                res.required_offset = res.base_offset + 1
-                res.acks_pending = True
-                check_replicated(self.partitions.get(tp), res)
-                if res.acks_pending:
-                    waiting.append(tp)
-                elif res.error_code == Errors.NotEnoughReplicasAfterAppendError.errno:
-                    res.error_code = 0  # written and replicated to the ISR there is; see above
-        if waiting:
-            future: asyncio.Future[ProduceResults] = asyncio.get_running_loop().create_future()
-            op = DelayedProduce(timeout_ms, results, self.partitions.get, future)
-            self.produce_purgatory.try_complete_else_watch(op, waiting)
-            await future
-            for tp in waiting:
-                if results[tp].error_code == Errors.NotEnoughReplicasAfterAppendError.errno:
-                    results[tp].error_code = 0
+        """WriteTxnMarkers on this broker: a COMMIT or ABORT marker on each partition, written as a
+        coordinator's acks=all append (Kafka's rules, min.insync.replicas included: the coordinator
+        retries what fails), then an error code per partition (0 = written and replicated)."""
+        marker = build_control_batch(producer_id, producer_epoch, coordinator_epoch, commit, int(time.time() * 1000))
+        results, replicated = self.append_records(dict.fromkeys(partitions, marker), -1, timeout_ms,
+                                                  origin=AppendOrigin.COORDINATOR)
+        if replicated is not None:
+            results = await replicated
         return {tp: res.error_code for tp, res in results.items()}
 
     def _log_storage_error(self, tp: TopicPartition, exc: BaseException) -> None:

@@ -229,8 +229,7 @@ class Log:
         """Set by the Partition (leader: min follower LEO; follower: from the leader); clamped to [LSO, LEO]."""
         with self._lock:
             self.high_watermark = min(max(hw, self.log_start_offset), self._leo)
-            if self.producer_state.unreplicated:  # forget decided transactions now below the HW
-                self.producer_state.first_unstable_offset(self.high_watermark)
+            self.producer_state.on_high_watermark(self.high_watermark)
             return self.high_watermark
 
     def update_config(self, config: LogConfig) -> None:
@@ -262,7 +261,8 @@ class Log:
         view = records if isinstance(records, memoryview) else memoryview(records)
         result = LogValidator.validate(view, config, now, from_client=origin is AppendOrigin.CLIENT)
         append_time = now if config.log_append_time else None
-        markers = _markers_in(view, result.headers)
+        # Clients cannot write control batches (the validator refused them): only coordinators have markers.
+        markers = None if origin is AppendOrigin.CLIENT else _markers_in(view, result.headers)
         with self._lock:
             self._check_open()
             dup = self.producer_state.check_batches(result.headers, markers, origin is AppendOrigin.CLIENT)

@@ -224,15 +224,18 @@ class ProducerStateManager:
             self.ongoing[pid] = h.base_offset
         return None
 
-    def first_unstable_offset(self, high_watermark: int | None = None) -> int | None:
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
         """Smallest first offset of a transaction that is open, or closed by a marker at or past the HW."""
-        if self.unreplicated and high_watermark is not None:
-            self.unreplicated = [t for t in self.unreplicated if t.last_offset >= high_watermark]
         if not self.ongoing and not self.unreplicated:
             return None
         firsts = list(self.ongoing.values())
-        firsts.extend(t.first_offset for t in self.unreplicated)
-        return min(firsts)
+        firsts.extend(t.first_offset for t in self.unreplicated if t.last_offset >= high_watermark)
+        return min(firsts) if firsts else None
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Forget decided transactions whose marker is now below the HW: they bound nothing more."""
+        if self.unreplicated:
+            self.unreplicated = [t for t in self.unreplicated if t.last_offset >= high_watermark]
 
     def last_stable_offset_after(self, completed: CompletedTxn) -> int:
         """The LSO once ``completed`` is closed, ignoring replication: Kafka stores it in the txn index."""

@@ -22,3 +22,11 @@ def error_message_of(exc: BaseException) -> str:
     if exc.args and isinstance(exc.args[0], str) and exc.args[0]:
         return exc.args[0]
     return getattr(exc, "description", None) or type(exc).__name__
+
+
+def fenced_error_for(error: int, version: int, since: int) -> int:
+    """PRODUCER_FENCED exists from version ``since`` of an API (KIP-588); older clients get
+    INVALID_PRODUCER_EPOCH, which they also treat as fatal."""
+    if error == Errors.ProducerFencedError.errno and version < since:
+        return Errors.InvalidProducerEpochError.errno
+    return error

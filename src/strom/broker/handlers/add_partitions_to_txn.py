@@ -12,6 +12,7 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.producer.transaction import AddPartitionsToTxnResponse
 
+from strom.broker.handlers import fenced_error_for
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
 
@@ -40,8 +41,7 @@ async def handle(ctx: RequestContext, request: Any) -> AddPartitionsToTxnRespons
             error = await coordinator.handle_add_partitions_to_transaction(
                 request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
                 request.v3_and_below_producer_epoch, set(requested))
-        if error == Errors.ProducerFencedError.errno and ctx.version < 2:
-            error = Errors.InvalidProducerEpochError.errno
+        error = fenced_error_for(error, ctx.version, 2)
         errors = dict.fromkeys(requested, error)
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), error in errors.items():

@@ -7,6 +7,7 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.producer.transaction import EndTxnResponse
 
+from strom.broker.handlers import fenced_error_for
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
 
@@ -21,6 +22,5 @@ async def handle(ctx: RequestContext, request: Any) -> EndTxnResponse:
     else:
         error = await coordinator.handle_end_transaction(
             request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
-    if error == Errors.ProducerFencedError.errno and ctx.version < 2:
-        error = Errors.InvalidProducerEpochError.errno
+    error = fenced_error_for(error, ctx.version, 2)
     return EndTxnResponse(throttle_time_ms=0, error_code=error)

@@ -12,6 +12,7 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.producer import InitProducerIdResponse
 
+from strom.broker.handlers import fenced_error_for
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
 
@@ -32,8 +33,7 @@ async def handle(ctx: RequestContext, request: Any) -> InitProducerIdResponse:
         result = await coordinator.handle_init_producer_id(request.transactional_id,
                                                            request.transaction_timeout_ms, expected)
         error = result.error
-        if error == Errors.ProducerFencedError.errno and ctx.version < 4:
-            error = Errors.InvalidProducerEpochError.errno  # PRODUCER_FENCED arrived with v4 (KIP-588)
+        error = fenced_error_for(error, ctx.version, 4)
         resp.error_code, resp.producer_id, resp.producer_epoch = error, result.producer_id, result.producer_epoch
         return resp
     pid_manager = ctx.producer_id_manager
