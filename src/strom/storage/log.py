@@ -259,13 +259,14 @@ class Log:
         now = now_ms if now_ms is not None else time_ms()
         config = self.config
         view = records if isinstance(records, memoryview) else memoryview(records)
-        result = LogValidator.validate(view, config, now, from_client=origin is AppendOrigin.CLIENT)
+        from_client = origin is AppendOrigin.CLIENT
+        result = LogValidator.validate(view, config, now, from_client)
         append_time = now if config.log_append_time else None
         # Clients cannot write control batches (the validator refused them): only coordinators have markers.
-        markers = None if origin is AppendOrigin.CLIENT else _markers_in(view, result.headers)
+        markers = None if from_client else _markers_in(view, result.headers)
         with self._lock:
             self._check_open()
-            dup = self.producer_state.check_batches(result.headers, markers, origin is AppendOrigin.CLIENT)
+            dup = self.producer_state.check_batches(result.headers, markers, from_client)
             if dup is not None:
                 return LogAppendInfo(
                     first_offset=dup.first_offset,
@@ -299,7 +300,11 @@ class Log:
             self._maybe_roll(result.size, max_ts, offset - 1, now)
             self.active_segment.append(buffers, batches)
             self._leo = offset
-            self._update_producer_state(result.headers, markers)
+            if markers is None:
+                for h in result.headers:
+                    self.producer_state.update(h)
+            else:
+                self._update_producer_state(result.headers, markers)
             if self._leo - self.recovery_point >= config.flush_messages:
                 self.flush()
             return LogAppendInfo(
@@ -352,12 +357,8 @@ class Log:
     def _update_producer_state(self, headers: list[RecordBatchHeader], markers: dict[int, Marker] | None) -> None:
         """Track producers; an ABORT marker adds its transaction to the active segment's txn index."""
         state = self.producer_state
-        if markers is None:
-            for h in headers:
-                state.update(h)
-            return
         for h in headers:
-            done = state.update(h, markers.get(h.position))
+            done = state.update(h, markers.get(h.position) if markers else None)
             if done is not None and done.aborted:
                 self.active_segment.txn_index.append(AbortedTxn(
                     done.producer_id, done.first_offset, done.last_offset, state.last_stable_offset_after(done)))

@@ -160,11 +160,11 @@ class ProducerStateManager:
                     )
                 staged[pid] = (epoch, cur_last if epoch == cur_epoch else NO_SEQUENCE)
                 continue
-            if not h.is_transactional and pid in self.ongoing and pid not in staged:
+            if self.ongoing and pid in self.ongoing and not h.is_transactional and pid not in staged:
                 raise InvalidTxnStateError(
                     f"expected a transactional write from producer {pid}: it has an open transaction"
                 )
-            if h.base_sequence == NO_SEQUENCE or not from_client:
+            if not from_client:  # clients' idempotent batches always carry a sequence (the validator checks)
                 staged[pid] = (epoch, cur_last if epoch == cur_epoch else NO_SEQUENCE)
                 continue
             if entry is not None and pid not in staged and epoch == entry.producer_epoch:
