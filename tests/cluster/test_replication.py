@@ -86,7 +86,10 @@ def test_kill9_keeps_every_acknowledged_idempotent_record_exactly_once(cluster_f
     assert report.ok, str(report)
     assert report.lost == report.duplicated == report.reordered == 0
     offsets = [a.offset for a in writer.acked]
-    assert len(set(offsets)) == len(offsets)
+    shared = sorted({o for o in offsets if offsets.count(o) > 1}) if len(set(offsets)) != len(offsets) else []
+    assert len(set(offsets)) == len(offsets), (
+        f"acknowledged records share offsets {shared[:10]}: "
+        f"{[a for a in writer.acked if a.offset in shared[:10]][:10]}")
 
 
 def test_min_insync_replicas_refuses_acks_all_but_takes_acks_1(cluster_factory) -> None:  # noqa: ANN001
