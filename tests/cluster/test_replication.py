@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections import Counter
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -86,7 +87,7 @@ def test_kill9_keeps_every_acknowledged_idempotent_record_exactly_once(cluster_f
     assert report.ok, str(report)
     assert report.lost == report.duplicated == report.reordered == 0
     offsets = [a.offset for a in writer.acked]
-    shared = sorted({o for o in offsets if offsets.count(o) > 1}) if len(set(offsets)) != len(offsets) else []
+    shared = sorted(o for o, n in Counter(offsets).items() if n > 1)
     assert len(set(offsets)) == len(offsets), (
         f"acknowledged records share offsets {shared[:10]}: "
         f"{[a for a in writer.acked if a.offset in shared[:10]][:10]}")
