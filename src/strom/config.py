@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from strom.broker.listeners import EndPoint, ListenerError, parse_listeners, parse_protocol_map
+
 __all__ = [
     "BROKER_CONFIGS",
     "DYNAMIC_BROKER_CONFIGS",
@@ -219,9 +221,12 @@ _BROKER_DEFS: list[ConfigDef] = [
         "listener.security.protocol.map",
         T.LIST,
         ["PLAINTEXT:PLAINTEXT", "SSL:SSL", "SASL_PLAINTEXT:SASL_PLAINTEXT", "SASL_SSL:SASL_SSL"],
-        "Listener name to security protocol; only PLAINTEXT is served.",
+        "Listener name to security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).",
     ),
-    ConfigDef("inter.broker.listener.name", T.STRING, None, "Listener used between brokers."),
+    ConfigDef("inter.broker.listener.name", T.STRING, None,
+              "Listener used between brokers; defaults to the one whose protocol is security.inter.broker.protocol."),
+    ConfigDef("security.inter.broker.protocol", T.STRING, "PLAINTEXT",
+              "Security protocol between brokers when inter.broker.listener.name is unset."),
     # storage
     ConfigDef("log.dirs", T.LIST, None, "Directories holding partition logs; overrides log.dir."),
     ConfigDef("log.dir", T.STRING, "./data", "Log directory used when log.dirs is unset."),
@@ -638,6 +643,32 @@ class BrokerConfig:
         self._static[key] = definition.parse(raw)
         self._raw[key] = raw.strip()
 
+    def _check_listeners(self) -> None:
+        try:
+            bound = self.listeners()
+            advertised = self.advertised_listeners()
+        except ListenerError as exc:
+            raise ConfigError(str(exc)) from None
+        names = {ep.listener_name for ep in bound}
+        ports = [ep.port for ep in bound if ep.port]
+        if len(ports) != len(set(ports)):
+            raise ConfigError(f"Invalid value '{','.join(self.get('listeners'))}' for configuration 'listeners': "
+                              "each listener needs its own port")
+        for ep in advertised:
+            if ep.host == "0.0.0.0":
+                raise ConfigError(
+                    "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0; "
+                    "set advertised.listeners to a routable address"
+                )
+            if ep.listener_name not in names:
+                raise ConfigError(f"advertised.listeners names listener {ep.listener_name}, which is not in "
+                                  "listeners")
+        inter = self.inter_broker_listener_name()
+        if inter not in names:
+            raise ConfigError(f"inter.broker.listener.name must be a listener name in listeners "
+                              f"({', '.join(sorted(names))}); got {inter}. Set inter.broker.listener.name or "
+                              "security.inter.broker.protocol")
+
     def _merge(self) -> None:
         """Precedence as Kafka: per-broker dynamic > cluster-default dynamic > static > default.
 
@@ -652,13 +683,7 @@ class BrokerConfig:
             raise ConfigError(f"broker.id ({bid}) and node.id ({nid}) must be equal when both are set")
         if not self.get("listeners"):
             raise ConfigError("Invalid value '' for configuration 'listeners': at least one listener is required")
-        self.listener_host_port()
-        host, _ = self.advertised_host_port()
-        if host == "0.0.0.0":
-            raise ConfigError(
-                "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0; "
-                "set advertised.listeners to a routable address"
-            )
+        self._check_listeners()
         if "log.dirs" in self._values and not self._values["log.dirs"]:
             # Kafka refuses an empty list; silently falling back to log.dir would hide a typo.
             raise ConfigError("Invalid value '' for configuration 'log.dirs': at least one directory is required")
@@ -723,31 +748,49 @@ class BrokerConfig:
             ms = self.get_raw("log.retention.hours") * 3_600_000
         return -1 if ms < 0 else ms
 
+    def listener_security_protocol_map(self) -> dict[str, str]:
+        return parse_protocol_map(self.get("listener.security.protocol.map"))
+
+    def listeners(self) -> list[EndPoint]:
+        """Endpoints to bind, in the order configured (port 0 = any free port)."""
+        return parse_listeners(self.get("listeners"), self.listener_security_protocol_map(), "listeners")
+
+    def advertised_listeners(self, bound: Mapping[str, int] | None = None) -> list[EndPoint]:
+        """Endpoints given to clients; an empty host becomes this host's name, port 0 the bound port."""
+        key = "advertised.listeners" if self._values.get("advertised.listeners") else "listeners"
+        out = []
+        for ep in parse_listeners(self.get("advertised.listeners"), self.listener_security_protocol_map(), key):
+            host = ep.host or socket.gethostname()  # Kafka advertises the canonical host name here
+            port = ep.port or (bound or {}).get(ep.listener_name, 0)
+            out.append(EndPoint(ep.listener_name, ep.security_protocol, host, port))
+        return out
+
+    def inter_broker_listener_name(self) -> str:
+        name = self.get("inter.broker.listener.name")
+        if name:
+            return name.strip().upper()
+        protocol = (self.get("security.inter.broker.protocol") or "PLAINTEXT").strip().upper()
+        for ep in self.listeners():
+            if ep.security_protocol == protocol:
+                return ep.listener_name
+        return protocol  # reported by _check: no listener speaks it
+
     def listener_host_port(self) -> tuple[str, int]:
-        """(host, port) to bind: the first listener whose security protocol is PLAINTEXT."""
-        host, port = self._first_plaintext(self.get("listeners"), "listeners")
-        return (host or "0.0.0.0", port)
+        """(host, port) of the inter-broker listener (the first listener when there is one only)."""
+        ep = self._inter_broker(self.listeners())
+        return (ep.host or "0.0.0.0", ep.port)
 
     def advertised_host_port(self) -> tuple[str, int]:
-        """(host, port) clients are told to connect to (Metadata brokers list)."""
-        key = "advertised.listeners" if self._values.get("advertised.listeners") else "listeners"
-        host, port = self._first_plaintext(self.get("advertised.listeners"), key)
-        if not host:
-            host = socket.gethostname()  # Kafka advertises the canonical host name here
-        return host, port
+        """(host, port) other brokers and tools reach this broker at: the inter-broker listener's."""
+        ep = self._inter_broker(self.advertised_listeners())
+        return ep.host, ep.port
 
-    def _first_plaintext(self, listeners: list[str], key: str) -> tuple[str, int]:
-        protocols = {}
-        for pair in self.get("listener.security.protocol.map"):
-            name, _, proto = pair.partition(":")
-            protocols[name.strip().upper()] = proto.strip().upper()
-        for item in listeners:
-            if "://" not in item:  # bare host:port, as some tools write it
-                return _split_host_port(item, key)
-            name = item.split("://", 1)[0].upper()
-            if protocols.get(name, name) == "PLAINTEXT":
-                return _split_host_port(item, key)
-        raise ConfigError(f"Invalid value '{','.join(listeners)}' for configuration '{key}': no PLAINTEXT listener")
+    def _inter_broker(self, endpoints: list[EndPoint]) -> EndPoint:
+        name = self.inter_broker_listener_name()
+        for ep in endpoints:
+            if ep.listener_name == name:
+                return ep
+        return endpoints[0]
 
     def log_dirs(self) -> list[str]:
         """Data directories: log.dirs if set, else log.dir."""

@@ -13,7 +13,9 @@ from kafka.protocol.admin import DescribeClusterRequest
 from kafka.protocol.metadata import MetadataRequest
 
 from strom.broker.handlers import describe_cluster, metadata
+from strom.broker.listeners import EndPoint
 from strom.broker.request import BrokerServices, RequestContext
+from strom.broker.session import Session
 from strom.cluster.embedded import EmbeddedMetadataStore
 from strom.cluster.metadata import BrokerInfo
 from strom.protocol.codec import RequestHeader
@@ -29,7 +31,8 @@ def _context(tmp_path: Path, api_key: int, version: int) -> RequestContext:
         replica_manager=SimpleNamespace(offline_partitions=[]),  # type: ignore[arg-type]
         admin_manager=unused, group_coordinator=unused, producer_id_manager=unused, apis=unused,
     )
-    return RequestContext(RequestHeader(api_key, version, 1, "test", version >= 9), services, "127.0.0.1")
+    return RequestContext(RequestHeader(api_key, version, 1, "test", version >= 9), services, "127.0.0.1",
+                          Session.for_connection(EndPoint("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 9092), "127.0.0.1"))
 
 
 def test_describe_cluster_reads_the_injected_store(tmp_path: Path) -> None:

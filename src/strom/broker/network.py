@@ -30,7 +30,9 @@ import struct
 import time
 from typing import TYPE_CHECKING
 
+from strom.broker.listeners import EndPoint
 from strom.broker.request import CloseConnection, DeferredResponse, FileRegion, RawResponse, RequestContext
+from strom.broker.session import Session
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
 
@@ -147,15 +149,18 @@ class RequestMemoryPool:
 
 
 class SocketServer:
-    def __init__(self, server: KafkaServer, host: str, port: int, max_request_bytes: int) -> None:
+    """Binds every listener; a connection remembers which one it came in on (its EndPoint)."""
+
+    def __init__(self, server: KafkaServer, endpoints: list[EndPoint], max_request_bytes: int) -> None:
         self._server = server
-        self._host = host
-        self._port = port
+        self.endpoints = endpoints
         self.max_request_bytes = max_request_bytes
         cfg = server.config
         self.max_idle_ms: int = cfg.get("connections.max.idle.ms")
         self.memory_pool = RequestMemoryPool(cfg.get("queued.max.request.bytes"))
         self._sockets: list[socket.socket] = []
+        self._socket_endpoints: dict[socket.socket, EndPoint] = {}
+        self.bound_ports: dict[str, int] = {}  # listener name -> port actually bound (port 0 = any)
         self._accept_paused_until = 0.0
         self._accept_backoff = ACCEPT_BACKOFF_MIN_S
         self._accept_errors = 0  # failures since the last log line
@@ -170,13 +175,28 @@ class SocketServer:
     @property
     def port(self) -> int:
         assert self._sockets
-        return self._sockets[0].getsockname()[1]
+        return self.bound_ports[self.endpoints[0].listener_name]
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(self._host or None, self._port, type=socket.SOCK_STREAM,
+        try:
+            for endpoint in self.endpoints:
+                await self._bind(endpoint)
+        except OSError:
+            self._close_listeners()
+            raise
+        for sock in self._sockets:
+            loop.add_reader(sock.fileno(), self._accept, sock)
+        self._sweeper = loop.create_task(self._sweep_loop(), name="connection-sweeper")
+
+    async def _bind(self, endpoint: EndPoint) -> None:
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(endpoint.host or None, endpoint.port, type=socket.SOCK_STREAM,
                                        flags=socket.AI_PASSIVE)
+        bound = 0
         for family, type_, proto, _, addr in dict.fromkeys(infos):
+            if bound and endpoint.port == 0:
+                addr = (addr[0], bound, *addr[2:])  # every address of a port-0 listener on the same port
             try:
                 sock = socket.socket(family, type_, proto)
             except OSError:
@@ -188,16 +208,15 @@ class SocketServer:
                 sock.bind(addr)
                 sock.listen(LISTEN_BACKLOG)
                 sock.setblocking(False)
-            except OSError:
+            except OSError as exc:
                 sock.close()
-                self._close_listeners()
-                raise
+                raise OSError(exc.errno, f"cannot listen on {endpoint.connection_string()}: {exc.strerror}") from exc
             self._sockets.append(sock)
-        if not self._sockets:
-            raise OSError(f"no usable address to listen on for {self._host}:{self._port}")
-        for sock in self._sockets:
-            loop.add_reader(sock.fileno(), self._accept, sock)
-        self._sweeper = loop.create_task(self._sweep_loop(), name="connection-sweeper")
+            self._socket_endpoints[sock] = endpoint
+            bound = sock.getsockname()[1]
+        if not bound:
+            raise OSError(f"no usable address to listen on for {endpoint.connection_string()}")
+        self.bound_ports[endpoint.listener_name] = bound
 
     def _close_listeners(self) -> None:
         loop = asyncio.get_running_loop()
@@ -205,6 +224,7 @@ class SocketServer:
             loop.remove_reader(sock.fileno())
             sock.close()
         self._sockets.clear()
+        self._socket_endpoints.clear()
 
     async def stop(self) -> None:
         if self._sweeper is not None:
@@ -230,11 +250,13 @@ class SocketServer:
                 return
             self._accept_backoff = ACCEPT_BACKOFF_MIN_S
             conn.setblocking(False)
-            loop.create_task(self._attach(conn))
+            loop.create_task(self._attach(conn, self._socket_endpoints[sock]))
 
-    async def _attach(self, conn: socket.socket) -> None:
+    async def _attach(self, conn: socket.socket, endpoint: EndPoint) -> None:
+        # security hook: TLS listeners wrap the socket here (ssl=..., ssl_handshake_timeout=...)
         try:
-            await asyncio.get_running_loop().connect_accepted_socket(lambda: KafkaConnection(self), sock=conn)
+            await asyncio.get_running_loop().connect_accepted_socket(lambda: KafkaConnection(self, endpoint),
+                                                                     sock=conn)
         except OSError as exc:
             log.warning("setting up an accepted connection failed: %s", exc)
             conn.close()
@@ -305,8 +327,10 @@ class _Close(Exception):
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, socket_server: SocketServer) -> None:
+    def __init__(self, socket_server: SocketServer, endpoint: EndPoint) -> None:
         self._socket_server = socket_server
+        self.endpoint = endpoint
+        self.session = Session.for_connection(endpoint, "unknown")
         self._pool = socket_server.memory_pool
         self._max_request = socket_server.max_request_bytes
         self._scratch = bytearray()  # allocated when the first bytes arrive: idle clients hold none
@@ -338,6 +362,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._transport = transport
         peer = transport.get_extra_info("peername")
         self.client_host = peer[0] if peer else "unknown"
+        self.session.client_host = self.client_host
+        self.session.client_port = peer[1] if peer else 0
         self._socket_server.connections.add(self)
         self._task = asyncio.get_running_loop().create_task(self._request_loop())
 
@@ -648,7 +674,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _dispatch(self, header: codec.RequestHeader, body: memoryview) -> bytes | RawResponse | None:
         server = self._socket_server.kafka_server
-        ctx = RequestContext(header, server.services, self.client_host)
+        ctx = RequestContext(header, server.services, self.client_host, self.session)
+        # security hook: a SASL listener admits only ApiVersions/SaslHandshake/SaslAuthenticate until authenticated
         try:
             return await server.apis.handle(ctx, body)
         except codec.MalformedRequest as exc:

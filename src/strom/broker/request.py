@@ -6,7 +6,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from strom.broker.session import Session
 from strom.protocol.codec import RequestHeader
+from strom.security.principal import KafkaPrincipal
 
 if TYPE_CHECKING:
     from strom.broker.admin_manager import AdminManager
@@ -92,6 +94,23 @@ class RequestContext:
     header: RequestHeader
     services: BrokerServices
     client_host: str
+    session: Session
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        return self.session.principal
+
+    @property
+    def listener_name(self) -> str:
+        return self.session.endpoint.listener_name
+
+    @property
+    def security_protocol(self) -> str:
+        return self.session.endpoint.security_protocol
+
+    @property
+    def client_id(self) -> str | None:
+        return self.header.client_id
 
     @property
     def version(self) -> int:

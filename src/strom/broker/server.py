@@ -147,6 +147,7 @@ class KafkaServer:
 
     @property
     def port(self) -> int:
+        """The bound port of the first listener (tests and the start-up banner)."""
         return self.socket_server.port
 
     async def startup(self) -> None:
@@ -173,7 +174,6 @@ class KafkaServer:
                         for p, state in t.partitions.items() if self.broker_id in state.replicas}
         await loop.run_in_executor(None, self.log_manager.load_logs, topic_configs, None, expected)
         log.info("loaded logs in %.2f s", time.monotonic() - started)
-        adv_host, adv_port = cfg.advertised_host_port()
         timer = Timer(tick_ms=1, wheel_size=20)
         self._timer_driver = TimerDriver(timer, loop)
         self._timer_driver.start()
@@ -207,12 +207,9 @@ class KafkaServer:
             dynamic_config=self.dynamic_config, transaction_coordinator=self.transaction_coordinator,
         )
         self.dynamic_config.add_reconfigurable(self._reconfigure)
-        host, port = cfg.listener_host_port()
-        self.socket_server = SocketServer(self, host, port, cfg.get("socket.request.max.bytes"))
+        self.socket_server = SocketServer(self, cfg.listeners(), cfg.get("socket.request.max.bytes"))
         await self.socket_server.start()
-        if adv_port == 0:
-            adv_port = self.socket_server.port
-        me = BrokerInfo(self.broker_id, adv_host, adv_port, cfg.get("broker.rack"))
+        me = self._broker_info()
         if self.clustered:
             # Registered only once the listener is up: the controller connects as soon as it sees us.
             await loop.run_in_executor(None, self.metadata.register_broker, me)
@@ -255,9 +252,15 @@ class KafkaServer:
         if changed & _TOPIC_DEFAULT_KEYS:
             self.replica_manager.update_default_configs()
         if "advertised.listeners" in changed and not self.clustered:
-            host, port = self.config.advertised_host_port()
-            self.metadata.register_broker(BrokerInfo(self.broker_id, host, port or self.socket_server.port,
-                                                     self.config.get("broker.rack")))
+            self.metadata.register_broker(self._broker_info())
+
+    def _broker_info(self) -> BrokerInfo:
+        """This broker as Metadata describes it: every advertised listener, host/port the inter-broker one's."""
+        advertised = self.config.advertised_listeners(self.socket_server.bound_ports)
+        inter = self.config.inter_broker_listener_name()
+        main = next((ep for ep in advertised if ep.listener_name == inter), advertised[0])
+        return BrokerInfo(self.broker_id, main.host, main.port, self.config.get("broker.rack"),
+                          {ep.listener_name: (ep.host, ep.port) for ep in advertised})
 
     def _reload_dynamic_config(self) -> None:
         """A /config/changes notification (on the loop): re-read our layers without blocking it."""
@@ -288,8 +291,11 @@ class KafkaServer:
         for d, meta in metas.items():
             if meta is None:
                 write_meta_properties(d, MetaProperties(cluster_id, self.broker_id))
-        self.metadata = ZkMetadataStore(self.zk, self.broker_id, cluster_id)
+        self.metadata = ZkMetadataStore(self.zk, self.broker_id, cluster_id,
+                                        protocol_map={ep.listener_name: ep.security_protocol
+                                                      for ep in cfg.listeners()})
         await loop.run_in_executor(None, self._load_dynamic_config)
+        await loop.run_in_executor(None, self.metadata.load_entities)
 
         def read_topics() -> tuple[dict[str, LogConfig], dict[tuple[str, int], uuid.UUID]]:
             configs: dict[str, LogConfig] = {}

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import kafka.errors as Errors
 
+from strom.broker.listeners import SECURITY_PROTOCOL_IDS
 from strom.cluster.controller_channel import ControllerChannelManager
 from strom.cluster.zk import zk_data as zd
 from strom.cluster.zk.errors import BadVersionError, ControllerMovedError, KafkaZkError, ZNodeNotFoundError
@@ -43,7 +44,7 @@ UPDATE_METADATA_VERSION = 7
 STOP_REPLICA_VERSION = 3
 NO_LEADER = -1
 LEADER_DURING_DELETE = -2  # UpdateMetadata: the partition is being deleted
-PLAINTEXT = 0  # security protocol id
+PLAINTEXT = SECURITY_PROTOCOL_IDS["PLAINTEXT"]
 
 T = TypeVar("T")
 
@@ -217,7 +218,7 @@ class KafkaController:
         self.channel.add_broker(reg.id, host, port)
 
     def _address(self, reg: zd.BrokerRegistration) -> tuple[str, int]:
-        listener = self.config.get("inter.broker.listener.name") or "PLAINTEXT"
+        listener = self.config.inter_broker_listener_name()
         return reg.endpoint(listener) or (reg.host or "127.0.0.1", reg.port)
 
     async def _load_topic(self, topic: str) -> list[TopicPartition]:
@@ -684,8 +685,9 @@ class KafkaController:
             for ep in reg.endpoints:
                 name, _, address = ep.partition("://")
                 host, _, port = address.rpartition(":")
+                protocol = reg.listener_security_protocol_map.get(name, name)
                 endpoints.append({"port": int(port), "host": host.strip("[]"), "listener": name,
-                                  "security_protocol": PLAINTEXT})
+                                  "security_protocol": SECURITY_PROTOCOL_IDS.get(protocol, PLAINTEXT)})
             live.append({"id": reg.id, "endpoints": endpoints, "rack": reg.rack})
         assert self.channel is not None
         for b in brokers:

@@ -42,6 +42,8 @@ class EmbeddedMetadataStore(MetadataStore):
         self._next_producer_id = 0
         # Dynamic broker configs by entity: "<default>" or a broker id, as in ZooKeeper's /config/brokers.
         self._broker_configs: dict[str, dict[str, str]] = {}
+        # Client entities by type ("users", "clients") then name, as ZooKeeper's /config/users, /config/clients.
+        self._entity_configs: dict[str, dict[str, dict[str, str]]] = {}
         self._save_pending = False
         self._retry_warned = False
         self.cluster_id = cluster_id or _random_cluster_id()
@@ -57,6 +59,8 @@ class EmbeddedMetadataStore(MetadataStore):
         self.cluster_id = data["cluster_id"]
         self._next_producer_id = data.get("next_producer_id", 0)
         self._broker_configs = {str(k): dict(v) for k, v in data.get("broker_configs", {}).items()}
+        self._entity_configs = {str(t): {str(n): dict(c) for n, c in names.items()}
+                                for t, names in data.get("entity_configs", {}).items()}
         for t in data.get("topics", []):
             parts = {
                 int(p["partition"]): PartitionState(
@@ -72,6 +76,7 @@ class EmbeddedMetadataStore(MetadataStore):
             "cluster_id": self.cluster_id,
             "next_producer_id": self._next_producer_id,
             "broker_configs": self._broker_configs,
+            "entity_configs": self._entity_configs,
             "topics": [
                 {
                     "name": t.name,
@@ -204,6 +209,24 @@ class EmbeddedMetadataStore(MetadataStore):
             except OSError:
                 self._broker_configs = before
                 raise
+
+    def all_entity_configs(self, entity_type: str) -> dict[str, dict[str, str]]:
+        return {name: dict(c) for name, c in self._entity_configs.get(entity_type, {}).items()}
+
+    async def set_entity_configs_async(self, entity_type: str, name: str, configs: dict[str, str]) -> None:
+        with self._lock:
+            before = {t: dict(names) for t, names in self._entity_configs.items()}
+            names = self._entity_configs.setdefault(entity_type, {})
+            if configs:
+                names[name] = dict(configs)
+            else:
+                names.pop(name, None)
+            try:
+                self._save()
+            except OSError:
+                self._entity_configs = before
+                raise
+        self._entity_changed(entity_type, name)
 
     def restore_topics(self, topics: list[TopicMetadata], next_producer_id: int) -> None:
         """Recovery only (`strom storage recover-metadata`): add topics rebuilt from the log dirs, ids kept."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping
@@ -17,13 +18,26 @@ from dataclasses import dataclass, field
 
 from strom.cluster.replica_assignment import BrokerMetadata
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class BrokerInfo:
+    """A live broker. host/port are its inter-broker listener's; `endpoints` has every listener's
+    advertised address, by listener name (empty = the one endpoint host/port)."""
+
     broker_id: int
     host: str
     port: int
     rack: str | None = None
+    endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def endpoint(self, listener_name: str) -> tuple[str, int] | None:
+        """Where a client that came in on `listener_name` reaches this broker (None: no such listener here,
+        and Kafka leaves such a broker out of the answer)."""
+        if not self.endpoints:
+            return self.host, self.port
+        return self.endpoints.get(listener_name)
 
 
 @dataclass
@@ -76,6 +90,9 @@ class TopicChange:
 MetadataListener = Callable[[TopicChange], None]
 
 
+EntityListener = Callable[[str, str], None]
+
+
 class MetadataStore(ABC):
     """What the broker needs from the cluster's source of truth."""
 
@@ -85,6 +102,7 @@ class MetadataStore(ABC):
         self._publisher: MetadataListener | None = None
         self._topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
         self._changed: asyncio.Future[None] | None = None  # resolved by the next metadata update
+        self._entity_listeners: list[EntityListener] = []
 
     def set_publisher(self, publisher: MetadataListener | None) -> None:
         """One subscriber, not a listener list: the order of reactions is the publisher's explicit code."""
@@ -216,6 +234,29 @@ class MetadataStore(ABC):
     @abstractmethod
     def set_broker_configs(self, broker_id: int | None, configs: dict[str, str]) -> None:
         """Replace one broker's (or the cluster default's) dynamic configs durably. May block."""
+
+    # -- client entities (Kafka's /config/users and /config/clients: SCRAM credentials, quotas) ----------
+    def add_entity_listener(self, listener: EntityListener) -> None:
+        """Called on the event loop after any broker changed an entity's configs."""
+        self._entity_listeners.append(listener)
+
+    def _entity_changed(self, entity_type: str, name: str) -> None:
+        for listener in self._entity_listeners:
+            try:
+                listener(entity_type, name)
+            except Exception:
+                log.exception("entity config listener failed for %s/%s", entity_type, name)
+
+    def entity_configs(self, entity_type: str, name: str) -> dict[str, str]:
+        return dict(self.all_entity_configs(entity_type).get(name, {}))
+
+    @abstractmethod
+    def all_entity_configs(self, entity_type: str) -> dict[str, dict[str, str]]:
+        """Every entity of the type with configs, by name ("alice", "<default>", "alice/clients/app")."""
+
+    @abstractmethod
+    async def set_entity_configs_async(self, entity_type: str, name: str, configs: dict[str, str]) -> None:
+        """Replace one entity's configs ({} removes them) and tell every broker."""
 
     @abstractmethod
     def allocate_producer_id_block(self, size: int) -> int:

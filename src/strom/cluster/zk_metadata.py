@@ -42,9 +42,14 @@ LEADER_DURING_DELETE = -2
 T = TypeVar("T")
 
 
+ENTITY_TYPES = (zd.CONFIG_TYPE_USER, zd.CONFIG_TYPE_CLIENT)
+
+
 class ZkMetadataStore(MetadataStore):
-    def __init__(self, zk: KafkaZkClient, broker_id: int, cluster_id: str) -> None:
+    def __init__(self, zk: KafkaZkClient, broker_id: int, cluster_id: str,
+                 protocol_map: dict[str, str] | None = None) -> None:
         super().__init__()
+        self.protocol_map = dict(protocol_map or {"PLAINTEXT": "PLAINTEXT"})  # registered with our endpoints
         self.zk = zk
         self.broker_id = broker_id
         self.cluster_id = cluster_id
@@ -59,6 +64,7 @@ class ZkMetadataStore(MetadataStore):
         # Called on the loop when /config/changes grows: dynamic broker configs may have changed.
         self.on_config_change: Callable[[], None] | None = None
         self._config_tasks: set[asyncio.Task[None]] = set()
+        self._entities: dict[str, dict[str, dict[str, str]]] = {}  # users/clients configs, kept current by watches
 
     def _to_loop(self, fn: Callable[..., Any], *args: Any) -> None:
         """The one place where kazoo's thread hands work to the event loop."""
@@ -73,9 +79,10 @@ class ZkMetadataStore(MetadataStore):
     def register_broker(self, broker: BrokerInfo) -> None:
         """Create /brokers/ids/<id>; its czxid is our broker epoch, which controller requests must carry."""
         self._me = broker
+        endpoints = broker.endpoints or {"PLAINTEXT": (broker.host, broker.port)}
         self.broker_epoch = self.zk.register_broker(
-            broker.broker_id, [f"PLAINTEXT://{broker.host}:{broker.port}"], rack=broker.rack,
-            listener_security_protocol_map={"PLAINTEXT": "PLAINTEXT"})
+            broker.broker_id, [f"{name}://{host}:{port}" for name, (host, port) in endpoints.items()],
+            rack=broker.rack, listener_security_protocol_map=self.protocol_map)
         self._brokers.setdefault(broker.broker_id, broker)
 
     def reregister(self) -> None:
@@ -156,6 +163,9 @@ class ZkMetadataStore(MetadataStore):
             return
         if self.on_config_change is not None:
             self.on_config_change()
+        entity_task = self._loop.create_task(self._reload_entities(new), name="zk-entity-changes")
+        self._config_tasks.add(entity_task)
+        entity_task.add_done_callback(self._config_tasks.discard)
         task = self._loop.create_task(self._reload_topic_configs(), name="zk-config-changes")
         self._config_tasks.add(task)
         task.add_done_callback(self._config_tasks.discard)
@@ -175,6 +185,47 @@ class ZkMetadataStore(MetadataStore):
                 topic.configs = dict(configs)
                 self._configs[name] = dict(configs)
                 self._notify(ChangeKind.CONFIGS, topic)
+
+    # -- client entities (/config/users, /config/clients) -----------------------------------------
+    def load_entities(self) -> None:
+        """Blocking: read every user and client entity (start-up, before the listeners open)."""
+        self._entities = {t: self.zk.get_all_entity_configs(t) for t in ENTITY_TYPES}
+
+    def all_entity_configs(self, entity_type: str) -> dict[str, dict[str, str]]:
+        return {name: dict(c) for name, c in self._entities.get(entity_type, {}).items()}
+
+    async def set_entity_configs_async(self, entity_type: str, name: str, configs: dict[str, str]) -> None:
+        self._require_zookeeper()
+        await self._off_loop(self.zk.set_entity_configs, entity_type, name, configs)
+        self._apply_entity(entity_type, name, configs)  # our own notification arrives later and finds it current
+
+    def _apply_entity(self, entity_type: str, name: str, configs: dict[str, str]) -> None:
+        names = self._entities.setdefault(entity_type, {})
+        if names.get(name, {}) == configs:
+            return
+        if configs:
+            names[name] = dict(configs)
+        else:
+            names.pop(name, None)
+        self._entity_changed(entity_type, name)
+
+    async def _reload_entities(self, changes: list[str]) -> None:
+        """Notifications name the entity: re-read those of users and clients, off the loop."""
+        def read() -> list[tuple[str, str, dict[str, str]]]:
+            out = []
+            for child in changes:
+                entity = self.zk.get_config_change(child)
+                if entity is not None and entity[0] in ENTITY_TYPES:
+                    out.append((*entity, self.zk.get_entity_configs(*entity)))
+            return out
+
+        try:
+            got = await self._off_loop(read)
+        except Exception:  # noqa: BLE001 - ZooKeeper away: a later notification reads again
+            log.warning("could not re-read client entities after a config change", exc_info=True)
+            return
+        for entity_type, name, configs in got:
+            self._apply_entity(entity_type, name, configs)
 
     # -- writes (AdminZkClient) ----------------------------------------------------------------------
     def _require_zookeeper(self) -> None:

@@ -14,9 +14,9 @@ API_KEY = ApiKey.DESCRIBE_CLUSTER
 
 async def handle(ctx: RequestContext, request: Any) -> DescribeClusterResponse:
     store = ctx.metadata
-    brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=b.broker_id, host=b.host, port=b.port,
+    brokers = [DescribeClusterResponse.DescribeClusterBroker(broker_id=b.broker_id, host=ep[0], port=ep[1],
                                                              rack=b.rack, is_fenced=False)
-               for b in store.live_brokers()]
+               for b in store.live_brokers() if (ep := b.endpoint(ctx.listener_name)) is not None]
     return DescribeClusterResponse(throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1,
                                    cluster_id=store.cluster_id, controller_id=store.controller_id(),
                                    brokers=brokers, authorized_operations=None)

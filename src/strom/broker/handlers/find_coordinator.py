@@ -53,7 +53,11 @@ async def lookup(ctx: RequestContext, key: str | None, key_type: int) -> tuple[i
     broker = brokers.get(state.leader) if state is not None else None
     if broker is None:
         return Errors.CoordinatorNotAvailableError.errno, f"{topic_name} has no live leader", -1, "", -1
-    return 0, None, broker.broker_id, broker.host, broker.port
+    endpoint = broker.endpoint(ctx.listener_name)
+    if endpoint is None:
+        return (Errors.CoordinatorNotAvailableError.errno, f"the coordinator has no listener {ctx.listener_name}",
+                -1, "", -1)
+    return 0, None, broker.broker_id, endpoint[0], endpoint[1]
 
 
 async def handle(ctx: RequestContext, request: Any) -> FindCoordinatorResponse:

@@ -82,8 +82,8 @@ async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
                 topics.append(_error_topic(name, Errors.UnknownTopicOrPartitionError.errno))
             else:
                 topics.append(topic_response(t))
-    brokers = [MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-               for b in store.live_brokers()]
+    brokers = [MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=ep[0], port=ep[1], rack=b.rack)
+               for b in store.live_brokers() if (ep := b.endpoint(ctx.listener_name)) is not None]
     return MetadataResponse(throttle_time_ms=0, brokers=brokers, cluster_id=store.cluster_id,
                             controller_id=store.controller_id(), topics=topics,
                             authorized_operations=None, error_code=0)

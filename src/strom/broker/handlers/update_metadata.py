@@ -23,12 +23,13 @@ async def handle(ctx: RequestContext, request: Any) -> UpdateMetadataResponse:
         return UpdateMetadataResponse(error_code=Errors.StaleControllerEpochError.errno)
     if request.broker_epoch not in (-1, cluster.store.broker_epoch):
         return UpdateMetadataResponse(error_code=Errors.StaleBrokerEpochError.errno)
-    listener = ctx.config.get("inter.broker.listener.name") or "PLAINTEXT"
+    listener = ctx.config.inter_broker_listener_name()
     brokers = []
     for b in request.live_brokers:
         endpoint = next((e for e in b.endpoints if e.listener == listener), b.endpoints[0] if b.endpoints else None)
         if endpoint is not None:
-            brokers.append(BrokerInfo(b.id, endpoint.host, endpoint.port, b.rack))
+            brokers.append(BrokerInfo(b.id, endpoint.host, endpoint.port, b.rack,
+                                      {e.listener: (e.host, e.port) for e in b.endpoints}))
     topics = [
         (t.topic_name, t.topic_id, [
             PartitionState(p.partition_index, p.leader, p.leader_epoch, list(p.replicas), list(p.isr),

@@ -569,6 +569,24 @@ class KafkaZkClient:
             makepath=True,
         )
 
+    def get_all_entity_configs(self, entity_type: str) -> dict[str, dict[str, str]]:
+        """Every `/config/<type>/<name>` with overrides, and for users their `<user>/clients/<client>` children."""
+        out: dict[str, dict[str, str]] = {}
+        for name in self._children(f"{zd.CONFIG_PATH}/{entity_type}"):
+            configs = self.get_entity_configs(entity_type, name)
+            if configs:
+                out[name] = configs
+            if entity_type == zd.CONFIG_TYPE_USER:
+                for client in self._children(f"{zd.CONFIG_PATH}/{entity_type}/{name}/clients"):
+                    nested = self.get_entity_configs(entity_type, f"{name}/clients/{client}")
+                    if nested:
+                        out[f"{name}/clients/{client}"] = nested
+        return out
+
+    def get_config_change(self, child: str) -> tuple[str, str] | None:
+        got = self._get(f"{zd.CONFIG_CHANGES_PATH}/{child}")
+        return zd.decode_config_change(got[0]) if got else None
+
     def get_topic_configs(self, name: str) -> dict[str, str]:
         return self.get_entity_configs(zd.CONFIG_TYPE_TOPIC, name)
 

@@ -337,6 +337,16 @@ def encode_config_change(entity_type: str, entity_name: str) -> bytes:
     return to_json_bytes({"version": 2, "entity_path": f"{entity_type}/{entity_name}"})
 
 
+def decode_config_change(data: bytes) -> tuple[str, str] | None:
+    """(entity type, entity name) of a change notification; None for one this version cannot read."""
+    try:
+        path = json.loads(data).get("entity_path", "")
+    except (ValueError, AttributeError):
+        return None
+    entity_type, sep, name = str(path).partition("/")
+    return (entity_type, name) if sep and name else None
+
+
 # -- /latest_producer_id_block ---------------------------------------------
 @dataclass(frozen=True)
 class ProducerIdsBlock:

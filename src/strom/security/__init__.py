@@ -1,0 +1,1 @@
+"""Security: principals, listeners' protocols, authentication (TLS, SASL) and authorization (ACLs)."""
