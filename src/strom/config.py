@@ -338,6 +338,23 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", T.INT, 3600000,
               "How often the coordinator removes expired transactional ids.", at_least(1)),
     ConfigDef("producer.id.expiration.ms", T.INT, 86400000, "Idle producer ids expire after this.", at_least(1)),
+    # -- TLS (SSL and SASL_SSL listeners; PEM files through Python's ssl module)
+    ConfigDef("ssl.keystore.type", T.STRING, "PEM", "Key store format; Strom reads PEM.", one_of("PEM")),
+    ConfigDef("ssl.client.auth", T.STRING, "none", "Ask TLS clients for a certificate: none, requested, required.",
+              one_of("none", "requested", "required")),
+    # -- SASL (SASL_PLAINTEXT and SASL_SSL listeners)
+    ConfigDef("connections.max.reauth.ms", T.LONG, 0,
+              "Longest a SASL session lasts before the client must re-authenticate; 0 = forever.", at_least(0)),
+    # -- authorization (ACLs)
+    ConfigDef("authorizer.class.name", T.STRING, "",
+              "Authorizer to enable; Kafka's AclAuthorizer or StandardAuthorizer class names turn ACLs on."),
+    ConfigDef("super.users", T.STRING, "", "Principals allowed everything, separated by ';' (User:admin;User:bob)."),
+    # -- quotas (client byte-rate and request-percentage quotas)
+    ConfigDef("quota.window.num", T.INT, 11, "Samples kept to compute a client's rate.", at_least(1)),
+    ConfigDef("quota.window.size.seconds", T.INT, 1, "Length of one quota sample.", at_least(1)),
+    # -- metrics and health (Prometheus endpoint)
+    ConfigDef("metrics.listener", T.STRING, "",
+              "http://host:port of the Prometheus /metrics, /healthz and /readyz endpoint; empty = off."),
 ]
 del T
 
