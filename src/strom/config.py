@@ -347,8 +347,12 @@ _BROKER_DEFS: list[ConfigDef] = [
               "Longest a SASL session lasts before the client must re-authenticate; 0 = forever.", at_least(0)),
     # -- authorization (ACLs)
     ConfigDef("authorizer.class.name", T.STRING, "",
-              "Authorizer to enable; Kafka's AclAuthorizer or StandardAuthorizer class names turn ACLs on."),
+              "Authorizer to enable; Kafka's AclAuthorizer or StandardAuthorizer class names turn ACLs on.",
+              one_of("", "kafka.security.authorizer.AclAuthorizer",
+                     "org.apache.kafka.metadata.authorizer.StandardAuthorizer")),
     ConfigDef("super.users", T.STRING, "", "Principals allowed everything, separated by ';' (User:admin;User:bob)."),
+    ConfigDef("allow.everyone.if.no.acl.found", T.BOOLEAN, False,
+              "With an authorizer, allow a request on a resource no ACL names (otherwise only super users may)."),
     # -- quotas (client byte-rate and request-percentage quotas)
     ConfigDef("quota.window.num", T.INT, 11, "Samples kept to compute a client's rate.", at_least(1)),
     ConfigDef("quota.window.size.seconds", T.INT, 1, "Length of one quota sample.", at_least(1)),

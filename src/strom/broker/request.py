@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.broker.session import Session
 from strom.protocol.codec import RequestHeader
+from strom.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 from strom.security.principal import KafkaPrincipal
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from strom.config import BrokerConfig
     from strom.coordinator.group.group_coordinator import GroupCoordinator
     from strom.coordinator.transaction.transaction_coordinator import TransactionCoordinator
+    from strom.security.authorizer import AclAuthorizer
 
 
 class CloseConnection(Exception):
@@ -77,6 +79,7 @@ class BrokerServices:
     transaction_coordinator: TransactionCoordinator | None = None  # None only in handler tests built from fakes
     cluster: ClusterLink | None = None  # None on a single node (no ZooKeeper)
     dynamic_config: DynamicBrokerConfig | None = None  # AlterConfigs on broker resources
+    authorizer: AclAuthorizer | None = None  # None: authorizer.class.name is empty, everything is allowed
 
 
 @dataclass(slots=True)
@@ -99,6 +102,23 @@ class RequestContext:
     @property
     def principal(self) -> KafkaPrincipal:
         return self.session.principal
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """May this request's principal, from its host, do `operation` on the resource? Always yes without an
+        authorizer (one attribute test); with one, a memoised lookup."""
+        authorizer = self.services.authorizer
+        return authorizer is None or authorizer.authorize(self.session.principal, self.client_host, operation,
+                                                          resource_type, name)
+
+    def authorize_cluster(self, operation: AclOperation) -> bool:
+        return self.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def authorized_operations(self, resource_type: ResourceType, name: str) -> set[int]:
+        """The authorized_operations bitfield (as the codec's set of bit numbers) of one resource."""
+        authorizer = self.services.authorizer
+        if authorizer is None:
+            return {int(op) for op in SUPPORTED_OPERATIONS[resource_type]}
+        return authorizer.authorized_operations(self.session.principal, self.client_host, resource_type, name)
 
     @property
     def listener_name(self) -> str:

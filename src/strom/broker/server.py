@@ -25,11 +25,14 @@ from strom.broker.handlers import (
     alter_partition,
     api_versions,
     controlled_shutdown,
+    create_acls,
     create_partitions,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_records,
     delete_topics,
+    describe_acls,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -81,6 +84,7 @@ from strom.coordinator.group.startup import create_group_coordinator
 from strom.coordinator.transaction.startup import create_transaction_coordinator
 from strom.coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from strom.protocol.inter_broker import ControlledShutdownRequest
+from strom.security.authorizer import AclAuthorizer, create_authorizer
 from strom.server_common.purgatory import DelayedOperationPurgatory, TimerDriver
 from strom.server_common.timing_wheel import Timer
 from strom.storage.cleaner import LogCleaner, cleaner_backoff_ms
@@ -111,6 +115,8 @@ HANDLER_MODULES = [
     offset_delete, list_groups, describe_groups, delete_groups, txn_offset_commit,
     # transaction coordinator
     add_partitions_to_txn, add_offsets_to_txn, end_txn, write_txn_markers, describe_transactions, list_transactions,
+    # authorization (ACLs)
+    describe_acls, create_acls, delete_acls,
 ]
 
 
@@ -144,6 +150,7 @@ class KafkaServer:
         self.fetcher_manager: ReplicaFetcherManager
         self.alter_partition_manager: AlterPartitionManager
         self.dynamic_config: DynamicBrokerConfig
+        self.authorizer: AclAuthorizer | None = None
 
     @property
     def port(self) -> int:
@@ -200,11 +207,17 @@ class KafkaServer:
         self.transaction_coordinator: TransactionCoordinator = create_transaction_coordinator(self)
         self.publisher.sync_coordinators()
         cluster_link = self._start_cluster_services() if self.clustered else None
+        self.authorizer = create_authorizer(cfg, self.metadata)
+        if self.authorizer is not None:
+            await loop.run_in_executor(None, self.authorizer.start)
+            log.info("ACL authorizer on: %d resource patterns with ACLs, super users %s",
+                     self.authorizer.pattern_count, ", ".join(sorted(self.authorizer.super_users)) or "none")
         self.services = BrokerServices(
             broker_id=self.broker_id, config=cfg, metadata=self.metadata, replica_manager=self.replica_manager,
             admin_manager=self.admin_manager, group_coordinator=self.group_coordinator,
             producer_id_manager=self.producer_id_manager, apis=self.apis, cluster=cluster_link,
             dynamic_config=self.dynamic_config, transaction_coordinator=self.transaction_coordinator,
+            authorizer=self.authorizer,
         )
         self.dynamic_config.add_reconfigurable(self._reconfigure)
         self.socket_server = SocketServer(self, cfg.listeners(), cfg.get("socket.request.max.bytes"))

@@ -14,8 +14,24 @@ import threading
 import uuid
 from pathlib import Path
 
-from strom.cluster.metadata import BrokerInfo, ChangeKind, MetadataStore, PartitionState, TopicMetadata
+from strom.cluster.metadata import (
+    AclListener,
+    AclUpdate,
+    BrokerInfo,
+    ChangeKind,
+    MetadataStore,
+    PartitionState,
+    TopicMetadata,
+)
 from strom.cluster.zk.zk_data import DEFAULT_BROKER_ENTITY
+from strom.security.acl import (
+    AccessControlEntry,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    decode_acls,
+    encode_acls,
+)
 from strom.storage.checkpoints import write_atomically
 from strom.storage.log_dirs import LogDirError, MetaProperties, check_identities, write_meta_properties
 from strom.storage.log_manager import partition_dirs
@@ -44,6 +60,9 @@ class EmbeddedMetadataStore(MetadataStore):
         self._broker_configs: dict[str, dict[str, str]] = {}
         # Client entities by type ("users", "clients") then name, as ZooKeeper's /config/users, /config/clients.
         self._entity_configs: dict[str, dict[str, dict[str, str]]] = {}
+        # ACLs by resource pattern, as ZooKeeper's /kafka-acl and /kafka-acl-extended hold them.
+        self._acls: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}
+        self._acl_listener: AclListener | None = None
         self._save_pending = False
         self._retry_warned = False
         self.cluster_id = cluster_id or _random_cluster_id()
@@ -61,6 +80,9 @@ class EmbeddedMetadataStore(MetadataStore):
         self._broker_configs = {str(k): dict(v) for k, v in data.get("broker_configs", {}).items()}
         self._entity_configs = {str(t): {str(n): dict(c) for n, c in names.items()}
                                 for t, names in data.get("entity_configs", {}).items()}
+        self._acls = {ResourcePattern(ResourceType.parse(a["resource_type"]), a["name"],
+                                      PatternType.parse(a["pattern_type"])): decode_acls(json.dumps(a).encode())
+                      for a in data.get("acls", [])}
         for t in data.get("topics", []):
             parts = {
                 int(p["partition"]): PartitionState(
@@ -77,6 +99,11 @@ class EmbeddedMetadataStore(MetadataStore):
             "next_producer_id": self._next_producer_id,
             "broker_configs": self._broker_configs,
             "entity_configs": self._entity_configs,
+            "acls": [{"resource_type": p.resource_type.camel, "name": p.name, "pattern_type": p.pattern_type.name,
+                      "acls": json.loads(encode_acls(entries))["acls"]}
+                     for p, entries in sorted(self._acls.items(), key=lambda item: (item[0].resource_type,
+                                                                                   item[0].name,
+                                                                                   item[0].pattern_type))],
             "topics": [
                 {
                     "name": t.name,
@@ -227,6 +254,31 @@ class EmbeddedMetadataStore(MetadataStore):
                 self._entity_configs = before
                 raise
         self._entity_changed(entity_type, name)
+
+    def load_acls(self) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+        return dict(self._acls)
+
+    async def update_acls_async(self, pattern: ResourcePattern, update: AclUpdate) -> frozenset[AccessControlEntry]:
+        with self._lock:
+            before = dict(self._acls)
+            entries = frozenset(update(self._acls.get(pattern, frozenset())))
+            if entries == before.get(pattern, frozenset()):
+                return entries
+            if entries:
+                self._acls[pattern] = entries
+            else:
+                self._acls.pop(pattern, None)
+            try:
+                self._save()
+            except OSError:
+                self._acls = before
+                raise
+        if self._acl_listener is not None:
+            self._acl_listener(pattern, entries)
+        return entries
+
+    def watch_acls(self, listener: AclListener) -> None:
+        self._acl_listener = listener
 
     def restore_topics(self, topics: list[TopicMetadata], next_producer_id: int) -> None:
         """Recovery only (`strom storage recover-metadata`): add topics rebuilt from the log dirs, ids kept."""

@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from strom.cluster.replica_assignment import BrokerMetadata
+from strom.security.acl import AccessControlEntry, ResourcePattern
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,9 @@ MetadataListener = Callable[[TopicChange], None]
 
 
 EntityListener = Callable[[str, str], None]
+# Called on the event loop with a resource pattern's ACLs as they are now, after any broker changed them.
+AclListener = Callable[[ResourcePattern, frozenset[AccessControlEntry]], None]
+AclUpdate = Callable[[frozenset[AccessControlEntry]], frozenset[AccessControlEntry]]
 
 
 class MetadataStore(ABC):
@@ -257,6 +261,20 @@ class MetadataStore(ABC):
     @abstractmethod
     async def set_entity_configs_async(self, entity_type: str, name: str, configs: dict[str, str]) -> None:
         """Replace one entity's configs ({} removes them) and tell every broker."""
+
+    # -- ACLs (Kafka's /kafka-acl and /kafka-acl-extended) ------------------------------------------------
+    @abstractmethod
+    def load_acls(self) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+        """Every resource pattern's ACLs. May block: call from an executor."""
+
+    @abstractmethod
+    async def update_acls_async(self, pattern: ResourcePattern, update: AclUpdate) -> frozenset[AccessControlEntry]:
+        """Replace a pattern's ACLs by ``update(current)`` atomically against concurrent writers (other
+        brokers too), tell every broker, and return the result."""
+
+    @abstractmethod
+    def watch_acls(self, listener: AclListener) -> None:
+        """Call ``listener`` (on the loop) whenever any broker changed some pattern's ACLs. May block."""
 
     @abstractmethod
     def allocate_producer_id_block(self, size: int) -> int:

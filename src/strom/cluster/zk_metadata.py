@@ -29,11 +29,20 @@ from typing import Any, TypeVar
 
 import kafka.errors as Errors
 
-from strom.cluster.metadata import BrokerInfo, ChangeKind, MetadataStore, PartitionState, TopicMetadata
+from strom.cluster.metadata import (
+    AclListener,
+    AclUpdate,
+    BrokerInfo,
+    ChangeKind,
+    MetadataStore,
+    PartitionState,
+    TopicMetadata,
+)
 from strom.cluster.replica_assignment import BrokerMetadata
 from strom.cluster.zk import zk_data as zd
 from strom.cluster.zk.errors import TopicExistsError
 from strom.cluster.zk.kafka_zk_client import KafkaZkClient
+from strom.security.acl import AccessControlEntry, ResourcePattern
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +52,8 @@ T = TypeVar("T")
 
 
 ENTITY_TYPES = (zd.CONFIG_TYPE_USER, zd.CONFIG_TYPE_CLIENT)
+# ACL change notifications older than this are deleted by the broker that reads them (Kafka's 15 minutes).
+ACL_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 
 
 class ZkMetadataStore(MetadataStore):
@@ -65,6 +76,8 @@ class ZkMetadataStore(MetadataStore):
         self.on_config_change: Callable[[], None] | None = None
         self._config_tasks: set[asyncio.Task[None]] = set()
         self._entities: dict[str, dict[str, dict[str, str]]] = {}  # users/clients configs, kept current by watches
+        self._acl_listener: AclListener | None = None
+        self._seen_acl_changes: dict[str, set[str] | None] = {}  # per notification path; None until first listed
 
     def _to_loop(self, fn: Callable[..., Any], *args: Any) -> None:
         """The one place where kazoo's thread hands work to the event loop."""
@@ -226,6 +239,56 @@ class ZkMetadataStore(MetadataStore):
             return
         for entity_type, name, configs in got:
             self._apply_entity(entity_type, name, configs)
+
+    # -- ACLs (/kafka-acl, /kafka-acl-extended; notifications under /kafka-acl-changes, /kafka-acl-extended-changes) --
+    def load_acls(self) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+        return self.zk.get_all_acls()
+
+    async def update_acls_async(self, pattern: ResourcePattern, update: AclUpdate) -> frozenset[AccessControlEntry]:
+        self._require_zookeeper()
+        return await self._off_loop(self.zk.update_acls, pattern, update)
+
+    def watch_acls(self, listener: AclListener) -> None:
+        """Blocking: make sure the ACL roots exist, then watch both notification paths. The first call of each
+        watch only records what is there (the caller reads every ACL right after)."""
+        self._acl_listener = listener
+        self.zk.create_acl_paths()
+        for path in (zd.ACL_CHANGES_PATH, zd.EXTENDED_ACL_CHANGES_PATH):
+            self._seen_acl_changes[path] = None
+            self.zk.watch_children(path, lambda children, path=path: self._to_loop(
+                self._on_acl_changes, path, list(children)))
+
+    def _on_acl_changes(self, path: str, children: list[str]) -> None:
+        seen = self._seen_acl_changes.get(path)
+        self._seen_acl_changes[path] = set(children)
+        new = sorted(c for c in children if seen is not None and c not in seen)
+        if not new:
+            return
+        task = self._loop.create_task(self._reload_acls(path, new), name="zk-acl-changes")
+        self._config_tasks.add(task)
+        task.add_done_callback(self._config_tasks.discard)
+
+    async def _reload_acls(self, path: str, changes: list[str]) -> None:
+        """Each notification names a pattern: re-read its znode off the loop, hand it to the authorizer on it."""
+        def read() -> list[tuple[ResourcePattern, frozenset[AccessControlEntry]]]:
+            out = []
+            now = zd.now_ms()
+            for child in changes:
+                pattern, created_ms = self.zk.get_acl_change(path, child)
+                if pattern is not None:
+                    out.append((pattern, self.zk.get_acls(pattern)))
+                if created_ms and now - created_ms > ACL_CHANGE_EXPIRATION_MS:
+                    self.zk.delete_acl_change(path, child)
+            return out
+
+        try:
+            got = await self._off_loop(read)
+        except Exception:  # noqa: BLE001 - ZooKeeper away: a later notification reads again
+            log.warning("could not re-read ACLs after a change notification", exc_info=True)
+            return
+        if self._acl_listener is not None:
+            for pattern, entries in got:
+                self._acl_listener(pattern, entries)
 
     # -- writes (AdminZkClient) ----------------------------------------------------------------------
     def _require_zookeeper(self) -> None:

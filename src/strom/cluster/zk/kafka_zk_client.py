@@ -67,6 +67,14 @@ from strom.cluster.zk.zk_data import (
     ProducerIdsBlock,
     TopicAssignment,
 )
+from strom.security.acl import (
+    AccessControlEntry,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    decode_acls,
+    encode_acls,
+)
 
 log = logging.getLogger(__name__)
 
@@ -603,6 +611,76 @@ class KafkaZkClient:
     def get_config_changes(self) -> list[str]:
         """Names of the pending `config_change_<seq>` notifications, oldest first."""
         return sorted(c for c in self._children(zd.CONFIG_CHANGES_PATH) if c.startswith(zd.CONFIG_CHANGE_PREFIX))
+
+    # -- ACLs -------------------------------------------------------------------------------
+    def create_acl_paths(self) -> None:
+        """The persistent ACL roots Kafka's authorizer makes sure exist (watches need their parents)."""
+        for path in zd.ACL_PATHS:
+            with contextlib.suppress(NodeExistsError):
+                self._call(self._zk.create, path, b"", makepath=True)
+
+    def get_all_acls(self) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
+        """Every pattern's ACLs under /kafka-acl and /kafka-acl-extended/<pattern type>."""
+        out: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}
+        roots = [(zd.ACL_PATH, PatternType.LITERAL)]
+        for kind in self._children(zd.EXTENDED_ACL_PATH):
+            with contextlib.suppress(ValueError):
+                pattern_type = PatternType.parse(kind)
+                if pattern_type.is_specific and pattern_type != PatternType.LITERAL:
+                    roots.append((f"{zd.EXTENDED_ACL_PATH}/{kind}", pattern_type))
+        for root, pattern_type in roots:
+            for type_name in self._children(root):
+                try:
+                    resource_type = ResourceType.parse(type_name)
+                except ValueError:
+                    continue
+                for name in self._children(f"{root}/{type_name}"):
+                    pattern = ResourcePattern(resource_type, name, pattern_type)
+                    entries = self.get_acls(pattern)
+                    if entries:
+                        out[pattern] = entries
+        return out
+
+    def get_acls(self, pattern: ResourcePattern) -> frozenset[AccessControlEntry]:
+        got = self._get(zd.acl_path(pattern))
+        return decode_acls(got[0]) if got else frozenset()
+
+    def update_acls(self, pattern: ResourcePattern,
+                    update: Callable[[frozenset[AccessControlEntry]], frozenset[AccessControlEntry]]
+                    ) -> frozenset[AccessControlEntry]:
+        """Read, update and write a pattern's znode on its version (retrying when another broker wrote in
+        between), delete it when no ACL is left, then announce the change so every broker re-reads it."""
+        path = zd.acl_path(pattern)
+        while True:
+            got = self._get(path)
+            current = decode_acls(got[0]) if got else frozenset()
+            new = frozenset(update(current))
+            if new == current:
+                return new
+            try:
+                if got is None:
+                    self._call(self._zk.create, path, encode_acls(new), makepath=True)
+                elif new:
+                    self._call(self._zk.set, path, encode_acls(new), version=got[1].version)
+                else:
+                    self._call(self._zk.delete, path, version=got[1].version)
+            except (KazooBadVersionError, NodeExistsError, NoNodeError):
+                continue  # someone else changed it: start again from what is there now
+            break
+        self._call(self._zk.create, f"{zd.acl_change_path(pattern)}/{zd.ACL_CHANGE_PREFIX}",
+                   zd.encode_acl_change(pattern), sequence=True, makepath=True)
+        return new
+
+    def get_acl_change(self, changes_path: str, child: str) -> tuple[ResourcePattern | None, int]:
+        """(the pattern a notification names, its creation time in ms); (None, 0) once it is gone."""
+        got = self._get(f"{changes_path}/{child}")
+        if got is None:
+            return None, 0
+        return zd.decode_acl_change(changes_path, got[0]), got[1].ctime
+
+    def delete_acl_change(self, changes_path: str, child: str) -> None:
+        with contextlib.suppress(NoNodeError):
+            self._call(self._zk.delete, f"{changes_path}/{child}")
 
     # -- partition state ---------------------------------------------------------------
     def create_partition_states(

@@ -16,6 +16,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from strom.security.acl import PatternType, ResourcePattern, ResourceType
+
 # -- paths -----------------------------------------------------------------
 CLUSTER_ID_PATH = "/cluster/id"
 CONTROLLER_PATH = "/controller"
@@ -345,6 +347,49 @@ def decode_config_change(data: bytes) -> tuple[str, str] | None:
         return None
     entity_type, sep, name = str(path).partition("/")
     return (entity_type, name) if sep and name else None
+
+
+# -- ACLs: /kafka-acl, /kafka-acl-extended and their change notifications (Kafka's ZkAclStore) ---------------
+ACL_PATH = "/kafka-acl"  # LITERAL patterns: /kafka-acl/<ResourceType>/<name>
+EXTENDED_ACL_PATH = "/kafka-acl-extended"  # others: /kafka-acl-extended/<pattern type, lower case>/<ResourceType>/<name>
+ACL_CHANGES_PATH = "/kafka-acl-changes"  # notifications of LITERAL changes: "<RESOURCE_TYPE>:<name>"
+EXTENDED_ACL_CHANGES_PATH = "/kafka-acl-extended-changes"  # of the others: JSON
+ACL_CHANGE_PREFIX = "acl_changes_"
+ACL_PATHS = (ACL_PATH, ACL_CHANGES_PATH, f"{EXTENDED_ACL_PATH}/prefixed", EXTENDED_ACL_CHANGES_PATH)
+
+
+def acl_path(pattern: ResourcePattern) -> str:
+    """`/kafka-acl/Topic/orders` or `/kafka-acl-extended/prefixed/Topic/orders-`."""
+    root = ACL_PATH if pattern.pattern_type == PatternType.LITERAL else \
+        f"{EXTENDED_ACL_PATH}/{pattern.pattern_type.name.lower()}"
+    return f"{root}/{pattern.resource_type.camel}/{pattern.name}"
+
+
+def acl_change_path(pattern: ResourcePattern) -> str:
+    """Where a change of this pattern is announced (a sequential node is created under it)."""
+    return ACL_CHANGES_PATH if pattern.pattern_type == PatternType.LITERAL else EXTENDED_ACL_CHANGES_PATH
+
+
+def encode_acl_change(pattern: ResourcePattern) -> bytes:
+    """LITERAL: the legacy `TOPIC:orders`; other patterns: Kafka's ExtendedAclChangeEvent JSON."""
+    if pattern.pattern_type == PatternType.LITERAL:
+        return f"{pattern.resource_type.name}:{pattern.name}".encode()
+    return to_json_bytes({"version": 1, "resourceType": pattern.resource_type.name, "name": pattern.name,
+                          "patternType": pattern.pattern_type.name})
+
+
+def decode_acl_change(changes_path: str, data: bytes) -> ResourcePattern | None:
+    """The pattern a notification names; None for one this version cannot read."""
+    try:
+        if changes_path == ACL_CHANGES_PATH:
+            resource_type, sep, name = data.decode().partition(":")
+            if not sep:
+                return None
+            return ResourcePattern(ResourceType.parse(resource_type), name, PatternType.LITERAL)
+        js = json.loads(data)
+        return ResourcePattern(ResourceType.parse(js["resourceType"]), js["name"], PatternType.parse(js["patternType"]))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 # -- /latest_producer_id_block ---------------------------------------------

@@ -1,0 +1,51 @@
+"""CreateAcls: store ACL bindings (needs Alter on the cluster); one result per binding, in order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kafka.errors as Errors
+from kafka.protocol.admin import CreateAclsResponse
+
+from strom.broker.handlers import error_message_of
+from strom.broker.handlers.acl_common import NO_AUTHORIZER, binding
+from strom.broker.request import RequestContext
+from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclBinding, AclOperation, InvalidAclError
+
+API_KEY = ApiKey.CREATE_ACLS
+VERSIONS = (0, 3)
+Result = CreateAclsResponse.AclCreationResult
+
+
+async def handle(ctx: RequestContext, request: Any) -> CreateAclsResponse:
+    creations = request.creations or []
+    authorizer = ctx.services.authorizer
+    if authorizer is None:
+        return _all(len(creations), Errors.SecurityDisabledError.errno, NO_AUTHORIZER)
+    if not ctx.authorize_cluster(AclOperation.ALTER):
+        return _all(len(creations), Errors.ClusterAuthorizationFailedError.errno, None)
+    results: list[Any] = [None] * len(creations)
+    valid: list[tuple[int, AclBinding]] = []
+    for i, c in enumerate(creations):
+        try:
+            valid.append((i, binding(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal, c.host,
+                                     c.operation, c.permission_type)))
+        except InvalidAclError as exc:
+            results[i] = Result(error_code=Errors.InvalidRequestError.errno, error_message=str(exc))
+    outcomes = await authorizer.create_acls([b for _, b in valid])
+    for (i, _), exc in zip(valid, outcomes, strict=True):
+        if exc is None:
+            results[i] = Result(error_code=0, error_message=None)
+        elif isinstance(exc, InvalidAclError):
+            results[i] = Result(error_code=Errors.InvalidRequestError.errno, error_message=str(exc))
+        else:
+            code = exc.errno if isinstance(exc, Errors.KafkaError) and isinstance(exc.errno, int) \
+                else Errors.UnknownServerError.errno
+            results[i] = Result(error_code=code, error_message=error_message_of(exc))
+    return CreateAclsResponse(throttle_time_ms=0, results=results)
+
+
+def _all(n: int, code: int, message: str | None) -> CreateAclsResponse:
+    return CreateAclsResponse(throttle_time_ms=0, results=[Result(error_code=code, error_message=message)
+                                                            for _ in range(n)])
