@@ -11,10 +11,13 @@ import uuid
 import pytest
 from kafka.protocol.admin import (
     AlterConfigsRequest,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
+    DescribeAclsRequest,
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeLogDirsRequest,
@@ -24,6 +27,7 @@ from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetForL
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
+from strom.broker.handlers import create_acls, delete_acls, describe_acls
 from strom.protocol import codec
 from strom.protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
 from strom.protocol.record_batch import build_batch
@@ -210,3 +214,32 @@ def test_init_producer_id(broker: BrokerProcess, version: int) -> None:
                                 producer_epoch=-1)
     resp = call(broker, req, version)
     assert resp.error_code == 0 and resp.producer_id >= 0 and resp.producer_epoch == 0
+
+
+# Without authorizer.class.name the ACL APIs answer SECURITY_DISABLED, as Kafka does; with an authorizer every
+# version is exercised in tests/integration/test_acls.py.
+SECURITY_DISABLED = 54
+
+
+@pytest.mark.parametrize("version", range(describe_acls.VERSIONS[0], describe_acls.VERSIONS[1] + 1))
+def test_describe_acls_without_authorizer(broker: BrokerProcess, version: int) -> None:
+    req = DescribeAclsRequest(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=3,
+                              principal_filter=None, host_filter=None, operation=1, permission_type=1)
+    resp = call(broker, req, version)
+    assert resp.error_code == SECURITY_DISABLED and resp.resources == []
+
+
+@pytest.mark.parametrize("version", range(create_acls.VERSIONS[0], create_acls.VERSIONS[1] + 1))
+def test_create_acls_without_authorizer(broker: BrokerProcess, version: int) -> None:
+    req = CreateAclsRequest(creations=[CreateAclsRequest.AclCreation(
+        resource_type=2, resource_name="t", resource_pattern_type=3, principal="User:alice", host="*", operation=3,
+        permission_type=3)])
+    assert [r.error_code for r in call(broker, req, version).results] == [SECURITY_DISABLED]
+
+
+@pytest.mark.parametrize("version", range(delete_acls.VERSIONS[0], delete_acls.VERSIONS[1] + 1))
+def test_delete_acls_without_authorizer(broker: BrokerProcess, version: int) -> None:
+    req = DeleteAclsRequest(filters=[DeleteAclsRequest.DeleteAclsFilter(
+        resource_type_filter=1, resource_name_filter=None, pattern_type_filter=3, principal_filter=None,
+        host_filter=None, operation=1, permission_type=1)])
+    assert [r.error_code for r in call(broker, req, version).filter_results] == [SECURITY_DISABLED]

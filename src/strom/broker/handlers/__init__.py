@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import kafka.errors as Errors
+
+from strom.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+
+if TYPE_CHECKING:
+    from strom.broker.request import RequestContext
 
 log = logging.getLogger(__name__)
 
@@ -30,3 +36,24 @@ def fenced_error_for(error: int, version: int, since: int) -> int:
     if error == Errors.ProducerFencedError.errno and version < since:
         return Errors.InvalidProducerEpochError.errno
     return error
+
+
+_DENIED: dict[ResourceType, type[Errors.BrokerResponseError]] = {
+    ResourceType.TOPIC: Errors.TopicAuthorizationFailedError,
+    ResourceType.GROUP: Errors.GroupAuthorizationFailedError,
+    ResourceType.CLUSTER: Errors.ClusterAuthorizationFailedError,
+    ResourceType.TRANSACTIONAL_ID: Errors.TransactionalIdAuthorizationFailedError,
+}
+
+
+def authorization_error(resource_type: ResourceType) -> int:
+    """TOPIC_ (29), GROUP_ (30), CLUSTER_ (31) or TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53)."""
+    return _DENIED[resource_type].errno
+
+
+def require_authorized(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType,
+                       name: str = CLUSTER_NAME) -> None:
+    """Raise the resource type's authorization error unless the request may do `operation` on the resource."""
+    if not ctx.authorize(operation, resource_type, name):
+        raise _DENIED[resource_type](
+            f"Not authorized to {operation.camel} {resource_type.camel} {name}")

@@ -15,6 +15,7 @@ from kafka.protocol.producer.transaction import AddPartitionsToTxnResponse
 from strom.broker.handlers import fenced_error_for
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.ADD_PARTITIONS_TO_TXN
 VERSIONS = (0, 3)
@@ -31,7 +32,13 @@ async def handle(ctx: RequestContext, request: Any) -> AddPartitionsToTxnRespons
             unknown.add((topic, partition))
     coordinator = ctx.services.transaction_coordinator
     errors: dict[tuple[str, int], int]
-    if unknown:
+    denied = {tp for tp in requested if not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, tp[0])}
+    if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.v3_and_below_transactional_id):
+        errors = dict.fromkeys(requested, Errors.TransactionalIdAuthorizationFailedError.errno)
+    elif denied:
+        errors = {tp: Errors.TopicAuthorizationFailedError.errno if tp in denied
+                  else Errors.OperationNotAttemptedError.errno for tp in requested}
+    elif unknown:
         errors = {tp: Errors.UnknownTopicOrPartitionError.errno if tp in unknown
                   else Errors.OperationNotAttemptedError.errno for tp in requested}
     else:

@@ -9,6 +9,7 @@ import kafka.errors as Errors
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import AlterPartitionResponse, build
+from strom.security.acl import AclOperation
 
 API_KEY = ApiKey.ALTER_PARTITION
 VERSIONS = (2, 2)  # topics by id
@@ -16,6 +17,9 @@ VERSIONS = (2, 2)  # topics by id
 
 async def handle(ctx: RequestContext, request: Any) -> AlterPartitionResponse:
     cluster = ctx.services.cluster
+    if not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
+        return build(AlterPartitionResponse, throttle_time_ms=0,
+                     error_code=Errors.ClusterAuthorizationFailedError.errno, topics=[])
     if cluster is None or not cluster.controller.active:
         return build(AlterPartitionResponse, throttle_time_ms=0, error_code=Errors.NotControllerError.errno, topics=[])
     names = {}

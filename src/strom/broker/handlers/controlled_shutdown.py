@@ -10,6 +10,7 @@ from strom.broker.handlers import error_code_of
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import ControlledShutdownResponse, build
+from strom.security.acl import AclOperation
 
 API_KEY = ApiKey.CONTROLLED_SHUTDOWN
 VERSIONS = (3, 3)
@@ -17,6 +18,9 @@ VERSIONS = (3, 3)
 
 async def handle(ctx: RequestContext, request: Any) -> ControlledShutdownResponse:
     cluster = ctx.services.cluster
+    if not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
+        return build(ControlledShutdownResponse, error_code=Errors.ClusterAuthorizationFailedError.errno,
+                     remaining_partitions=[])
     if cluster is None or not cluster.controller.active:
         return build(ControlledShutdownResponse, error_code=Errors.NotControllerError.errno, remaining_partitions=[])
     try:

@@ -13,6 +13,7 @@ from kafka.protocol.admin import CreatePartitionsResponse
 from strom.broker.handlers import error_code_of, error_message_of
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.CREATE_PARTITIONS
 Result = CreatePartitionsResponse.CreatePartitionsTopicResult
@@ -24,6 +25,8 @@ async def handle(ctx: RequestContext, request: Any) -> CreatePartitionsResponse:
     for t in request.topics:
         res = Result(name=t.name, error_code=0, error_message=None)
         try:
+            if not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, t.name):
+                raise Errors.TopicAuthorizationFailedError(f"Not authorized to alter topic {t.name}")
             assignment = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
             new = await ctx.admin_manager.create_partitions(t.name, t.count, assignment, request.validate_only)
             topic = ctx.services.metadata.topic(t.name)

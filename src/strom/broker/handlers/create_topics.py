@@ -16,6 +16,7 @@ from strom.broker.handlers import error_code_of, error_message_of
 from strom.broker.request import RequestContext
 from strom.config import describe_topic_configs
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.CREATE_TOPICS
 Result = CreateTopicsResponse.CreatableTopicResult
@@ -26,6 +27,7 @@ async def handle(ctx: RequestContext, request: Any) -> CreateTopicsResponse:
     results = []
     seen: set[str] = set()
     created_topics: dict[str, Any] = {}
+    cluster_create = ctx.authorize_cluster(AclOperation.CREATE)  # else Create on each topic
     for t in request.topics:
         res = Result(name=t.name, error_code=0, error_message=None, topic_config_error_code=0,
                      num_partitions=-1, replication_factor=-1, configs=[])
@@ -33,6 +35,8 @@ async def handle(ctx: RequestContext, request: Any) -> CreateTopicsResponse:
             if t.name in seen:
                 raise Errors.InvalidRequestError(f"Topic '{t.name}' appears more than once in the request.")
             seen.add(t.name)
+            if not cluster_create and not ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, t.name):
+                raise Errors.TopicAuthorizationFailedError(f"Not authorized to create topic {t.name}")
             assignment = {a.partition_index: list(a.broker_ids) for a in t.assignments or []}
             configs = {c.name: c.value for c in t.configs or []}
             created = await admin.create_topic(t.name, t.num_partitions, t.replication_factor, assignment or None,
@@ -42,11 +46,14 @@ async def handle(ctx: RequestContext, request: Any) -> CreateTopicsResponse:
                 res.topic_id = created.topic_id
                 res.num_partitions = len(created.partitions)
                 res.replication_factor = created.replication_factor
-                res.configs = [
-                    Result.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
-                                                 config_source=e.source, is_sensitive=e.is_sensitive)
-                    for e in describe_topic_configs(ctx.config, created.configs)
-                ]
+                if not ctx.authorize(AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, t.name):
+                    res.topic_config_error_code = Errors.TopicAuthorizationFailedError.errno
+                else:
+                    res.configs = [
+                        Result.CreatableTopicConfigs(name=e.name, value=e.value, read_only=e.read_only,
+                                                     config_source=e.source, is_sensitive=e.is_sensitive)
+                        for e in describe_topic_configs(ctx.config, created.configs)
+                    ]
         except Exception as exc:
             res.error_code = error_code_of(exc)
             res.error_message = error_message_of(exc)

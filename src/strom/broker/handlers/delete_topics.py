@@ -11,6 +11,7 @@ from kafka.protocol.admin import DeleteTopicsResponse
 from strom.broker.handlers import error_code_of, error_message_of
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.DELETE_TOPICS
 Result = DeleteTopicsResponse.DeletableTopicResult
@@ -33,6 +34,8 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteTopicsResponse:
                     raise Errors.UnknownTopicIdError(f"No topic with id {topic_id}")
                 name = meta.name
                 res.name = name
+            if not ctx.authorize(AclOperation.DELETE, ResourceType.TOPIC, name):
+                raise Errors.TopicAuthorizationFailedError(f"Not authorized to delete topic {name}")
             deleted = await services.admin_manager.delete_topic(name)
             res.topic_id = deleted.topic_id
         except Exception as exc:

@@ -7,10 +7,11 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.admin import DescribeConfigsResponse
 
-from strom.broker.handlers import error_code_of, error_message_of
+from strom.broker.handlers import error_code_of, error_message_of, require_authorized
 from strom.broker.request import RequestContext
 from strom.config import describe_topic_configs
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.DESCRIBE_CONFIGS
 TOPIC, BROKER = 2, 4
@@ -21,11 +22,13 @@ Entry = Result.DescribeConfigsResourceResult
 def _entries(ctx: RequestContext, resource_type: int, name: str) -> list[Any]:
     services = ctx.services
     if resource_type == TOPIC:
+        require_authorized(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, name)
         topic = services.metadata.topic(name)
         if topic is None:
             raise Errors.UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
         return describe_topic_configs(services.config, topic.configs)
     if resource_type == BROKER:
+        require_authorized(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER)
         broker_id = services.config.get("broker.id")
         if name not in ("", str(broker_id)):
             raise Errors.InvalidRequestError(

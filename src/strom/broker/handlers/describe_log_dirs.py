@@ -11,6 +11,7 @@ from kafka.protocol.admin import DescribeLogDirsResponse
 
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation
 
 API_KEY = ApiKey.DESCRIBE_LOG_DIRS
 Result = DescribeLogDirsResponse.DescribeLogDirsResult
@@ -20,6 +21,9 @@ PartRes = TopicRes.DescribeLogDirsPartition
 
 async def handle(ctx: RequestContext, request: Any) -> DescribeLogDirsResponse:
     rm = ctx.replica_manager
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):
+        return DescribeLogDirsResponse(throttle_time_ms=0, error_code=Errors.ClusterAuthorizationFailedError.errno,
+                                       results=[])
     wanted: dict[str, set[int]] | None = None
     if request.topics is not None:
         wanted = {t.topic: set(t.partitions) for t in request.topics}

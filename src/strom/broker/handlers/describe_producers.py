@@ -13,6 +13,7 @@ from kafka.protocol.admin.transactions import DescribeProducersResponse
 
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.DESCRIBE_PRODUCERS
 VERSIONS = (0, 0)
@@ -25,6 +26,9 @@ UNKNOWN_TOPIC_OR_PARTITION = Errors.UnknownTopicOrPartitionError.errno
 
 
 def _describe(ctx: RequestContext, topic: str, index: int) -> Any:
+    if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic):
+        return Part(partition_index=index, error_code=Errors.TopicAuthorizationFailedError.errno, error_message=None,
+                    active_producers=[])
     part = ctx.replica_manager.partitions.get((topic, index))
     if part is None or not part.is_leader:
         meta = ctx.metadata.topic(topic)

@@ -9,6 +9,7 @@ from kafka.protocol.admin.transactions import DescribeTransactionsResponse
 
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.DESCRIBE_TRANSACTIONS
 VERSIONS = (0, 0)
@@ -20,7 +21,9 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeTransactionsRespo
     coordinator = ctx.services.transaction_coordinator
     states = []
     for tid in request.transactional_ids:
-        if coordinator is None:
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
+            err, md = Errors.TransactionalIdAuthorizationFailedError.errno, None
+        elif coordinator is None:
             err, md = Errors.CoordinatorNotAvailableError.errno, None
         else:
             err, md = coordinator.handle_describe_transaction(tid)
@@ -31,6 +34,8 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeTransactionsRespo
             continue
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(md.topic_partitions):
+            if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, topic):
+                continue  # as Kafka: partitions of topics the principal may not describe are left out
             by_topic.setdefault(topic, []).append(partition)
         states.append(_State(error_code=0, transactional_id=tid, transaction_state=md.state.kafka_name,
                              transaction_timeout_ms=md.txn_timeout_ms,

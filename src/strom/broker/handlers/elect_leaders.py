@@ -11,6 +11,7 @@ from strom.broker.handlers import error_code_of
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import build
+from strom.security.acl import AclOperation
 
 API_KEY = ApiKey.ELECT_LEADERS
 VERSIONS = (0, 2)
@@ -21,6 +22,8 @@ async def handle(ctx: RequestContext, request: Any) -> Any:
     cluster = ctx.services.cluster
     asked = None if request.topic_partitions is None else [
         (t.topic, p) for t in request.topic_partitions for p in t.partitions]
+    if not ctx.authorize_cluster(AclOperation.ALTER):
+        return _answer(asked or [], {}, Errors.ClusterAuthorizationFailedError.errno)
     if cluster is None or not cluster.controller.active:
         return _answer(asked or [], {}, Errors.NotControllerError.errno)
     unclean = ctx.version >= 1 and request.election_type == UNCLEAN

@@ -10,6 +10,7 @@ from kafka.protocol.producer.transaction import EndTxnResponse
 from strom.broker.handlers import fenced_error_for
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.END_TXN
 VERSIONS = (0, 3)
@@ -17,7 +18,9 @@ VERSIONS = (0, 3)
 
 async def handle(ctx: RequestContext, request: Any) -> EndTxnResponse:
     coordinator = ctx.services.transaction_coordinator
-    if coordinator is None:
+    if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        error = Errors.TransactionalIdAuthorizationFailedError.errno
+    elif coordinator is None:
         error = Errors.CoordinatorNotAvailableError.errno
     else:
         error = await coordinator.handle_end_transaction(

@@ -18,12 +18,14 @@ from strom.broker.replica_manager import FetchParams, FetchPartitionRequest, Fet
 from strom.broker.request import FileRegion, RawResponse, RequestContext
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.primitives import array_len, string, uvarint
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.FETCH
 CURRENT_LEADER_EPOCH_FROM = 9
 FLEXIBLE_FROM = 12
 TOPIC_IDS_FROM = 13
 _ABORTED = struct.Struct(">qq")  # producer_id, first_offset
+TOPIC_AUTHORIZATION_FAILED = Errors.TopicAuthorizationFailedError.errno
 
 
 async def handle(ctx: RequestContext, request: Any) -> RawResponse:
@@ -38,7 +40,11 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
                          replica_id=_replica_id(version, request))
     # (topic key as sent, name or None if unknown id, [partition indexes])
     layout: list[tuple[Any, str | None, list[int]]] = []
-    unknown: list[tuple[Any, list[int]]] = []
+    failed: list[tuple[Any, list[int], int]] = []  # (topic key, partitions, error): unknown id or not authorized
+    authorizer = ctx.services.authorizer
+    # A follower needs ClusterAction on the cluster; a consumer Read on each topic (Kafka's KafkaApis).
+    replica_denied = authorizer is not None and params.replica_id >= 0 and \
+        not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
     for t in request.topics if not top_error else []:
         if version >= TOPIC_IDS_FROM:
             meta = ctx.metadata.topic_by_id(t.topic_id)
@@ -48,7 +54,11 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
             name = t.topic
             key = t.topic
         if name is None:
-            unknown.append((key, [p.partition for p in t.partitions]))
+            failed.append((key, [p.partition for p in t.partitions], Errors.UnknownTopicIdError.errno))
+            continue
+        if authorizer is not None and (replica_denied or params.replica_id < 0 and not ctx.authorize(
+                AclOperation.READ, ResourceType.TOPIC, name)):
+            failed.append((key, [p.partition for p in t.partitions], TOPIC_AUTHORIZATION_FAILED))
             continue
         for p in t.partitions:
             params.partitions.append(FetchPartitionRequest(
@@ -56,7 +66,7 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
                 p.current_leader_epoch if version >= CURRENT_LEADER_EPOCH_FROM else NO_LEADER_EPOCH))
         layout.append((key, name, [p.partition for p in t.partitions]))
     results = await ctx.replica_manager.fetch_messages(params) if params.partitions else []
-    return _encode(version, top_error, layout, unknown, results)
+    return _encode(version, top_error, layout, failed, results)
 
 
 def _replica_id(version: int, request: Any) -> int:
@@ -68,14 +78,14 @@ def _replica_id(version: int, request: Any) -> int:
 
 
 def _encode(version: int, top_error: int, layout: list[tuple[Any, str | None, list[int]]],
-            unknown: list[tuple[Any, list[int]]], results: list[FetchPartitionResult]) -> RawResponse:
+            failed: list[tuple[Any, list[int], int]], results: list[FetchPartitionResult]) -> RawResponse:
     flexible = version >= FLEXIBLE_FROM
     parts: list[bytes | FileRegion] = []
     buf = bytearray()
     buf += struct.pack(">i", 0)  # throttle_time_ms (v1+; we start at v4)
     if version >= 7:
         buf += struct.pack(">hi", top_error, 0)  # error_code, session_id 0 = no session
-    buf += array_len(len(layout) + len(unknown), flexible)
+    buf += array_len(len(layout) + len(failed), flexible)
 
     def topic_key(key: Any) -> bytes:
         if version >= TOPIC_IDS_FROM:
@@ -120,11 +130,11 @@ def _encode(version: int, top_error: int, layout: list[tuple[Any, str | None, li
                 buf += b"\x00"  # partition tagged fields
         if flexible:
             buf += b"\x00"  # topic tagged fields
-    for key, indexes in unknown:
+    for key, indexes, error in failed:
         buf += topic_key(key)
         buf += array_len(len(indexes), flexible)
         for index in indexes:
-            partition_head(index, Errors.UnknownTopicIdError.errno, None)
+            partition_head(index, error, None)
             buf += uvarint(1) if flexible else struct.pack(">i", 0)
             if flexible:
                 buf += b"\x00"

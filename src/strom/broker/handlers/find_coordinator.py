@@ -19,6 +19,7 @@ from strom.coordinator.group.startup import ensure_offsets_topic
 from strom.coordinator.transaction.startup import ensure_transaction_state_topic
 from strom.coordinator.transaction.transaction_state_manager import TRANSACTION_STATE_TOPIC_NAME
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.FIND_COORDINATOR
 VERSIONS = (0, 4)
@@ -33,12 +34,16 @@ async def lookup(ctx: RequestContext, key: str | None, key_type: int) -> tuple[i
     if key_type == TRANSACTION_KEY_TYPE:
         if not key:
             return Errors.InvalidRequestError.errno, "empty transactional id", -1, "", -1
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+            return Errors.TransactionalIdAuthorizationFailedError.errno, None, -1, "", -1
         if services.transaction_coordinator is None:
             return Errors.CoordinatorNotAvailableError.errno, None, -1, "", -1
         ensure, topic_name = ensure_transaction_state_topic, TRANSACTION_STATE_TOPIC_NAME
     elif key_type == GROUP_KEY_TYPE:
         if key is None:
             return Errors.InvalidGroupIdError.errno, "null group id", -1, "", -1
+        if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key):
+            return Errors.GroupAuthorizationFailedError.errno, None, -1, "", -1
         ensure, topic_name = ensure_offsets_topic, GROUP_METADATA_TOPIC_NAME
     else:
         return Errors.InvalidRequestError.errno, f"unknown coordinator key type {key_type}", -1, "", -1

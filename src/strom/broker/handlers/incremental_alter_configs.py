@@ -52,7 +52,7 @@ async def handle(ctx: RequestContext, request: Any) -> IncrementalAlterConfigsRe
     for r in request.resources:
         res = Result(error_code=0, error_message=None, resource_type=r.resource_type, resource_name=r.resource_name)
         try:
-            check_resource_type(r.resource_type)
+            check_resource_type(ctx, r.resource_type, r.resource_name)
             if r.resource_type == BROKER:
                 await _alter_broker(services, r, request.validate_only)
             else:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import kafka.errors as Errors
 from kafka.protocol.consumer.group import JoinGroupResponse
 
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.JOIN_GROUP
 VERSIONS = (0, 9)
@@ -16,6 +18,10 @@ Member = JoinGroupResponse.JoinGroupResponseMember
 
 async def handle(ctx: RequestContext, request: Any) -> JoinGroupResponse:
     v = ctx.version
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return JoinGroupResponse(throttle_time_ms=0, error_code=Errors.GroupAuthorizationFailedError.errno,
+                                 generation_id=-1, protocol_type=None, protocol_name=None if v >= 7 else "",
+                                 leader="", skip_assignment=False, member_id=request.member_id or "", members=[])
     result = await ctx.group_coordinator.handle_join_group(
         group_id=request.group_id,
         member_id=request.member_id or "",

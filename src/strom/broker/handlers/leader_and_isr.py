@@ -11,6 +11,7 @@ from strom.broker.request import RequestContext
 from strom.cluster.metadata import PartitionState
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import LeaderAndIsrResponse, build
+from strom.security.acl import AclOperation
 
 API_KEY = ApiKey.LEADER_AND_ISR
 VERSIONS = (6, 6)  # what Strom's controller sends (topic ids, partition epochs, leader recovery state)
@@ -18,7 +19,7 @@ VERSIONS = (6, 6)  # what Strom's controller sends (topic ids, partition epochs,
 
 async def handle(ctx: RequestContext, request: Any) -> LeaderAndIsrResponse:
     cluster = ctx.services.cluster
-    if cluster is None:
+    if cluster is None or not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
         return _all(request, Errors.ClusterAuthorizationFailedError.errno)
     if request.broker_epoch not in (-1, cluster.store.broker_epoch):
         return _all(request, Errors.StaleBrokerEpochError.errno)

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import kafka.errors as Errors
 from kafka.protocol.consumer.group import LeaveGroupResponse
 
 from strom.broker.request import RequestContext
 from strom.coordinator.group.group_coordinator import MemberIdentity
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.LEAVE_GROUP
 VERSIONS = (0, 5)
@@ -20,6 +22,9 @@ MemberResponse = LeaveGroupResponse.MemberResponse
 
 async def handle(ctx: RequestContext, request: Any) -> LeaveGroupResponse:
     v = ctx.version
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return LeaveGroupResponse(throttle_time_ms=0, error_code=Errors.GroupAuthorizationFailedError.errno,
+                                  members=[])
     if v >= 3:
         leaving = [MemberIdentity(m.member_id or "", m.group_instance_id) for m in request.members or []]
         reasons = {m.reason for m in request.members or [] if v >= 5 and getattr(m, "reason", None)}

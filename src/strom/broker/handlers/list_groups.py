@@ -8,6 +8,7 @@ from kafka.protocol.admin.groups import ListGroupsResponse
 
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.LIST_GROUPS
 VERSIONS = (0, 5)
@@ -22,6 +23,8 @@ async def handle(ctx: RequestContext, request: Any) -> ListGroupsResponse:
     error, groups = ctx.group_coordinator.handle_list_groups(states or None)
     if types and CLASSIC not in types:
         groups = []
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE):  # else only the groups it may describe
+        groups = [g for g in groups if ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id)]
     return ListGroupsResponse(throttle_time_ms=0, error_code=error, groups=[
         Listed(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=str(g.state),
                group_type=CLASSIC) for g in groups])

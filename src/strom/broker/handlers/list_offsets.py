@@ -11,6 +11,7 @@ from strom.broker.handlers import error_code_of
 from strom.broker.partition import NO_LEADER_EPOCH, READ_UNCOMMITTED
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.LIST_OFFSETS
 TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
@@ -29,6 +30,8 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
             resp = PartResp(partition_index=p.partition_index, error_code=0, timestamp=-1, offset=-1,
                             leader_epoch=-1, old_style_offsets=[])
             try:
+                if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t.name):
+                    raise Errors.TopicAuthorizationFailedError(f"Not authorized to describe topic {t.name}")
                 part = rm.get_partition(t.name, p.partition_index)
                 part.check_leader_epoch(p.current_leader_epoch if ctx.version >= 4 else NO_LEADER_EPOCH)
                 resp.leader_epoch = part.leader_epoch

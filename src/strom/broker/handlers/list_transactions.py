@@ -11,6 +11,7 @@ from kafka.protocol.admin.transactions import ListTransactionsResponse
 from strom.broker.request import RequestContext
 from strom.coordinator.transaction.transaction_metadata import TransactionState
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.LIST_TRANSACTIONS
 VERSIONS = (0, 1)
@@ -34,4 +35,6 @@ async def handle(ctx: RequestContext, request: Any) -> ListTransactionsResponse:
     return ListTransactionsResponse(
         throttle_time_ms=0, error_code=err, unknown_state_filters=unknown,
         transaction_states=[_State(transactional_id=md.transactional_id, producer_id=md.producer_id,
-                                   transaction_state=md.state.kafka_name) for md in found])
+                                   transaction_state=md.state.kafka_name) for md in found
+                            if ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                                             md.transactional_id)])

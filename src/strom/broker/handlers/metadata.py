@@ -16,9 +16,11 @@ from strom.broker.handlers import error_code_of
 from strom.broker.request import RequestContext
 from strom.cluster.metadata import TopicMetadata
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 API_KEY = ApiKey.METADATA
 ZERO_UUID = uuid.UUID(int=0)
+TOPIC_AUTHORIZATION_FAILED = Errors.TopicAuthorizationFailedError.errno
 Topic = MetadataResponse.MetadataResponseTopic
 Part = Topic.MetadataResponsePartition
 
@@ -55,22 +57,42 @@ async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
     for name, index in services.replica_manager.offline_partitions:
         offline.setdefault(name, set()).add(index)
 
+    authorizer = services.authorizer
+    with_topic_ops = version >= 8 and request.include_topic_authorized_operations
+
     def topic_response(t: TopicMetadata) -> Any:
-        return _topic_response(t, offline.get(t.name, ()))
+        answer = _topic_response(t, offline.get(t.name, ()))
+        if with_topic_ops:
+            answer.authorized_operations = ctx.authorized_operations(ResourceType.TOPIC, t.name)
+        return answer
+
+    def may_describe(name: str) -> bool:
+        return authorizer is None or ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, name)
 
     topics: list[Any] = []
     if requested is None:
-        topics = [topic_response(t) for t in store.topics().values()]
+        # All topics: those the principal may not describe are left out, as if they did not exist.
+        topics = [topic_response(t) for t in store.topics().values() if may_describe(t.name)]
     else:
         for req in requested:
             name = req.name
             if name is None and req.topic_id not in (None, ZERO_UUID):
                 t = store.topic_by_id(req.topic_id)
+                if t is not None and not may_describe(t.name):
+                    topics.append(_error_topic(None, TOPIC_AUTHORIZATION_FAILED, req.topic_id))
+                    continue
                 topics.append(topic_response(t) if t else _error_topic(None, Errors.UnknownTopicIdError.errno,
                                                                           req.topic_id))
                 continue
+            if not may_describe(name):
+                topics.append(_error_topic(name, TOPIC_AUTHORIZATION_FAILED))
+                continue
             t = store.topic(name)
             if t is None and allow_auto and services.config.get("auto.create.topics.enable"):
+                if authorizer is not None and not ctx.authorize_cluster(AclOperation.CREATE) and not ctx.authorize(
+                        AclOperation.CREATE, ResourceType.TOPIC, name):
+                    topics.append(_error_topic(name, TOPIC_AUTHORIZATION_FAILED))
+                    continue
                 try:
                     t = await services.admin_manager.create_topic(name)
                 except Errors.TopicAlreadyExistsError:
@@ -84,6 +106,8 @@ async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
                 topics.append(topic_response(t))
     brokers = [MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=ep[0], port=ep[1], rack=b.rack)
                for b in store.live_brokers() if (ep := b.endpoint(ctx.listener_name)) is not None]
+    cluster_ops = ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME) \
+        if 8 <= version <= 10 and request.include_cluster_authorized_operations else None
     return MetadataResponse(throttle_time_ms=0, brokers=brokers, cluster_id=store.cluster_id,
                             controller_id=store.controller_id(), topics=topics,
-                            authorized_operations=None, error_code=0)
+                            authorized_operations=cluster_ops, error_code=0)

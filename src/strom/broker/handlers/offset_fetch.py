@@ -13,6 +13,7 @@ from kafka.protocol.consumer.group import OffsetFetchResponse
 
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.OFFSET_FETCH
 VERSIONS = (1, 9)
@@ -31,13 +32,21 @@ def _fetch(ctx: RequestContext, group_id: str, topics: list[Any] | None, require
            ) -> tuple[int, dict[str, list[Fetched]]]:
     """(group error, topic -> [(partition, offset, leader_epoch, metadata, error)])."""
     coordinator = ctx.group_coordinator
+    if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+        return Errors.GroupAuthorizationFailedError.errno, {}
     wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
     error, offsets = coordinator.handle_fetch_offsets(group_id, wanted)
     out: dict[str, list[Fetched]] = {}
     if error:
         return error, out
+    # Topics the principal may not describe: named ones answer TOPIC_AUTHORIZATION_FAILED, the others are left out.
+    described = {t: ctx.authorize(AclOperation.DESCRIBE, ResourceType.TOPIC, t) for t, _ in offsets}
     unstable = coordinator.partitions_with_pending_offsets(group_id, list(offsets)) if require_stable else set()
     for (topic, part), off in offsets.items():
+        if not described[topic]:
+            if wanted is not None:
+                out.setdefault(topic, []).append((part, -1, -1, "", Errors.TopicAuthorizationFailedError.errno))
+            continue
         if (topic, part) in unstable:
             out.setdefault(topic, []).append((part, -1, -1, "", UNSTABLE_OFFSET_COMMIT))
         elif off is None:

@@ -17,10 +17,12 @@ from strom.broker.request import DeferredResponse, RequestContext
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.primitives import array_len, nullable_string, string
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.PRODUCE
 FLEXIBLE_FROM = 9
 _PARTITION = struct.Struct(">ihqq")
+TOPIC_AUTHORIZATION_FAILED = Errors.TopicAuthorizationFailedError.errno
 
 
 # The per-partition answer, as the ReplicaManager fills it in.
@@ -33,12 +35,19 @@ async def handle(ctx: RequestContext, request: Any) -> bytes | DeferredResponse 
     if acks not in (0, 1, -1):
         err = Errors.InvalidRequiredAcksError.errno
     entries: dict[TopicPartition, Any] = {}
+    denied: list[TopicPartition] = []
+    if ctx.services.authorizer is not None and not err:  # no authorizer: this one test is all it costs
+        err, denied = _authorize(ctx, request)
     if not err:
         for topic in request.topic_data:
             name = topic.name
             for pd in topic.partition_data:
                 entries[(name, pd.index)] = pd.records
+        for tp in denied:
+            del entries[tp]
     results, done = ctx.replica_manager.append_records(entries, acks, request.timeout_ms)
+    for tp in denied:
+        results[tp] = PartitionResult(tp[1], TOPIC_AUTHORIZATION_FAILED)
     if acks == 0:
         return None
     if done is None:
@@ -52,6 +61,16 @@ async def handle(ctx: RequestContext, request: Any) -> bytes | DeferredResponse 
 
     done.add_done_callback(answer)
     return DeferredResponse([], ready)
+
+
+def _authorize(ctx: RequestContext, request: Any) -> tuple[int, list[TopicPartition]]:
+    """Kafka's rules: a transactional producer needs Write on its transactional id (else the whole request
+    fails), and every topic needs Write (else its partitions fail, the others are appended)."""
+    tid = request.transactional_id
+    if tid is not None and not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, tid):
+        return Errors.TransactionalIdAuthorizationFailedError.errno, []
+    return 0, [(t.name, pd.index) for t in request.topic_data
+               if not ctx.authorize(AclOperation.WRITE, ResourceType.TOPIC, t.name) for pd in t.partition_data]
 
 
 def _layout(request: Any, results: ProduceResults, err: int) -> list[tuple[str, list[PartitionResult]]]:

@@ -9,6 +9,7 @@ import kafka.errors as Errors
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import StopReplicaResponse, build
+from strom.security.acl import AclOperation
 
 API_KEY = ApiKey.STOP_REPLICA
 VERSIONS = (3, 3)
@@ -16,7 +17,7 @@ VERSIONS = (3, 3)
 
 async def handle(ctx: RequestContext, request: Any) -> StopReplicaResponse:
     cluster = ctx.services.cluster
-    if cluster is None:
+    if cluster is None or not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
         return build(StopReplicaResponse, error_code=Errors.ClusterAuthorizationFailedError.errno, partition_errors=[])
     if request.broker_epoch not in (-1, cluster.store.broker_epoch):
         return build(StopReplicaResponse, error_code=Errors.StaleBrokerEpochError.errno, partition_errors=[])

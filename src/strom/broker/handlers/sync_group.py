@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import kafka.errors as Errors
 from kafka.protocol.consumer.group import SyncGroupResponse
 
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.SYNC_GROUP
 VERSIONS = (0, 5)
@@ -15,6 +17,9 @@ VERSIONS = (0, 5)
 
 async def handle(ctx: RequestContext, request: Any) -> SyncGroupResponse:
     v = ctx.version
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        return SyncGroupResponse(throttle_time_ms=0, error_code=Errors.GroupAuthorizationFailedError.errno,
+                                 protocol_type=None, protocol_name=None, assignment=b"")
     assignments: dict[str, bytes] = {}
     for a in request.assignments or []:
         assignments[a.member_id] = bytes(a.assignment or b"")

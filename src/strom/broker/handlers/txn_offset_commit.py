@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import kafka.errors as Errors
 from kafka.protocol.producer.transaction import TxnOffsetCommitResponse
 
 from strom.broker.handlers.offset_commit import RequestedOffsets
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.TXN_OFFSET_COMMIT
 VERSIONS = (0, 3)
@@ -24,7 +26,11 @@ Part = Topic.TxnOffsetCommitResponsePartition
 
 async def handle(ctx: RequestContext, request: Any) -> TxnOffsetCommitResponse:
     v = ctx.version
-    req = RequestedOffsets(ctx.metadata, request.topics, with_leader_epoch=v >= 2)
+    req = RequestedOffsets(ctx, request.topics, with_leader_epoch=v >= 2)
+    if not ctx.authorize(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+        req.fail_all(Errors.TransactionalIdAuthorizationFailedError.errno)
+    elif not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
+        req.fail_all(Errors.GroupAuthorizationFailedError.errno)
     if req.offsets:
         req.errors.update(await ctx.group_coordinator.handle_txn_offset_commit(
             request.transactional_id, request.group_id, request.producer_id, request.producer_epoch,

@@ -10,6 +10,7 @@ from strom.broker.request import RequestContext
 from strom.cluster.metadata import BrokerInfo, PartitionState
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import UpdateMetadataResponse
+from strom.security.acl import AclOperation
 
 API_KEY = ApiKey.UPDATE_METADATA
 VERSIONS = (7, 7)
@@ -17,7 +18,7 @@ VERSIONS = (7, 7)
 
 async def handle(ctx: RequestContext, request: Any) -> UpdateMetadataResponse:
     cluster = ctx.services.cluster
-    if cluster is None:
+    if cluster is None or not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
         return UpdateMetadataResponse(error_code=Errors.ClusterAuthorizationFailedError.errno)
     if request.controller_epoch < ctx.replica_manager.controller_epoch:
         return UpdateMetadataResponse(error_code=Errors.StaleControllerEpochError.errno)
