@@ -210,3 +210,19 @@ def test_init_producer_id(broker: BrokerProcess, version: int) -> None:
                                 producer_epoch=-1)
     resp = call(broker, req, version)
     assert resp.error_code == 0 and resp.producer_id >= 0 and resp.producer_epoch == 0
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.SASL_HANDSHAKE))
+def test_sasl_handshake_on_a_plaintext_listener(broker: BrokerProcess, version: int) -> None:
+    from kafka.protocol.sasl import SaslHandshakeRequest
+
+    resp = call(broker, SaslHandshakeRequest(mechanism="PLAIN"), version)
+    assert resp.error_code == 34  # ILLEGAL_SASL_STATE, as Kafka answers outside a SASL listener
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.SASL_AUTHENTICATE))
+def test_sasl_authenticate_on_a_plaintext_listener(broker: BrokerProcess, version: int) -> None:
+    from kafka.protocol.sasl import SaslAuthenticateRequest
+
+    resp = call(broker, SaslAuthenticateRequest(auth_bytes=b"\0a\0b"), version)
+    assert resp.error_code == 34
