@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strom.broker.listeners import EndPoint, ListenerError, parse_listeners, parse_protocol_map
+from strom.security.jaas import JaasConfig, JaasConfigError, parse_jaas_config
 
 __all__ = [
     "BROKER_CONFIGS",
@@ -342,9 +343,51 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("ssl.keystore.type", T.STRING, "PEM", "Key store format; Strom reads PEM.", one_of("PEM")),
     ConfigDef("ssl.client.auth", T.STRING, "none", "Ask TLS clients for a certificate: none, requested, required.",
               one_of("none", "requested", "required")),
+    ConfigDef("ssl.keystore.location", T.STRING, None,
+              "PEM file with this broker's private key and certificate chain (SSL and SASL_SSL listeners)."),
+    ConfigDef("ssl.keystore.certificate.chain", T.PASSWORD, None,
+              "The certificate chain as PEM text, instead of ssl.keystore.location.", sensitive=True),
+    ConfigDef("ssl.keystore.key", T.PASSWORD, None,
+              "The private key as PEM text (with ssl.keystore.certificate.chain).", sensitive=True),
+    ConfigDef("ssl.key.password", T.PASSWORD, None, "Password of an encrypted private key.", sensitive=True),
+    ConfigDef("ssl.truststore.type", T.STRING, "PEM", "Trust store format; Strom reads PEM.", one_of("PEM")),
+    ConfigDef("ssl.truststore.location", T.STRING, None,
+              "PEM file of the CA certificates trusted for client certificates and, between brokers, servers."),
+    ConfigDef("ssl.truststore.certificates", T.PASSWORD, None,
+              "Trusted CA certificates as PEM text, instead of ssl.truststore.location.", sensitive=True),
+    ConfigDef("ssl.enabled.protocols", T.LIST, ["TLSv1.2", "TLSv1.3"], "TLS versions accepted.",
+              list_of("TLSv1.2", "TLSv1.3")),
+    ConfigDef("ssl.protocol", T.STRING, "TLSv1.3", "Kafka's SSLContext protocol; Strom negotiates within "
+              "ssl.enabled.protocols.", one_of("TLS", "TLSv1.2", "TLSv1.3")),
+    ConfigDef("ssl.cipher.suites", T.LIST, [], "OpenSSL names of the TLS 1.2 cipher suites allowed; empty = "
+              "the system's secure defaults."),
+    ConfigDef("ssl.principal.mapping.rules", T.STRING, "DEFAULT",
+              "Rules mapping a client certificate's distinguished name to a user name: "
+              "RULE:pattern/replacement/[LU],...,DEFAULT."),
+    ConfigDef("ssl.endpoint.identification.algorithm", T.STRING, "https",
+              "Between brokers: 'https' checks the server certificate names the host; empty = no check.",
+              one_of("https", "HTTPS", "")),
     # -- SASL (SASL_PLAINTEXT and SASL_SSL listeners)
     ConfigDef("connections.max.reauth.ms", T.LONG, 0,
               "Longest a SASL session lasts before the client must re-authenticate; 0 = forever.", at_least(0)),
+    ConfigDef("sasl.enabled.mechanisms", T.LIST, ["SCRAM-SHA-256", "SCRAM-SHA-512"],
+              "SASL mechanisms SASL listeners offer. Kafka's default is GSSAPI (Kerberos), which Strom does not "
+              "implement; PLAIN must be enabled explicitly.", list_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+    ConfigDef("sasl.mechanism.inter.broker.protocol", T.STRING, "SCRAM-SHA-512",
+              "SASL mechanism brokers use with each other on a SASL inter-broker listener.",
+              one_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")),
+    ConfigDef("sasl.jaas.config", T.PASSWORD, None,
+              "JAAS login module line: PlainLoginModule users (user_<name>=\"password\") and this broker's own "
+              "username/password on the inter-broker listener. Usually set per listener and mechanism: "
+              "listener.name.<listener>.<mechanism>.sasl.jaas.config.", sensitive=True),
+    ConfigDef("sasl.server.max.receive.size", T.INT, 524288,
+              "Largest request accepted on a SASL connection before it has authenticated.", at_least(1)),
+    ConfigDef("connection.failed.authentication.delay.ms", T.INT, 100,
+              "Delay before answering a failed authentication; failures from one client host queue behind "
+              "each other, so a host gets at most one answer per delay.", at_least(0)),
+    ConfigDef("connection.authentication.timeout.ms", T.LONG, 10000,
+              "A connection that has not finished its TLS handshake or SASL authentication within this time "
+              "is closed (Strom's key; Kafka only has connections.max.idle.ms for this).", at_least(1)),
     # -- authorization (ACLs)
     ConfigDef("authorizer.class.name", T.STRING, "",
               "Authorizer to enable; Kafka's AclAuthorizer or StandardAuthorizer class names turn ACLs on.",
@@ -603,6 +646,11 @@ class ConfigEntry:
 
 # ------------------------------------------------------------------------ BrokerConfig
 
+LISTENER_PREFIX = "listener.name."
+# Keys a listener may override, and the mechanisms that may prefix its sasl.* keys.
+_LISTENER_KEY_PREFIXES = ("ssl.", "sasl.", "connections.", "connection.")
+_PREFIXABLE_MECHANISMS = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER"})
+
 
 def _split_host_port(addr: str, key: str) -> tuple[str, int]:
     """Split ``host:port`` / ``[v6]:port`` / ``NAME://host:port`` into (host, port)."""
@@ -633,6 +681,8 @@ class BrokerConfig:
         self._dynamic_default: dict[str, Any] = {}
         self._dynamic_broker: dict[str, Any] = {}
         self._values: dict[str, Any] = {}  # the merged view every reader sees
+        # listener.name.<listener>.[<mechanism>.]<key>: listener (upper case) -> "[mechanism.]key" -> value
+        self._listener_static: dict[str, dict[str, Any]] = {}
         for key, raw in (props or {}).items():
             self._set(key, raw)
         self._merge()
@@ -658,11 +708,76 @@ class BrokerConfig:
         return cls(props)
 
     def _set(self, key: str, raw: str) -> None:
+        if key.startswith(LISTENER_PREFIX):
+            self._set_listener_key(key, raw)
+            return
         definition = BROKER_CONFIGS.get(key)
         if definition is None:
             raise _unknown(key, BROKER_CONFIGS)
         self._static[key] = definition.parse(raw)
         self._raw[key] = raw.strip()
+
+    def _set_listener_key(self, key: str, raw: str) -> None:
+        """`listener.name.<listener>.<key>` (and `...<mechanism>.sasl.*`): a broker key for one listener.
+
+        Only the security keys may be prefixed (Kafka's per-listener configs); the value is checked like the
+        unprefixed key's, the listener name against `listeners` once everything is read.
+        """
+        name, _, suffix = key[len(LISTENER_PREFIX):].partition(".")
+        mechanism, base = "", suffix
+        head, _, tail = suffix.partition(".")
+        if head.upper() in _PREFIXABLE_MECHANISMS and tail.startswith("sasl."):
+            mechanism, base = head.lower() + ".", tail
+        definition = BROKER_CONFIGS.get(base)
+        if not name or definition is None or not base.startswith(_LISTENER_KEY_PREFIXES):
+            near = difflib.get_close_matches(base, [k for k in BROKER_CONFIGS if k.startswith(_LISTENER_KEY_PREFIXES)],
+                                             n=1)
+            hint = f" (did you mean '{LISTENER_PREFIX}{name}.{mechanism}{near[0]}'?)" if near else ""
+            raise ConfigError(f"Unknown configuration '{key}': listener.name.<listener>. prefixes only ssl.*, "
+                              f"sasl.* and connection(s).* keys{hint}")
+        try:
+            value = definition.parse(raw)
+        except ConfigError as exc:
+            raise _invalid(key, raw.strip(), str(exc).rsplit("': ", 1)[-1]) from None
+        self._listener_static.setdefault(name.upper(), {})[mechanism + base] = value
+        self._raw[key] = raw.strip()
+
+    def listener_config(self, listener_name: str, key: str, mechanism: str | None = None) -> Any:
+        """A key's value for one listener: `listener.name.<l>.<mechanism>.<key>`, then `listener.name.<l>.<key>`,
+        then the broker-wide key (Kafka's per-listener lookup)."""
+        props = self._listener_static.get(listener_name.upper())
+        if props:
+            if mechanism is not None and (found := props.get(f"{mechanism.lower()}.{key}")) is not None:
+                return found
+            if key in props:
+                return props[key]
+        return self.get(key)
+
+    def listener_jaas_config(self, listener_name: str, mechanism: str) -> JaasConfig | None:
+        """The JAAS login module a SASL listener uses for one mechanism (None when none is configured)."""
+        text = self.listener_config(listener_name, "sasl.jaas.config", mechanism)
+        return parse_jaas_config(text) if text else None
+
+    def _check_security(self, names: set[str]) -> None:
+        unknown = sorted(set(self._listener_static) - names)
+        if unknown:
+            raise ConfigError(f"listener.name.{unknown[0].lower()}.* names listener {unknown[0]}, which is not in "
+                              f"listeners ({', '.join(sorted(names))})")
+        jaas_keys = [k for k in self._raw if k == "sasl.jaas.config" or k.endswith(".sasl.jaas.config")]
+        for key in jaas_keys:
+            try:
+                parse_jaas_config(self._raw[key])
+            except JaasConfigError as exc:
+                raise ConfigError(f"Invalid value for configuration '{key}': {exc}") from None
+        inter = self.inter_broker_listener_name()
+        for ep in self.listeners():
+            if ep.listener_name == inter and ep.uses_sasl:
+                mechanism = self.get("sasl.mechanism.inter.broker.protocol")
+                enabled = self.listener_config(inter, "sasl.enabled.mechanisms")
+                if mechanism not in enabled:
+                    raise ConfigError(f"sasl.mechanism.inter.broker.protocol {mechanism} must be in "
+                                      f"sasl.enabled.mechanisms of the inter-broker listener {inter} "
+                                      f"({','.join(enabled)})")
 
     def _check_listeners(self) -> None:
         try:
@@ -689,6 +804,7 @@ class BrokerConfig:
             raise ConfigError(f"inter.broker.listener.name must be a listener name in listeners "
                               f"({', '.join(sorted(names))}); got {inter}. Set inter.broker.listener.name or "
                               "security.inter.broker.protocol")
+        self._check_security(names)
 
     def _merge(self) -> None:
         """Precedence as Kafka: per-broker dynamic > cluster-default dynamic > static > default.

@@ -243,3 +243,19 @@ def test_delete_acls_without_authorizer(broker: BrokerProcess, version: int) -> 
         resource_type_filter=1, resource_name_filter=None, pattern_type_filter=3, principal_filter=None,
         host_filter=None, operation=1, permission_type=1)])
     assert [r.error_code for r in call(broker, req, version).filter_results] == [SECURITY_DISABLED]
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.SASL_HANDSHAKE))
+def test_sasl_handshake_on_a_plaintext_listener(broker: BrokerProcess, version: int) -> None:
+    from kafka.protocol.sasl import SaslHandshakeRequest
+
+    resp = call(broker, SaslHandshakeRequest(mechanism="PLAIN"), version)
+    assert resp.error_code == 34  # ILLEGAL_SASL_STATE, as Kafka answers outside a SASL listener
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.SASL_AUTHENTICATE))
+def test_sasl_authenticate_on_a_plaintext_listener(broker: BrokerProcess, version: int) -> None:
+    from kafka.protocol.sasl import SaslAuthenticateRequest
+
+    resp = call(broker, SaslAuthenticateRequest(auth_bytes=b"\0a\0b"), version)
+    assert resp.error_code == 34

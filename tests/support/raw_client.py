@@ -11,8 +11,8 @@ from tests.support.broker import BrokerProcess
 class RawClient:
     """A bare socket speaking Kafka framing, to send what real clients never would."""
 
-    def __init__(self, broker: BrokerProcess) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+    def __init__(self, broker: BrokerProcess, port: int | None = None) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port or broker.port), timeout=10)
         self.correlation = 0
 
     def send_raw(self, data: bytes) -> None:

@@ -35,6 +35,10 @@ from strom.broker.request import CloseConnection, DeferredResponse, FileRegion, 
 from strom.broker.session import Session
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
+from strom.security.authenticator import SaslListenerConfig, SaslServerAuthenticator
+from strom.security.credential_cache import CredentialCache
+from strom.security.listener_security import sasl_listener_config
+from strom.security.login_throttle import LoginThrottle
 
 if TYPE_CHECKING:
     from strom.broker.server import KafkaServer
@@ -71,6 +75,9 @@ ACCEPT_ERROR_LOG_INTERVAL_S = 10.0
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 # The idle sweep runs this often at most (and at least a few times per connections.max.idle.ms).
 MAX_SWEEP_INTERVAL_S = 30.0
+# What a SASL connection may send before it has authenticated (and, with an expired session, to re-authenticate).
+_SASL_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+_UNAUTHENTICATED_APIS = _SASL_APIS | {ApiKey.API_VERSIONS}
 
 
 def _answer_ready(answer: bytes | asyncio.Future[bytes]) -> bool:
@@ -167,6 +174,20 @@ class SocketServer:
         self._accept_error_logged_at = float("-inf")
         self._sweeper: asyncio.Task[None] | None = None
         self.connections: set[KafkaConnection] = set()
+        # -- security: one login throttle for the broker, SASL settings per listener
+        self.login_throttle = LoginThrottle(cfg.get("connection.failed.authentication.delay.ms"))
+        self.authentication_timeout_s: float = cfg.get("connection.authentication.timeout.ms") / 1000
+        self.sasl_max_receive_size: int = cfg.get("sasl.server.max.receive.size")
+        self.sasl_configs: dict[str, SaslListenerConfig] = {}
+        if any(ep.uses_sasl for ep in endpoints):
+            credentials = CredentialCache(server.metadata)
+            self.sasl_configs = {ep.listener_name: sasl_listener_config(cfg, ep, credentials, self.login_throttle)
+                                 for ep in endpoints if ep.uses_sasl}
+
+    @property
+    def failed_authentications(self) -> int:
+        """Failed SASL authentications since start (a metrics hook reads this counter)."""
+        return self.login_throttle.failed_total
 
     @property
     def kafka_server(self) -> KafkaServer:
@@ -322,6 +343,13 @@ class SocketServer:
                      closed, self.max_idle_ms)
 
 
+def _api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return f"API {api_key}"
+
+
 class _Close(Exception):
     """Raised inside the request loop when the connection must be dropped (Kafka closes it)."""
 
@@ -333,6 +361,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.session = Session.for_connection(endpoint, "unknown")
         self._pool = socket_server.memory_pool
         self._max_request = socket_server.max_request_bytes
+        self._auth_deadline: asyncio.TimerHandle | None = None
+        if endpoint.uses_sasl:
+            self.session.authenticator = SaslServerAuthenticator(socket_server.sasl_configs[endpoint.listener_name],
+                                                                 self.session)
+            # Until authenticated, frames are capped at sasl.server.max.receive.size (as Kafka).
+            self._max_request = min(self._max_request, socket_server.sasl_max_receive_size)
         self._scratch = bytearray()  # allocated when the first bytes arrive: idle clients hold none
         self._scratch_len = 0
         self._big: bytearray | None = None  # a large frame being received in place
@@ -365,10 +399,23 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.session.client_host = self.client_host
         self.session.client_port = peer[1] if peer else 0
         self._socket_server.connections.add(self)
-        self._task = asyncio.get_running_loop().create_task(self._request_loop())
+        loop = asyncio.get_running_loop()
+        if not self.session.authenticated:
+            self._auth_deadline = loop.call_later(self._socket_server.authentication_timeout_s,
+                                                  self._authentication_timed_out)
+        self._task = loop.create_task(self._request_loop())
+
+    def _authentication_timed_out(self) -> None:
+        if not self.session.authenticated and not self._closed:
+            log.info("closing connection from %s:%d on listener %s: not authenticated within "
+                     "connection.authentication.timeout.ms", self.client_host, self.session.client_port,
+                     self.endpoint.listener_name)
+            self._abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self._auth_deadline is not None:
+            self._auth_deadline.cancel()
         self._socket_server.connections.discard(self)
         self._pool.forget(self)
         if self._big_held:
@@ -588,6 +635,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     self._queue_paused = False
                     self._update_reading()
                 view = memoryview(frame)
+                if self.session.authenticator is not None and self.session.authenticator.raw_tokens:
+                    try:
+                        await self._raw_sasl_token(frame)  # after SaslHandshake v0: a bare token, no header
+                    finally:
+                        self._release(len(frame))
+                    continue
                 header, body_pos = self._parse_header(view)
                 coalesce = header.api_key in COALESCED_APIS
                 if not coalesce:
@@ -674,15 +727,58 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     async def _dispatch(self, header: codec.RequestHeader, body: memoryview) -> bytes | RawResponse | None:
         server = self._socket_server.kafka_server
-        ctx = RequestContext(header, server.services, self.client_host, self.session)
-        # security hook: a SASL listener admits only ApiVersions/SaslHandshake/SaslAuthenticate until authenticated
+        session = self.session
+        if not session.authenticated or session.expires_at:
+            self._check_session(header)
+        ctx = RequestContext(header, server.services, self.client_host, session)
         try:
-            return await server.apis.handle(ctx, body)
+            response = await server.apis.handle(ctx, body)
         except codec.MalformedRequest as exc:
             log.warning("closing connection from %s: %s", self.client_host, exc)
             raise _Close from exc
         except CloseConnection as exc:
             raise _Close from exc
+        if header.api_key in _SASL_APIS and session.authenticator is not None:
+            self._after_sasl_step()
+            if session.authenticator.must_close and isinstance(response, bytes):
+                await self._write([response])  # the failure reaches the client, then the connection closes
+                raise _Close
+        return response
+
+    def _check_session(self, header: codec.RequestHeader) -> None:
+        """A SASL connection before authentication, or with an expired session (rare path)."""
+        session = self.session
+        if not session.authenticated:
+            if header.api_key in _UNAUTHENTICATED_APIS:
+                return
+            log.info("closing connection from %s:%d on listener %s: %s request before authenticating",
+                     self.client_host, session.client_port, session.listener_name, _api_name(header.api_key))
+            raise _Close
+        if header.api_key in _SASL_APIS or time.monotonic() < session.expires_at:
+            return
+        log.info("closing connection from %s:%d on listener %s: the session of %s expired "
+                 "(connections.max.reauth.ms) and the client did not re-authenticate", self.client_host,
+                 session.client_port, session.listener_name, session.principal)
+        raise _Close
+
+    def _after_sasl_step(self) -> None:
+        """Authenticated: lift the pre-authentication frame cap and the authentication deadline."""
+        if self.session.authenticated:
+            self._max_request = self._socket_server.max_request_bytes
+            if self._auth_deadline is not None:
+                self._auth_deadline.cancel()
+                self._auth_deadline = None
+
+    async def _raw_sasl_token(self, frame: bytes | bytearray) -> None:
+        """A bare SASL token (after SaslHandshake v0); the answer is a bare size-prefixed token. A failure
+        closes the connection without an answer: this format cannot carry one."""
+        authenticator = self.session.authenticator
+        assert authenticator is not None
+        result = await authenticator.authenticate(bytes(frame), 0)
+        if result.error_code:
+            raise _Close
+        self._after_sasl_step()
+        await self._write([struct.pack(">i", len(result.auth_bytes)) + result.auth_bytes])
 
     async def _write(self, chunks: list[bytes]) -> None:
         if self._closed or self._transport is None:

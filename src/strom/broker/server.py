@@ -58,6 +58,8 @@ from strom.broker.handlers import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     stop_replica,
     sync_group,
     txn_offset_commit,
@@ -115,6 +117,8 @@ HANDLER_MODULES = [
     offset_delete, list_groups, describe_groups, delete_groups, txn_offset_commit,
     # transaction coordinator
     add_partitions_to_txn, add_offsets_to_txn, end_txn, write_txn_markers, describe_transactions, list_transactions,
+    # security
+    sasl_handshake, sasl_authenticate,
     # authorization (ACLs)
     describe_acls, create_acls, delete_acls,
 ]

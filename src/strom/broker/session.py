@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from strom.broker.listeners import EndPoint
 from strom.security.principal import ANONYMOUS, KafkaPrincipal
+
+if TYPE_CHECKING:
+    from strom.security.authenticator import SaslServerAuthenticator
 
 
 @dataclass(slots=True)
@@ -13,7 +17,9 @@ class Session:
     """One per connection, mutable: SASL authentication or a client certificate sets the principal.
 
     `authenticated` is False on SASL listeners until the exchange succeeds; until then the connection may only
-    send ApiVersions, SaslHandshake and SaslAuthenticate.
+    send ApiVersions, SaslHandshake and SaslAuthenticate. `expires_at` (time.monotonic(), 0 = never) ends a SASL
+    session after `connections.max.reauth.ms`: a later request other than a re-authentication closes the
+    connection.
     """
 
     endpoint: EndPoint
@@ -22,6 +28,8 @@ class Session:
     principal: KafkaPrincipal = ANONYMOUS
     authenticated: bool = True
     sasl_mechanism: str | None = None
+    expires_at: float = 0.0
+    authenticator: SaslServerAuthenticator | None = None  # SASL listeners only
 
     @property
     def listener_name(self) -> str:

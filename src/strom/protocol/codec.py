@@ -15,13 +15,14 @@ import kafka.protocol.admin as _admin
 import kafka.protocol.consumer as _consumer
 import kafka.protocol.metadata as _metadata
 import kafka.protocol.producer as _producer
+import kafka.protocol.sasl as _sasl
 from kafka.protocol.api_message import ApiMessage
 
 from strom.protocol import inter_broker as _inter_broker
 
 _REQUESTS: dict[int, type[ApiMessage]] = {}
 _RESPONSES: dict[int, type[ApiMessage]] = {}
-for _mod in (_admin, _consumer, _metadata, _producer, _inter_broker):
+for _mod in (_admin, _consumer, _metadata, _producer, _sasl, _inter_broker):
     for _name, _cls in inspect.getmembers(_mod, inspect.isclass):
         if issubclass(_cls, ApiMessage) and _cls is not ApiMessage and _cls.json is not None:
             if _name.endswith("Request"):
