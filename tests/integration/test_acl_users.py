@@ -34,6 +34,7 @@ from kafka.admin import (
 from kafka.admin import ResourceType as KpResourceType
 from kafka.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
 
+from tests.integration.test_cli import ok, strom
 from tests.support.broker import BrokerProcess, free_port
 from tests.support.security import ClientAuth
 
@@ -188,3 +189,28 @@ def test_a_revoke_applies_to_an_open_connection(broker: BrokerProcess) -> None:
         assert [m.value for m in c] == [b"before"]
     finally:
         c.close()
+
+
+def test_strom_acls_cli_round_trip(broker: BrokerProcess, tmp_path) -> None:  # noqa: ANN001 - pytest's tmp_path
+    topic = new_topic(broker)
+    props = tmp_path / "admin.properties"
+    props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                     "sasl.username=admin\nsasl.password=admin-secret\n")
+    common = ["acls", "--bootstrap-server", broker.bootstrap, "--command-config", str(props)]
+    added = ok(strom(*common, "--add", "--producer", "--allow-principal", "User:alice", "--topic", topic))
+    assert f"Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name={topic}, patternType=LITERAL)`: " \
+        in added.stdout
+    assert "(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW)" in added.stdout
+    assert produce(broker, "alice", topic, [b"via-cli"]) == [0]
+    listed = ok(strom(*common, "--list", "--topic", topic)).stdout
+    assert sorted(line.strip() for line in listed.splitlines() if "principal=" in line) == [
+        f"(principal=User:alice, host=*, operation={op}, permissionType=ALLOW)" for op in ("CREATE", "DESCRIBE",
+                                                                                          "WRITE")]
+    kept = strom(*common, "--remove", "--topic", topic, stdin="n\n")
+    assert kept.returncode == 1 and "nothing removed" in kept.stderr
+    assert produce(broker, "alice", topic, [b"still"]) == [0]
+    removed = ok(strom(*common, "--remove", "--topic", topic, "--force")).stdout
+    assert removed.count("Removed ACL for resource") == 3
+    assert produce(broker, "alice", topic, [b"refused"]) == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    denied = strom("acls", "--bootstrap-server", broker.bootstrap, "--list", STROM_CONNECT_TIMEOUT="3")
+    assert denied.returncode != 0  # no credentials: the SASL listener does not answer
