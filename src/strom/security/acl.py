@@ -210,6 +210,32 @@ class AclBindingFilter:
         return self.matches_pattern(binding.pattern) and self.matches_entry(binding.entry)
 
 
+# -- from the wire codes of DescribeAcls, CreateAcls and DeleteAcls ------------------------------------------
+def _enum(cls: type, code: int, what: str):  # noqa: ANN202 - one of the ACL enums
+    """The enum member of a wire code; an unknown code is an invalid ACL (INVALID_REQUEST)."""
+    try:
+        return cls(code)
+    except ValueError:
+        raise InvalidAclError(f"Unknown {what} code {code}") from None
+
+
+def binding_from_codes(resource_type: int, name: str, pattern_type: int, principal: str, host: str, operation: int,
+            permission_type: int) -> AclBinding:
+    return AclBinding(
+        ResourcePattern(_enum(ResourceType, resource_type, "resource type"), name or "",
+                        _enum(PatternType, pattern_type, "pattern type")),
+        AccessControlEntry(principal or "", host or "", _enum(AclOperation, operation, "operation"),
+                           _enum(AclPermissionType, permission_type, "permission type")))
+
+
+def filter_from_codes(resource_type: int, name: str | None, pattern_type: int, principal: str | None,
+                   host: str | None, operation: int, permission_type: int) -> AclBindingFilter:
+    return AclBindingFilter(_enum(ResourceType, resource_type, "resource type"), name,
+                            _enum(PatternType, pattern_type, "pattern type"), principal, host,
+                            _enum(AclOperation, operation, "operation"),
+                            _enum(AclPermissionType, permission_type, "permission type"))
+
+
 # -- ZooKeeper JSON (Kafka's AclEntry.toJsonCompatibleMap) ---------------------------------------------------
 def encode_acls(entries: set[AccessControlEntry] | frozenset[AccessControlEntry]) -> bytes:
     """``{"version":1,"acls":[{"principal":..,"permissionType":"Allow","operation":"Read","host":"*"}]}``."""

@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 # authorizer.class.name values that turn ACLs on (ZooKeeper-mode and KRaft-mode class names of Kafka).
 AUTHORIZER_CLASS_NAMES = ("kafka.security.authorizer.AclAuthorizer",
                           "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+# The ACL APIs' error message when authorizer.class.name is empty (SECURITY_DISABLED).
+NO_AUTHORIZER = "No Authorizer is configured on the broker"
 # Memoised decisions kept at most; the whole memo is dropped when full (and on every ACL change).
 DECISION_CACHE_SIZE = 100_000
 

@@ -8,10 +8,10 @@ import kafka.errors as Errors
 from kafka.protocol.admin import CreateAclsResponse
 
 from strom.broker.handlers import error_message_of
-from strom.broker.handlers.acl_common import NO_AUTHORIZER, binding
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
-from strom.security.acl import AclBinding, AclOperation, InvalidAclError
+from strom.security.acl import AclBinding, AclOperation, InvalidAclError, binding_from_codes
+from strom.security.authorizer import NO_AUTHORIZER
 
 API_KEY = ApiKey.CREATE_ACLS
 VERSIONS = (0, 3)
@@ -29,8 +29,8 @@ async def handle(ctx: RequestContext, request: Any) -> CreateAclsResponse:
     valid: list[tuple[int, AclBinding]] = []
     for i, c in enumerate(creations):
         try:
-            valid.append((i, binding(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal, c.host,
-                                     c.operation, c.permission_type)))
+            valid.append((i, binding_from_codes(c.resource_type, c.resource_name, c.resource_pattern_type,
+                                                c.principal, c.host, c.operation, c.permission_type)))
         except InvalidAclError as exc:
             results[i] = Result(error_code=Errors.InvalidRequestError.errno, error_message=str(exc))
     outcomes = await authorizer.create_acls([b for _, b in valid])

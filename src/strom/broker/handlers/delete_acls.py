@@ -8,10 +8,10 @@ import kafka.errors as Errors
 from kafka.protocol.admin import DeleteAclsResponse
 
 from strom.broker.handlers import error_message_of
-from strom.broker.handlers.acl_common import NO_AUTHORIZER, binding_filter
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
-from strom.security.acl import AclBindingFilter, AclOperation, InvalidAclError
+from strom.security.acl import AclBindingFilter, AclOperation, InvalidAclError, filter_from_codes
+from strom.security.authorizer import NO_AUTHORIZER
 
 API_KEY = ApiKey.DELETE_ACLS
 VERSIONS = (0, 3)
@@ -30,8 +30,9 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteAclsResponse:
     valid: list[tuple[int, AclBindingFilter]] = []
     for i, f in enumerate(filters):
         try:
-            valid.append((i, binding_filter(f.resource_type_filter, f.resource_name_filter, f.pattern_type_filter,
-                                            f.principal_filter, f.host_filter, f.operation, f.permission_type)))
+            valid.append((i, filter_from_codes(f.resource_type_filter, f.resource_name_filter,
+                                               f.pattern_type_filter, f.principal_filter, f.host_filter, f.operation,
+                                               f.permission_type)))
         except InvalidAclError as exc:
             results[i] = _failed(Errors.InvalidRequestError.errno, str(exc))
     outcomes = await authorizer.delete_acls([f for _, f in valid])

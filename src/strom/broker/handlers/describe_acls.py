@@ -7,10 +7,10 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.admin import DescribeAclsResponse
 
-from strom.broker.handlers.acl_common import NO_AUTHORIZER, binding_filter
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
-from strom.security.acl import AclOperation, InvalidAclError, ResourcePattern
+from strom.security.acl import AclOperation, InvalidAclError, ResourcePattern, filter_from_codes
+from strom.security.authorizer import NO_AUTHORIZER
 
 API_KEY = ApiKey.DESCRIBE_ACLS
 VERSIONS = (0, 3)
@@ -25,9 +25,9 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeAclsResponse:
     if not ctx.authorize_cluster(AclOperation.DESCRIBE):
         return _error(Errors.ClusterAuthorizationFailedError.errno, None)
     try:
-        acl_filter = binding_filter(request.resource_type_filter, request.resource_name_filter,
-                                    request.pattern_type_filter, request.principal_filter, request.host_filter,
-                                    request.operation, request.permission_type)
+        acl_filter = filter_from_codes(request.resource_type_filter, request.resource_name_filter,
+                                       request.pattern_type_filter, request.principal_filter, request.host_filter,
+                                       request.operation, request.permission_type)
         acl_filter.validate()
     except InvalidAclError as exc:
         return _error(Errors.InvalidRequestError.errno, str(exc))
