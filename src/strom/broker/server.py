@@ -23,6 +23,7 @@ from strom.broker.handlers import (
     add_partitions_to_txn,
     alter_configs,
     alter_partition,
+    alter_user_scram_credentials,
     api_versions,
     controlled_shutdown,
     create_partitions,
@@ -36,6 +37,7 @@ from strom.broker.handlers import (
     describe_log_dirs,
     describe_producers,
     describe_transactions,
+    describe_user_scram_credentials,
     elect_leaders,
     end_txn,
     fetch,
@@ -114,7 +116,7 @@ HANDLER_MODULES = [
     # transaction coordinator
     add_partitions_to_txn, add_offsets_to_txn, end_txn, write_txn_markers, describe_transactions, list_transactions,
     # security
-    sasl_handshake, sasl_authenticate,
+    sasl_handshake, sasl_authenticate, describe_user_scram_credentials, alter_user_scram_credentials,
 ]
 
 

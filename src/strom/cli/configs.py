@@ -23,13 +23,14 @@ from strom.cli.common import (
     write_out,
 )
 
-_ENTITY_TYPES = {"topics": "topic", "brokers": "broker", "broker-loggers": "broker-logger"}
+_ENTITY_TYPES = {"topics": "topic", "brokers": "broker", "broker-loggers": "broker-logger", "users": "user"}
 
 
 def configs(
     bootstrap_server: BootstrapOption = "127.0.0.1:9092",
-    entity_type: Annotated[str | None, typer.Option("--entity-type", help="topics or brokers.")] = None,
-    entity_name: Annotated[str | None, typer.Option("--entity-name", help="Topic name or broker id.")] = None,
+    entity_type: Annotated[str | None, typer.Option("--entity-type", help="topics, brokers or users.")] = None,
+    entity_name: Annotated[str | None, typer.Option("--entity-name", help="Topic name, broker id or user name.")
+                           ] = None,
     entity_default: Annotated[
         bool, typer.Option("--entity-default", help="The cluster-wide broker default (brokers only).")
     ] = False,
@@ -65,6 +66,14 @@ def configs(
                              _split_names(delete_config))
             return
         admin = admin_client(bootstrap_server, command_config)
+        if kind == "users":
+            from strom.cli.user_configs import alter_users, describe_users
+
+            if describe:
+                describe_users(admin, name)
+            else:
+                alter_users(admin, name, parse_add_config(add_config or ""), _split_names(delete_config))
+            return
         if describe:
             _describe(admin, kind, name, all_)
         else:
@@ -88,8 +97,8 @@ def _entity(
     if entity_type is None:
         fail("Missing --entity-type (topics or brokers), or use --topic / --broker.")
     kind = entity_type if entity_type in _ENTITY_TYPES else entity_type + "s"
-    if kind not in ("topics", "brokers"):
-        fail(f"Unsupported --entity-type '{entity_type}': use topics or brokers.")
+    if kind not in ("topics", "brokers", "users"):
+        fail(f"Unsupported --entity-type '{entity_type}': use topics, brokers or users.")
     if entity_default:
         if kind != "brokers":
             fail("--entity-default is only for --entity-type brokers.")
