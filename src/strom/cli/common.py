@@ -245,6 +245,19 @@ def librdkafka_security(props: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def client_security(config_file: Path | str | None) -> Any:
+    """The --command-config settings for tools that speak the Kafka protocol themselves (BrokerClient)."""
+    from strom.security.client_security import ClientSecurity
+
+    if not config_file:
+        return ClientSecurity()
+    props = librdkafka_security(load_properties(config_file))
+    try:
+        return ClientSecurity.from_client_properties(props)
+    except (ValueError, OSError) as exc:
+        fail(f"Invalid client configuration in {config_file}: {exc}")
+
+
 def _is_unreachable(exc: BaseException) -> bool:
     err = exc.args[0] if exc.args else None
     name = err.name() if hasattr(err, "name") else ""
