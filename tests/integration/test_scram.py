@@ -148,3 +148,23 @@ def test_scram_credential_apis_directly(scram_broker: BrokerProcess) -> None:
         c.close()
     auth = scram(scram_broker, "SCRAM-SHA-256", "erin", "erin-secret")
     assert len(ROUND_TRIPS["confluent-kafka"](auth, create_topic(auth), 1)) == 1
+
+
+def test_tools_speaking_the_protocol_themselves_log_in_with_scram(scram_broker: BrokerProcess,
+                                                                   tmp_path: Path) -> None:
+    """`--entity-default` goes through Strom's own Kafka client (BrokerClient), which runs the SCRAM exchange."""
+    configs(scram_broker, "--alter", "--add-config", "SCRAM-SHA-512=[password=ops-secret]", "--entity-type",
+            "users", "--entity-name", "ops")
+    props = tmp_path / "ops.properties"
+    props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+                     "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                     "username=\"ops\" password=\"ops-secret\";\n")
+    out = configs(scram_broker, "--alter", "--entity-type", "brokers", "--entity-default", "--add-config",
+                  "log.retention.ms=7200000", command_config=props)
+    assert "Completed updating default config" in out
+    out = configs(scram_broker, "--describe", "--entity-type", "brokers", "--entity-default", command_config=props)
+    assert "log.retention.ms=7200000" in out
+    props.write_text(props.read_text().replace("ops-secret", "wrong"))
+    done = strom("configs", "--bootstrap-server", f"127.0.0.1:{scram_broker.sasl_port}", "--command-config",
+                 str(props), "--describe", "--entity-type", "brokers", "--entity-default")
+    assert done.returncode != 0 and "invalid credentials" in done.stderr
