@@ -15,9 +15,7 @@ from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.admin import CreateAclsRequest, DeleteAclsRequest, ElectLeadersResponse
 from kafka.protocol.admin import ElectLeadersRequest as ElectLeaders
-from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from strom.protocol import codec
 from strom.protocol.inter_broker import (
     AlterPartitionRequest,
     ControlledShutdownRequest,
@@ -26,10 +24,10 @@ from strom.protocol.inter_broker import (
     UpdateMetadataRequest,
     build,
 )
+from tests.integration.test_acl_users import sasl_call
 from tests.integration.test_api_version_matrix import call
 from tests.support.broker import free_port
 from tests.support.cluster import ClusterProcess
-from tests.support.raw_client import RawClient
 from tests.support.security import ClientAuth
 
 pytestmark = [pytest.mark.cluster, pytest.mark.zookeeper]
@@ -115,24 +113,6 @@ def test_an_acl_made_through_one_broker_is_enforced_by_the_other(cluster_factory
     assert zk.exists(f"/kafka-acl/Topic/{TOPIC}") is None
     cluster.wait_for(lambda: alice_produces(sasl[2]) == KafkaError.TOPIC_AUTHORIZATION_FAILED, 30,
                      "broker 2 applying the removal")
-
-
-class _Endpoint:
-    def __init__(self, hostport: str) -> None:
-        self.port = int(hostport.rsplit(":", 1)[1])
-
-
-def sasl_call(hostport: str, user: str, password: str, request, version: int):  # noqa: ANN001, ANN201
-    """One request over a fresh SASL/PLAIN connection (what a client library cannot send: inter-broker APIs)."""
-    c = RawClient(_Endpoint(hostport))  # type: ignore[arg-type]
-    try:
-        c.request(SaslHandshakeRequest(mechanism="PLAIN"), 1)
-        c.request(SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{password}".encode()), 1)
-        frame = c.request(request, version)
-    finally:
-        c.close()
-    flexible = codec.is_flexible(request.API_KEY, version)
-    return codec.response_class(request.API_KEY).decode(frame[5:] if flexible else frame[4:], version=version)
 
 
 def test_inter_broker_and_election_apis_need_cluster_rights(cluster_factory) -> None:  # noqa: ANN001

@@ -33,9 +33,14 @@ from kafka.admin import (
 )
 from kafka.admin import ResourceType as KpResourceType
 from kafka.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
+from kafka.protocol.admin import AlterUserScramCredentialsRequest, DescribeUserScramCredentialsRequest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
+from strom.protocol import codec
+from strom.protocol.inter_broker import build
 from tests.integration.test_cli import ok, strom
 from tests.support.broker import BrokerProcess, free_port
+from tests.support.raw_client import RawClient
 from tests.support.security import ClientAuth
 
 AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
@@ -214,3 +219,37 @@ def test_strom_acls_cli_round_trip(broker: BrokerProcess, tmp_path) -> None:  # 
     assert produce(broker, "alice", topic, [b"refused"]) == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
     denied = strom("acls", "--bootstrap-server", broker.bootstrap, "--list", STROM_CONNECT_TIMEOUT="3")
     assert denied.returncode != 0  # no credentials: the SASL listener does not answer
+
+
+class _Endpoint:
+    def __init__(self, hostport: str) -> None:
+        self.port = int(hostport.rsplit(":", 1)[1])
+
+
+def sasl_call(hostport: str, user: str, password: str, request, version: int):  # noqa: ANN001, ANN201
+    """One request over a fresh SASL/PLAIN connection (what a client library cannot send: inter-broker APIs)."""
+    c = RawClient(_Endpoint(hostport))  # type: ignore[arg-type]
+    try:
+        c.request(SaslHandshakeRequest(mechanism="PLAIN"), 1)
+        c.request(SaslAuthenticateRequest(auth_bytes=f"\0{user}\0{password}".encode()), 1)
+        frame = c.request(request, version)
+    finally:
+        c.close()
+    flexible = codec.is_flexible(request.API_KEY, version)
+    return codec.response_class(request.API_KEY).decode(frame[5:] if flexible else frame[4:], version=version)
+
+
+def test_scram_credential_apis_need_describe_and_alter_on_the_cluster(broker: BrokerProcess) -> None:
+    describe = build(DescribeUserScramCredentialsRequest, users=None)
+    assert sasl_call(broker.bootstrap, "alice", "alice-secret", describe, 0).error_code == 31
+    assert sasl_call(broker.bootstrap, "admin", "admin-secret", describe, 0).error_code == 0
+    alter = build(AlterUserScramCredentialsRequest, deletions=[], upsertions=[{
+        "name": "carol", "mechanism": 1, "iterations": 4096, "salt": b"s" * 16, "salted_password": b"p" * 32}])
+    [result] = sasl_call(broker.bootstrap, "alice", "alice-secret", alter, 0).results
+    assert (result.user, result.error_code) == ("carol", 31)
+    users = sasl_call(broker.bootstrap, "admin", "admin-secret", describe, 0).results
+    assert "carol" not in [u.user for u in users]  # nothing was stored
+    [result] = sasl_call(broker.bootstrap, "admin", "admin-secret", alter, 0).results
+    assert result.error_code == 0
+    users = sasl_call(broker.bootstrap, "admin", "admin-secret", describe, 0).results
+    assert "carol" in [u.user for u in users]

@@ -259,3 +259,21 @@ def test_sasl_authenticate_on_a_plaintext_listener(broker: BrokerProcess, versio
 
     resp = call(broker, SaslAuthenticateRequest(auth_bytes=b"\0a\0b"), version)
     assert resp.error_code == 34
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS))
+def test_describe_user_scram_credentials(broker: BrokerProcess, version: int) -> None:
+    from kafka.protocol.admin import DescribeUserScramCredentialsRequest as R
+
+    resp = call(broker, R(users=[R.UserName(name="nobody-here")]), version)
+    assert resp.error_code == 0 and resp.results[0].error_code == 91  # RESOURCE_NOT_FOUND
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.ALTER_USER_SCRAM_CREDENTIALS))
+def test_alter_user_scram_credentials(broker: BrokerProcess, version: int) -> None:
+    from kafka.protocol.admin import AlterUserScramCredentialsRequest as R
+
+    up = R.ScramCredentialUpsertion(name="matrix-user", mechanism=2, iterations=4096, salt=b"salt",
+                                    salted_password=b"x" * 64)
+    resp = call(broker, R(deletions=[], upsertions=[up]), version)
+    assert resp.results[0].error_code == 0

@@ -206,3 +206,59 @@ def test_session_expires_after_connections_max_reauth_ms(tmp_path) -> None:
         finally:
             c.close()
         assert "session of User:alice expired" in broker.log_tail(50)
+
+
+def test_clients_re_authenticate_before_their_session_ends(tmp_path) -> None:
+    """librdkafka (KIP-368) and the broker's own client renew 1-second sessions on their connections."""
+    import asyncio
+
+    from confluent_kafka import Consumer, Producer
+    from kafka.protocol.metadata import MetadataRequest as Metadata
+
+    from strom.cluster.broker_client import BrokerClient
+    from strom.security.client_security import ClientSecurity
+
+    plain, sasl = free_port(), free_port()
+    with BrokerProcess(tmp_path, {"listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+                                  "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+                                  "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+                                  "connections.max.reauth.ms": 1000}, port=plain) as broker:
+        auth = ClientAuth(f"127.0.0.1:{sasl}", "SASL_PLAINTEXT", "PLAIN", "alice", "alice-secret")
+        topic = create_topic(auth)
+        errors: list = []
+        producer = Producer(auth.confluent(error_cb=errors.append))
+        consumer = Consumer(auth.confluent(**{"group.id": "reauth", "auto.offset.reset": "earliest",
+                                              "error_cb": errors.append}))
+        consumer.subscribe([topic])
+        sent = received = 0
+        deadline = time.monotonic() + 4  # several session lifetimes
+        while time.monotonic() < deadline:
+            producer.produce(topic, b"%d" % sent)
+            sent += 1
+            producer.poll(0)
+            msg = consumer.poll(0.05)
+            received += msg is not None and not msg.error()
+        assert producer.flush(15) == 0
+        for _ in range(100):
+            if received == sent:
+                break
+            msg = consumer.poll(0.2)
+            received += msg is not None and not msg.error()
+        consumer.close()
+        assert (received, errors) == (sent, [])
+
+        async def broker_client() -> int:
+            client = BrokerClient("127.0.0.1", sasl, security=ClientSecurity("SASL_PLAINTEXT", None, "PLAIN",
+                                                                             "admin", "admin-secret"))
+            try:
+                answers = 0
+                for _ in range(8):
+                    meta = await client.send(Metadata(topics=None, allow_auto_topic_creation=False), 4)
+                    answers += len(meta.brokers)
+                    await asyncio.sleep(0.4)
+                return answers
+            finally:
+                await client.close()
+
+        assert asyncio.run(broker_client()) == 8
+        assert "expired" not in broker.log_path.read_text()

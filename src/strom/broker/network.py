@@ -26,6 +26,7 @@ import errno
 import logging
 import os
 import socket
+import ssl
 import struct
 import time
 from typing import TYPE_CHECKING
@@ -33,12 +34,16 @@ from typing import TYPE_CHECKING
 from strom.broker.listeners import EndPoint
 from strom.broker.request import CloseConnection, DeferredResponse, FileRegion, RawResponse, RequestContext
 from strom.broker.session import Session
+from strom.config import ConfigError
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
 from strom.security.authenticator import SaslListenerConfig, SaslServerAuthenticator
 from strom.security.credential_cache import CredentialCache
 from strom.security.listener_security import sasl_listener_config
 from strom.security.login_throttle import LoginThrottle
+from strom.security.principal import USER_TYPE, KafkaPrincipal
+from strom.security.ssl_factory import server_context
+from strom.security.ssl_principal_mapper import NoMatchingRule, SslPrincipalMapper, distinguished_name
 
 if TYPE_CHECKING:
     from strom.broker.server import KafkaServer
@@ -78,6 +83,10 @@ MAX_SWEEP_INTERVAL_S = 30.0
 # What a SASL connection may send before it has authenticated (and, with an expired session, to re-authenticate).
 _SASL_APIS = frozenset({ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
 _UNAUTHENTICATED_APIS = _SASL_APIS | {ApiKey.API_VERSIONS}
+# Over TLS a fetched file region is read and written in chunks of this size.
+COPY_CHUNK_BYTES = 1 << 20
+# Failed TLS handshakes (a plaintext client on a TLS port, scanners) are summed up in one line per interval.
+TLS_FAILURE_LOG_INTERVAL_S = 60.0
 
 
 def _answer_ready(answer: bytes | asyncio.Future[bytes]) -> bool:
@@ -183,6 +192,19 @@ class SocketServer:
             credentials = CredentialCache(server.metadata)
             self.sasl_configs = {ep.listener_name: sasl_listener_config(cfg, ep, credentials, self.login_throttle)
                                  for ep in endpoints if ep.uses_sasl}
+        self.ssl_contexts: dict[str, ssl.SSLContext] = {ep.listener_name: server_context(cfg, ep.listener_name)
+                                                        for ep in endpoints if ep.uses_tls}
+        self.principal_mappers: dict[str, SslPrincipalMapper] = {}
+        for ep in endpoints:
+            if ep.security_protocol == "SSL":
+                rules = cfg.listener_config(ep.listener_name, "ssl.principal.mapping.rules")
+                try:
+                    self.principal_mappers[ep.listener_name] = SslPrincipalMapper(rules)
+                except ValueError as exc:
+                    raise ConfigError(f"listener {ep.listener_name}: {exc}") from None
+        self.tls_handshake_failures = 0  # since start (a metrics hook reads it)
+        self._tls_failures_unlogged = 0
+        self._tls_failure_logged_at = float("-inf")
 
     @property
     def failed_authentications(self) -> int:
@@ -274,13 +296,34 @@ class SocketServer:
             loop.create_task(self._attach(conn, self._socket_endpoints[sock]))
 
     async def _attach(self, conn: socket.socket, endpoint: EndPoint) -> None:
-        # security hook: TLS listeners wrap the socket here (ssl=..., ssl_handshake_timeout=...)
+        """Hand the socket to a KafkaConnection; on a TLS listener once the handshake has succeeded."""
+        context = self.ssl_contexts.get(endpoint.listener_name)
+        loop = asyncio.get_running_loop()
         try:
-            await asyncio.get_running_loop().connect_accepted_socket(lambda: KafkaConnection(self, endpoint),
-                                                                     sock=conn)
-        except OSError as exc:
-            log.warning("setting up an accepted connection failed: %s", exc)
+            if context is None:
+                await loop.connect_accepted_socket(lambda: KafkaConnection(self, endpoint), sock=conn)
+            else:
+                await loop.connect_accepted_socket(lambda: KafkaConnection(self, endpoint), sock=conn, ssl=context,
+                                                   ssl_handshake_timeout=self.authentication_timeout_s)
+        except OSError as exc:  # ssl.SSLError and a handshake timeout are OSErrors too
             conn.close()
+            if context is None:
+                log.warning("setting up an accepted connection failed: %s", exc)
+            else:
+                self._tls_handshake_failed(endpoint, exc)
+
+    def _tls_handshake_failed(self, endpoint: EndPoint, exc: OSError) -> None:
+        """No stack trace and no line per attempt: a plaintext client retrying would flood the log."""
+        self.tls_handshake_failures += 1
+        self._tls_failures_unlogged += 1
+        log.debug("TLS handshake on listener %s failed: %s", endpoint.listener_name, exc)
+        now = time.monotonic()
+        if now - self._tls_failure_logged_at >= TLS_FAILURE_LOG_INTERVAL_S:
+            log.info("TLS handshake on listener %s failed: %s (%d failed handshake(s) since the last report; "
+                     "a plaintext client on a TLS port looks like this)", endpoint.listener_name,
+                     getattr(exc, "reason", None) or exc, self._tls_failures_unlogged)
+            self._tls_failures_unlogged = 0
+            self._tls_failure_logged_at = now
 
     def _pause_accepting(self, exc: OSError) -> None:
         """Out of descriptors (or memory): stop accepting for a while; existing connections keep being served.
@@ -362,6 +405,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._pool = socket_server.memory_pool
         self._max_request = socket_server.max_request_bytes
         self._auth_deadline: asyncio.TimerHandle | None = None
+        # Fetch answers go out with sendfile (zero copy) in plaintext; TLS must encrypt them, so they are copied.
+        self._zero_copy = not endpoint.uses_tls
         if endpoint.uses_sasl:
             self.session.authenticator = SaslServerAuthenticator(socket_server.sasl_configs[endpoint.listener_name],
                                                                  self.session)
@@ -398,12 +443,31 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.client_host = peer[0] if peer else "unknown"
         self.session.client_host = self.client_host
         self.session.client_port = peer[1] if peer else 0
+        if self.endpoint.security_protocol == "SSL" and not self._set_certificate_principal(transport):
+            transport.close()
+            return
         self._socket_server.connections.add(self)
         loop = asyncio.get_running_loop()
         if not self.session.authenticated:
             self._auth_deadline = loop.call_later(self._socket_server.authentication_timeout_s,
                                                   self._authentication_timed_out)
         self._task = loop.create_task(self._request_loop())
+
+    def _set_certificate_principal(self, transport: asyncio.Transport) -> bool:
+        """SSL listener: a verified client certificate names the principal (User:<mapped DN>), else ANONYMOUS."""
+        ssl_object = transport.get_extra_info("ssl_object")
+        cert = ssl_object.getpeercert() if ssl_object is not None else None
+        if not cert:
+            return True
+        dn = distinguished_name(cert)
+        try:
+            name = self._socket_server.principal_mappers[self.endpoint.listener_name].name(dn)
+        except (NoMatchingRule, ValueError) as exc:
+            log.info("closing connection from %s on listener %s: %s", self.client_host, self.endpoint.listener_name,
+                     exc)
+            return False
+        self.session.principal = KafkaPrincipal(USER_TYPE, name)
+        return True
 
     def _authentication_timed_out(self) -> None:
         if not self.session.authenticated and not self._closed:
@@ -797,7 +861,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     await self._write(pending)
                     pending = []
                     assert self._transport is not None
-                    sent = await loop.sendfile(self._transport, part.file, part.position, part.size, fallback=True)
+                    if self._zero_copy:
+                        sent = await loop.sendfile(self._transport, part.file, part.position, part.size,
+                                                   fallback=True)
+                    else:
+                        sent = await self._write_copied(part)
                     if sent != part.size:  # the segment shrank under us: never send a short frame
                         raise ConnectionError("segment truncated during fetch")
                 else:
@@ -809,3 +877,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 pending.append(part)
         if pending:
             await self._write(pending)
+
+    async def _write_copied(self, part: FileRegion) -> int:
+        """A file region through TLS: read in chunks at explicit offsets (the file object is shared with other
+        fetches, so never through its position, as loop.sendfile's fallback would) and write each."""
+        sent = 0
+        while sent < part.size:
+            data = os.pread(part.file.fileno(), min(COPY_CHUNK_BYTES, part.size - sent), part.position + sent)
+            if not data:
+                break
+            await self._write([data])
+            sent += len(data)
+        return sent

@@ -23,6 +23,7 @@ from strom.broker.handlers import (
     add_partitions_to_txn,
     alter_configs,
     alter_partition,
+    alter_user_scram_credentials,
     api_versions,
     controlled_shutdown,
     create_acls,
@@ -39,6 +40,7 @@ from strom.broker.handlers import (
     describe_log_dirs,
     describe_producers,
     describe_transactions,
+    describe_user_scram_credentials,
     elect_leaders,
     end_txn,
     fetch,
@@ -87,6 +89,7 @@ from strom.coordinator.transaction.startup import create_transaction_coordinator
 from strom.coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from strom.protocol.inter_broker import ControlledShutdownRequest
 from strom.security.authorizer import AclAuthorizer, create_authorizer
+from strom.security.client_security import ClientSecurity
 from strom.server_common.purgatory import DelayedOperationPurgatory, TimerDriver
 from strom.server_common.timing_wheel import Timer
 from strom.storage.cleaner import LogCleaner, cleaner_backoff_ms
@@ -118,7 +121,7 @@ HANDLER_MODULES = [
     # transaction coordinator
     add_partitions_to_txn, add_offsets_to_txn, end_txn, write_txn_markers, describe_transactions, list_transactions,
     # security
-    sasl_handshake, sasl_authenticate,
+    sasl_handshake, sasl_authenticate, describe_user_scram_credentials, alter_user_scram_credentials,
     # authorization (ACLs)
     describe_acls, create_acls, delete_acls,
 ]
@@ -155,6 +158,8 @@ class KafkaServer:
         self.alter_partition_manager: AlterPartitionManager
         self.dynamic_config: DynamicBrokerConfig
         self.authorizer: AclAuthorizer | None = None
+        # How this broker reaches the others: the inter-broker listener's protocol, mechanism and identity.
+        self.inter_broker_security = ClientSecurity()
 
     @property
     def port(self) -> int:
@@ -172,6 +177,7 @@ class KafkaServer:
         for log_dir, reason in failed_dirs.items():
             self.log_manager.mark_offline(log_dir, f"unusable ({reason})")
         if self.clustered:
+            self.inter_broker_security = ClientSecurity.inter_broker(cfg)  # a bad setting stops the start here
             topic_configs, expected = await self._open_zookeeper(log_dirs)
         else:
             self.metadata = open_metadata_store(log_dirs, self.broker_id, cfg.get("cluster.id") or None)
@@ -342,9 +348,11 @@ class KafkaServer:
             b = next((b for b in store.live_brokers() if b.broker_id == broker_id), None)
             return (b.host, b.port) if b else None
 
-        self.fetcher_manager = ReplicaFetcherManager(self.broker_id, rm, self.config, endpoint)
+        self.fetcher_manager = ReplicaFetcherManager(self.broker_id, rm, self.config, endpoint,
+                                                     self.inter_broker_security)
         rm.fetcher_manager = self.fetcher_manager
-        self.alter_partition_manager = AlterPartitionManager(self.broker_id, store, rm, lambda: store.broker_epoch)
+        self.alter_partition_manager = AlterPartitionManager(self.broker_id, store, rm, lambda: store.broker_epoch,
+                                                             self.inter_broker_security)
         rm.isr_change_sender = self.alter_partition_manager.submit
 
         def unclean_enabled(topic: str) -> bool:
@@ -354,7 +362,8 @@ class KafkaServer:
                 return bool(self.config.get("unclean.leader.election.enable"))
             return value.strip().lower() == "true"
 
-        self.controller = KafkaController(self.broker_id, self.config, self.zk, unclean_enabled)
+        self.controller = KafkaController(self.broker_id, self.config, self.zk, unclean_enabled,
+                                          self.inter_broker_security)
         for module in CLUSTER_HANDLER_MODULES:
             self.apis.register_module(module)
         return ClusterLink(store=store, controller=self.controller, publisher=self.publisher)
@@ -387,7 +396,7 @@ class KafkaServer:
                 log.warning("controlled shutdown: no controller known (attempt %d)", attempt)
             else:
                 client = BrokerClient(broker.host, broker.port, client_id=f"broker-{self.broker_id}-shutdown",
-                                      request_timeout_ms=30_000)
+                                      request_timeout_ms=30_000, security=self.inter_broker_security)
                 try:
                     response = await client.send(ControlledShutdownRequest(
                         broker_id=self.broker_id, broker_epoch=self.metadata.broker_epoch), 3)

@@ -200,12 +200,62 @@ def client_config(
     if bootstrap:
         config["bootstrap.servers"] = bootstrap
     if config_file:
-        config.update(load_properties(config_file))
+        config.update(librdkafka_security(load_properties(config_file)))
     if overrides:
         config.update(overrides)
     if not config.get("bootstrap.servers"):
         fail("No broker given: use --bootstrap-server host:port.")
     return config
+
+
+def librdkafka_security(props: dict[str, str]) -> dict[str, str]:
+    """Kafka's Java client security keys in librdkafka's words, so one client.properties serves every tool.
+
+    `sasl.jaas.config` gives sasl.username/sasl.password; PEM trust and key stores become ssl.ca.location,
+    ssl.certificate.location/ssl.key.location (or the inline *.pem keys); librdkafka's own keys pass unchanged.
+    """
+    from strom.security.jaas import JaasConfigError, parse_jaas_config
+
+    out = dict(props)
+    jaas = out.pop("sasl.jaas.config", None)
+    if jaas:
+        try:
+            parsed = parse_jaas_config(jaas)
+        except JaasConfigError as exc:
+            fail(f"Invalid sasl.jaas.config in the client config: {exc}")
+        if parsed.username is not None:
+            out.setdefault("sasl.username", parsed.username)
+        if parsed.password is not None:
+            out.setdefault("sasl.password", parsed.password)
+    for key in ("ssl.truststore.type", "ssl.keystore.type"):
+        kind = out.pop(key, "PEM")
+        if kind.upper() != "PEM":
+            fail(f"{key}={kind} is not supported: use PEM files (ssl.ca.location, ssl.certificate.location, ...)")
+    renames = {"ssl.truststore.location": "ssl.ca.location", "ssl.truststore.certificates": "ssl.ca.pem",
+               "ssl.keystore.certificate.chain": "ssl.certificate.pem", "ssl.keystore.key": "ssl.key.pem"}
+    for java, native in renames.items():
+        if java in out:
+            out.setdefault(native, out.pop(java))
+    keystore = out.pop("ssl.keystore.location", None)
+    if keystore:  # a PEM file holding the key and the certificate chain
+        out.setdefault("ssl.certificate.location", keystore)
+        out.setdefault("ssl.key.location", keystore)
+    if out.get("ssl.endpoint.identification.algorithm") == "":
+        out["ssl.endpoint.identification.algorithm"] = "none"
+    return out
+
+
+def client_security(config_file: Path | str | None) -> Any:
+    """The --command-config settings for tools that speak the Kafka protocol themselves (BrokerClient)."""
+    from strom.security.client_security import ClientSecurity
+
+    if not config_file:
+        return ClientSecurity()
+    props = librdkafka_security(load_properties(config_file))
+    try:
+        return ClientSecurity.from_client_properties(props)
+    except (ValueError, OSError) as exc:
+        fail(f"Invalid client configuration in {config_file}: {exc}")
 
 
 def _is_unreachable(exc: BaseException) -> bool:

@@ -18,18 +18,20 @@ from strom.cli.common import (
     CommandConfigOption,
     admin_client,
     cli_errors,
+    client_security,
     describe_kafka_error,
     fail,
     write_out,
 )
 
-_ENTITY_TYPES = {"topics": "topic", "brokers": "broker", "broker-loggers": "broker-logger"}
+_ENTITY_TYPES = {"topics": "topic", "brokers": "broker", "broker-loggers": "broker-logger", "users": "user"}
 
 
 def configs(
     bootstrap_server: BootstrapOption = "127.0.0.1:9092",
-    entity_type: Annotated[str | None, typer.Option("--entity-type", help="topics or brokers.")] = None,
-    entity_name: Annotated[str | None, typer.Option("--entity-name", help="Topic name or broker id.")] = None,
+    entity_type: Annotated[str | None, typer.Option("--entity-type", help="topics, brokers or users.")] = None,
+    entity_name: Annotated[str | None, typer.Option("--entity-name", help="Topic name, broker id or user name.")
+                           ] = None,
     entity_default: Annotated[
         bool, typer.Option("--entity-default", help="The cluster-wide broker default (brokers only).")
     ] = False,
@@ -62,9 +64,17 @@ def configs(
             fail("--alter needs --add-config and/or --delete-config.")
         if name == "":
             _cluster_default(bootstrap_server, describe, parse_add_config(add_config or ""),
-                             _split_names(delete_config))
+                             _split_names(delete_config), client_security(command_config))
             return
         admin = admin_client(bootstrap_server, command_config)
+        if kind == "users":
+            from strom.cli.user_configs import alter_users, describe_users
+
+            if describe:
+                describe_users(admin, name)
+            else:
+                alter_users(admin, name, parse_add_config(add_config or ""), _split_names(delete_config))
+            return
         if describe:
             _describe(admin, kind, name, all_)
         else:
@@ -88,8 +98,8 @@ def _entity(
     if entity_type is None:
         fail("Missing --entity-type (topics or brokers), or use --topic / --broker.")
     kind = entity_type if entity_type in _ENTITY_TYPES else entity_type + "s"
-    if kind not in ("topics", "brokers"):
-        fail(f"Unsupported --entity-type '{entity_type}': use topics or brokers.")
+    if kind not in ("topics", "brokers", "users"):
+        fail(f"Unsupported --entity-type '{entity_type}': use topics, brokers or users.")
     if entity_default:
         if kind != "brokers":
             fail("--entity-default is only for --entity-type brokers.")
@@ -206,7 +216,8 @@ def _alter(admin: Any, kind: str, name: str, add: dict[str, str], delete: list[s
     write_out(f"Completed updating config for {_ENTITY_TYPES[kind]} {name}.\n")
 
 
-def _cluster_default(bootstrap: str, describe: bool, add: dict[str, str], delete: list[str]) -> None:
+def _cluster_default(bootstrap: str, describe: bool, add: dict[str, str], delete: list[str],
+                     security: Any = None) -> None:
     """Describe or alter the cluster-wide broker default (resource ""), as kafka-configs.sh --entity-default."""
     import asyncio
 
@@ -217,7 +228,7 @@ def _cluster_default(bootstrap: str, describe: bool, add: dict[str, str], delete
     if describe:
         request: Any = DescribeConfigsRequest(resources=[(_BROKER, "", None)], include_synonyms=True,
                                               include_documentation=False)
-        result = asyncio.run(_send_to_bootstrap(bootstrap, request, 4)).results[0]
+        result = asyncio.run(_send_to_bootstrap(bootstrap, request, 4, security)).results[0]
         _raise_for(result.error_code, result.error_message)
         write_out("Default configs for brokers in the cluster are:\n")
         for entry in sorted(result.configs, key=lambda e: e.name):
@@ -229,7 +240,7 @@ def _cluster_default(bootstrap: str, describe: bool, add: dict[str, str], delete
         fail(f"A config cannot be both added and deleted: {', '.join(sorted(both))}.")
     ops = [(k, _SET, v) for k, v in add.items()] + [(k, _DELETE, None) for k in delete]
     request = IncrementalAlterConfigsRequest(resources=[(_BROKER, "", ops)], validate_only=False)
-    result = asyncio.run(_send_to_bootstrap(bootstrap, request, 1)).responses[0]
+    result = asyncio.run(_send_to_bootstrap(bootstrap, request, 1, security)).responses[0]
     _raise_for(result.error_code, result.error_message)
     write_out("Completed updating default config for brokers in the cluster.\n")
 
@@ -237,7 +248,7 @@ def _cluster_default(bootstrap: str, describe: bool, add: dict[str, str], delete
 _BROKER, _SET, _DELETE = 4, 0, 1
 
 
-async def _send_to_bootstrap(bootstrap: str, request: Any, version: int) -> Any:
+async def _send_to_bootstrap(bootstrap: str, request: Any, version: int, security: Any = None) -> Any:
     """Send one request to the first bootstrap broker that answers."""
     from strom.cli.common import connect_timeout
     from strom.cluster.broker_client import BrokerClient
@@ -246,7 +257,7 @@ async def _send_to_bootstrap(bootstrap: str, request: Any, version: int) -> Any:
     for address in bootstrap.split(","):
         host, _, port = address.strip().rpartition(":")
         client = BrokerClient(host.strip("[]") or "127.0.0.1", int(port), client_id="strom-configs",
-                              connect_timeout_s=connect_timeout())
+                              connect_timeout_s=connect_timeout(), security=security)
         try:
             return await client.send(request, version)
         except (ConnectionError, OSError, TimeoutError) as exc:

@@ -39,11 +39,13 @@ from strom.cli.common import (
     BootstrapOption,
     CommandConfigOption,
     cli_errors,
+    client_security,
     connect_timeout,
     fail,
     write_out,
 )
 from strom.cluster.broker_client import BrokerClient
+from strom.security.client_security import ClientSecurity
 
 T = TypeVar("T")
 
@@ -92,7 +94,8 @@ class ProducerState:
 class TransactionsAdmin:
     """The requests of kafka-transactions.sh, over one BrokerClient per broker."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, security: ClientSecurity | None = None) -> None:
+        self.security = security
         self.bootstrap = [self._split(b) for b in bootstrap.split(",") if b.strip()]
         if not self.bootstrap:
             fail("No broker given: use --bootstrap-server host:port.")
@@ -111,7 +114,7 @@ class TransactionsAdmin:
         key = (host, port)
         if key not in self._clients:
             self._clients[key] = BrokerClient(host, port, client_id="strom-transactions",
-                                              connect_timeout_s=connect_timeout())
+                                              connect_timeout_s=connect_timeout(), security=self.security)
         return self._clients[key]
 
     async def close(self) -> None:
@@ -254,9 +257,9 @@ class TransactionsAdmin:
         return False
 
 
-def _run(fn: Callable[[TransactionsAdmin], Awaitable[T]], bootstrap: str) -> T:
+def _run(fn: Callable[[TransactionsAdmin], Awaitable[T]], options: _Options) -> T:
     async def main() -> T:
-        admin = TransactionsAdmin(bootstrap)
+        admin = TransactionsAdmin(options.bootstrap, options.security)
         try:
             return await fn(admin)
         finally:
@@ -274,24 +277,25 @@ transactions_app = typer.Typer(
 @dataclass(slots=True)
 class _Options:
     bootstrap: str
+    security: ClientSecurity | None = None
 
 
 @transactions_app.callback()
 def transactions(ctx: typer.Context, bootstrap_server: BootstrapOption = "127.0.0.1:9092",
                  command_config: CommandConfigOption = None) -> None:
     """Options shared by every sub-command come before it, as in Kafka's tool."""
-    ctx.obj = _Options(bootstrap_server)
+    ctx.obj = _Options(bootstrap_server, client_security(command_config))
 
 
-def _bootstrap(ctx: typer.Context) -> str:
-    return ctx.find_object(_Options).bootstrap  # type: ignore[union-attr]
+def _options(ctx: typer.Context) -> _Options:
+    return ctx.find_object(_Options)  # type: ignore[return-value]
 
 
 @transactions_app.command("list")
 def list_cmd(ctx: typer.Context) -> None:
     """List the transactions every coordinator knows."""
     with cli_errors():
-        found = _run(lambda a: a.list_transactions(), _bootstrap(ctx))
+        found = _run(lambda a: a.list_transactions(), _options(ctx))
         rows = [[t.transactional_id, str(c), str(t.producer_id), t.transaction_state] for c, t in found]
         write_out(table(["TransactionalId", "Coordinator", "ProducerId", "TransactionState"], rows))
 
@@ -301,7 +305,7 @@ def describe_cmd(ctx: typer.Context, transactional_id: Annotated[
         str, typer.Option("--transactional-id", help="The transactional id to describe.")]) -> None:
     """Describe one transactional id as its coordinator sees it."""
     with cli_errors():
-        coordinator, t = _run(lambda a: a.describe_transaction(transactional_id), _bootstrap(ctx))
+        coordinator, t = _run(lambda a: a.describe_transaction(transactional_id), _options(ctx))
         now = int(time.time() * 1000)
         start = t.transaction_start_time_ms
         partitions = ",".join(f"{td.topic}-{p}" for td in t.topics for p in td.partitions)
@@ -323,7 +327,7 @@ def describe_producers_cmd(ctx: typer.Context, topic: TopicOption, partition: Pa
                                "--broker-id", help="Ask this replica instead of the leader.")] = None) -> None:
     """Show the active producers of a partition (open transactions have a start offset)."""
     with cli_errors():
-        states = _run(lambda a: a.describe_producers(topic, partition, broker_id), _bootstrap(ctx))
+        states = _run(lambda a: a.describe_producers(topic, partition, broker_id), _options(ctx))
         rows = [[str(s.producer_id), str(s.producer_epoch), str(s.coordinator_epoch), str(s.last_sequence),
                  str(s.last_timestamp), str(s.current_txn_start_offset) if s.current_txn_start_offset >= 0
                  else "None"] for s in states]
@@ -358,7 +362,7 @@ def abort_cmd(ctx: typer.Context, topic: TopicOption, partition: PartitionOption
             assert pid is not None and epoch is not None and coord_epoch is not None
             await admin.abort(topic, partition, pid, epoch, coord_epoch)
 
-        _run(run, _bootstrap(ctx))
+        _run(run, _options(ctx))
 
 
 @transactions_app.command("find-hanging")
@@ -377,7 +381,7 @@ def find_hanging_cmd(ctx: typer.Context,
         if partition is not None and topic is None:
             fail("--partition needs --topic.")
         found = _run(lambda a: a.find_hanging(broker_id, topic, partition, max_transaction_timeout * 60_000),
-                     _bootstrap(ctx))
+                     _options(ctx))
         now = int(time.time() * 1000)
         rows = [[t, str(p), str(s.producer_id), str(s.producer_epoch), str(s.coordinator_epoch),
                  str(s.current_txn_start_offset), str(s.last_timestamp), str((now - s.last_timestamp) // 60_000)]

@@ -17,6 +17,7 @@ import kafka.errors as Errors
 
 from strom.cluster.broker_client import BrokerClient
 from strom.protocol.inter_broker import AlterPartitionRequest, build
+from strom.security.client_security import ClientSecurity
 
 if TYPE_CHECKING:
     from strom.broker.partition import Partition
@@ -31,8 +32,9 @@ RETRY_BACKOFF_S = 0.2
 
 class AlterPartitionManager:
     def __init__(self, broker_id: int, store: ZkMetadataStore, replica_manager: ReplicaManager,
-                 broker_epoch: Callable[[], int]) -> None:
+                 broker_epoch: Callable[[], int], security: ClientSecurity | None = None) -> None:
         self.broker_id = broker_id
+        self._security = security
         self.store = store
         self.replica_manager = replica_manager
         self._broker_epoch = broker_epoch
@@ -62,7 +64,8 @@ class AlterPartitionManager:
         if self._client_for != key:
             if self._client is not None:
                 asyncio.get_running_loop().create_task(self._client.close())
-            self._client = BrokerClient(broker.host, broker.port, client_id=f"broker-{self.broker_id}-isr")
+            self._client = BrokerClient(broker.host, broker.port, client_id=f"broker-{self.broker_id}-isr",
+                                        security=self._security)
             self._client_for = key
         return self._client
 

@@ -11,18 +11,28 @@ import asyncio
 import contextlib
 import itertools
 import struct
+import time
 
 from kafka.protocol.api_message import ApiMessage
 
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
+from strom.security.client_security import ClientSecurity, sasl_authenticate
+from strom.security.sasl import AuthenticationFailed
+
+# A SASL session is renewed (KIP-368 re-authentication on the same connection) after this share of its lifetime.
+REAUTHENTICATE_AT = 0.85
 
 
 class BrokerClient:
-    """One TCP connection to `host:port`, opened on first use and again after a failure."""
+    """One TCP connection to `host:port`, opened on first use and again after a failure.
+
+    With `security`, the connection uses TLS and/or authenticates with SASL before the first request, and
+    re-authenticates in line when the broker limits the session (connections.max.reauth.ms).
+    """
 
     def __init__(self, host: str, port: int, client_id: str = "strom-broker", request_timeout_ms: int = 30000,
-                 connect_timeout_s: float = 5.0) -> None:
+                 connect_timeout_s: float = 5.0, security: ClientSecurity | None = None) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
@@ -35,6 +45,8 @@ class BrokerClient:
         # correlation id -> (future for the response body, response header is flexible)
         self._pending: dict[int, tuple[asyncio.Future[bytes], bool]] = {}
         self._connect_lock = asyncio.Lock()
+        self.security = security or ClientSecurity()
+        self._reauthenticate_at = 0.0  # time.monotonic(); 0 = the session does not expire
 
     @property
     def connected(self) -> bool:
@@ -56,6 +68,12 @@ class BrokerClient:
         everything queued behind the stuck request is stuck too.
         """
         writer = await self._connect()
+        if self._reauthenticate_at and time.monotonic() >= self._reauthenticate_at:
+            writer = await self._reauthenticate(writer)
+        return await self._send_on(writer, api_key, version, body)
+
+    async def _send_on(self, writer: asyncio.StreamWriter, api_key: int, version: int,
+                       body: bytes | bytearray | memoryview) -> memoryview:
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         flexible = codec.is_flexible(api_key, version)
         header = struct.pack(">hhih", api_key, version, correlation_id, len(self._client_id)) + self._client_id
@@ -90,14 +108,38 @@ class BrokerClient:
     async def _connect(self) -> asyncio.StreamWriter:
         async with self._connect_lock:
             if self._writer is None:
+                context = self.security.ssl_context
                 try:
                     reader, writer = await asyncio.wait_for(
-                        asyncio.open_connection(self.host, self.port), self.connect_timeout_s)
+                        asyncio.open_connection(self.host, self.port, ssl=context,
+                                                server_hostname=self.host if context is not None else None),
+                        self.connect_timeout_s)
                 except (OSError, TimeoutError) as exc:
                     raise ConnectionError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
                 self._writer = writer
                 self._reader_task = asyncio.create_task(self._read_responses(reader, writer))
+                if self.security.uses_sasl:
+                    await self._authenticate(writer)
             return self._writer
+
+    async def _authenticate(self, writer: asyncio.StreamWriter) -> None:
+        async def send(request: ApiMessage, version: int) -> ApiMessage:
+            body = await self._send_on(writer, request.API_KEY, version, request.encode(version=version))
+            return codec.response_class(request.API_KEY).decode(body, version=version)
+
+        try:
+            lifetime_ms = await asyncio.wait_for(sasl_authenticate(send, self.security), self.request_timeout_s)
+        except (AuthenticationFailed, TimeoutError, ConnectionError) as exc:
+            self._drop(writer, ConnectionError(f"authentication with {self.host}:{self.port} failed: {exc}"))
+            raise ConnectionError(f"authentication with {self.host}:{self.port} failed: {exc}") from exc
+        self._reauthenticate_at = time.monotonic() + lifetime_ms / 1000 * REAUTHENTICATE_AT if lifetime_ms else 0.0
+
+    async def _reauthenticate(self, writer: asyncio.StreamWriter) -> asyncio.StreamWriter:
+        """Renew the SASL session in line: the broker answers in order, so requests already sent are unaffected."""
+        async with self._connect_lock:
+            if self._writer is writer and self._reauthenticate_at and time.monotonic() >= self._reauthenticate_at:
+                await self._authenticate(writer)
+        return await self._connect()
 
     async def _read_responses(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         error = ConnectionError(f"connection to {self.host}:{self.port} closed")

@@ -35,6 +35,7 @@ from strom.protocol.inter_broker import (
     UpdateMetadataRequest,
     build,
 )
+from strom.security.client_security import ClientSecurity
 from strom.server_common.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -84,8 +85,9 @@ class ControllerMoved(Exception):
 
 class KafkaController:
     def __init__(self, broker_id: int, config: BrokerConfig, zk: KafkaZkClient,
-                 unclean_election_enabled: Callable[[str], bool]) -> None:
+                 unclean_election_enabled: Callable[[str], bool], security: ClientSecurity | None = None) -> None:
         self.broker_id = broker_id
+        self.security = security  # how the controller reaches brokers (the inter-broker listener)
         self.config = config
         self.zk = zk
         self._unclean_enabled = unclean_election_enabled
@@ -193,7 +195,8 @@ class KafkaController:
 
     async def _on_controller_failover(self) -> None:
         """Load the cluster from ZooKeeper, bring every partition online, tell every broker."""
-        self.channel = ControllerChannelManager(self.broker_id, self.config.get("controller.socket.timeout.ms"))
+        self.channel = ControllerChannelManager(self.broker_id, self.config.get("controller.socket.timeout.ms"),
+                                                self.security)
         brokers = await self._zk(self.zk.get_all_brokers)
         for b in brokers.values():
             self._add_live_broker(b)

@@ -15,6 +15,7 @@ from typing import Any
 from kafka.protocol.api_message import ApiMessage
 
 from strom.cluster.broker_client import BrokerClient
+from strom.security.client_security import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +25,11 @@ ResponseCallback = Callable[[Any], None]
 
 
 class _BrokerQueue:
-    def __init__(self, broker_id: int, host: str, port: int, controller_id: int, timeout_ms: int) -> None:
+    def __init__(self, broker_id: int, host: str, port: int, controller_id: int, timeout_ms: int,
+                 security: ClientSecurity | None = None) -> None:
         self.broker_id = broker_id
-        self.client = BrokerClient(host, port, client_id=f"controller-{controller_id}", request_timeout_ms=timeout_ms)
+        self.client = BrokerClient(host, port, client_id=f"controller-{controller_id}", request_timeout_ms=timeout_ms,
+                                   security=security)
         self.queue: asyncio.Queue[tuple[ApiMessage, int, ResponseCallback | None]] = asyncio.Queue()
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"controller-channel-{broker_id}")
 
@@ -57,14 +60,16 @@ class _BrokerQueue:
 
 
 class ControllerChannelManager:
-    def __init__(self, controller_id: int, timeout_ms: int) -> None:
+    def __init__(self, controller_id: int, timeout_ms: int, security: ClientSecurity | None = None) -> None:
         self.controller_id = controller_id
         self.timeout_ms = timeout_ms
+        self.security = security
         self._brokers: dict[int, _BrokerQueue] = {}
 
     def add_broker(self, broker_id: int, host: str, port: int) -> None:
         if broker_id not in self._brokers:
-            self._brokers[broker_id] = _BrokerQueue(broker_id, host, port, self.controller_id, self.timeout_ms)
+            self._brokers[broker_id] = _BrokerQueue(broker_id, host, port, self.controller_id, self.timeout_ms,
+                                                    self.security)
 
     def remove_broker(self, broker_id: int) -> None:
         q = self._brokers.pop(broker_id, None)

@@ -23,6 +23,7 @@ from strom.protocol import replica_fetch
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import build
 from strom.protocol.replica_fetch import FetchPartition
+from strom.security.client_security import ClientSecurity
 from strom.server_common.types import TopicPartition
 
 if TYPE_CHECKING:
@@ -50,8 +51,9 @@ class ReplicaFetcher:
     """Fetches every partition this broker follows on one source broker."""
 
     def __init__(self, broker_id: int, source_id: int, replica_manager: ReplicaManager, config: BrokerConfig,
-                 endpoint: EndpointLookup) -> None:
+                 endpoint: EndpointLookup, security: ClientSecurity | None = None) -> None:
         self.broker_id = broker_id
+        self._security = security
         self.source_id = source_id
         self.replica_manager = replica_manager
         self.partitions: dict[TopicPartition, PartitionFetchState] = {}
@@ -91,7 +93,8 @@ class ReplicaFetcher:
             if old is not None:
                 asyncio.get_running_loop().create_task(old.close())
             self._client = BrokerClient(address[0], address[1], client_id=f"broker-{self.broker_id}-fetcher",
-                                        request_timeout_ms=self._request_timeout_ms + self._max_wait_ms)
+                                        request_timeout_ms=self._request_timeout_ms + self._max_wait_ms,
+                                        security=self._security)
             self._client_address = address
         return self._client
 
@@ -256,8 +259,9 @@ class ReplicaFetcherManager:
     """Keeps one ReplicaFetcher per source broker; the replica manager's FetcherManager."""
 
     def __init__(self, broker_id: int, replica_manager: ReplicaManager, config: BrokerConfig,
-                 endpoint: EndpointLookup) -> None:
+                 endpoint: EndpointLookup, security: ClientSecurity | None = None) -> None:
         self.broker_id = broker_id
+        self.security = security  # how to reach the leaders: the inter-broker listener's protocol
         self.replica_manager = replica_manager
         self.config = config
         self._endpoint = endpoint
@@ -273,7 +277,7 @@ class ReplicaFetcherManager:
             fetcher = self.fetchers.get(leader)
             if fetcher is None:
                 fetcher = self.fetchers[leader] = ReplicaFetcher(self.broker_id, leader, self.replica_manager,
-                                                                 self.config, self._endpoint)
+                                                                 self.config, self._endpoint, self.security)
                 fetcher.start()
             fetcher.add(tp, epoch)
 

@@ -167,13 +167,14 @@ class ScramServer:
 
     def _client_first(self, message: str) -> bytes:
         parts = message.split(",", 2)
-        if len(parts) != 3 or parts[0] not in ("n", "y", "p"):
-            raise AuthenticationFailed("Invalid SCRAM client first message")
-        if parts[0] == "p":
+        if len(parts) == 3 and parts[0].startswith("p="):
             raise AuthenticationFailed("SCRAM channel binding is not supported")
+        if len(parts) != 3 or parts[0] not in ("n", "y"):
+            raise AuthenticationFailed("Invalid SCRAM client first message")
         authzid = parts[1]
         bare = parts[2]
-        attrs = _attributes(bare)
+        # n=<user>,r=<nonce>[,<extensions>]: Kafka's extensions (tokenauth=true, ...) are ignored
+        attrs = _attributes(",".join(bare.split(",", 2)[:2]))
         if len(attrs) < 2 or attrs[0][0] != "n" or attrs[1][0] != "r" or not attrs[1][1]:
             raise AuthenticationFailed("Invalid SCRAM client first message")
         if attrs[0][1] == "" or any(k == "m" for k, _ in attrs):
@@ -185,7 +186,6 @@ class ScramServer:
         client_nonce = attrs[1][1]
         if any(c in client_nonce for c in ",") or not client_nonce.isprintable():
             raise AuthenticationFailed("Invalid SCRAM client nonce")
-        # attrs[2:] are extensions (Kafka's tokenauth and others): ignored
         self.username = username
         credential = self._lookup(username, self.mechanism)
         self._known = credential is not None
@@ -209,7 +209,10 @@ class ScramServer:
         channel_binding = _unb64(attrs[0][1], "channel binding")
         if channel_binding != self._gs2_header.encode("utf-8"):
             raise AuthenticationFailed("Invalid SCRAM channel binding")
-        if not hmac.compare_digest(attrs[1][1].encode("utf-8"), self._nonce.encode("utf-8")):
+        # The nonce must be the one of server-first; like Kafka (since 3.8.1) a longer one ending with it is
+        # accepted too, because librdkafka before 2.6.1 (kcat 1.7 among others) puts its client nonce in front
+        # once more. The server's part is in it either way, so an old exchange still cannot be replayed.
+        if not attrs[1][1].endswith(self._nonce):
             raise AuthenticationFailed("Invalid SCRAM nonce")
         proof = _unb64(attrs[-1][1], "client proof")
         without_proof = message[: message.rindex(",p=")]

@@ -40,7 +40,7 @@ def create_transaction_coordinator(server: KafkaServer) -> TransactionCoordinato
     )
     channel = TransactionMarkerChannelManager(
         server.broker_id, server.metadata, server.replica_manager, lambda: server.group_coordinator,
-        hold_markers=os.environ.get(HOLD_MARKERS_ENV) == "1")
+        hold_markers=os.environ.get(HOLD_MARKERS_ENV) == "1", security=server.inter_broker_security)
     coordinator = TransactionCoordinator(
         server.broker_id, manager, channel, server.producer_id_manager.generate,
         lambda group_id: server.group_coordinator.manager.partition_for(group_id),

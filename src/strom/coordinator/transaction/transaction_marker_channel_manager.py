@@ -26,6 +26,7 @@ from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 
 from strom.cluster.broker_client import BrokerClient
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME
+from strom.security.client_security import ClientSecurity
 from strom.server_common.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,10 @@ class TransactionMarkerChannelManager:
     """Delivers markers to partition leaders: a local call for this broker, WriteTxnMarkers for others."""
 
     def __init__(self, broker_id: int, metadata: Any, replica_manager: Any, group_coordinator: Callable[[], Any],
-                 request_timeout_ms: int = 30000, hold_markers: bool = False) -> None:
+                 request_timeout_ms: int = 30000, hold_markers: bool = False,
+                 security: ClientSecurity | None = None) -> None:
         self.broker_id = broker_id
+        self._security = security
         self.hold_markers = hold_markers
         self.metadata = metadata
         self.replica_manager = replica_manager
@@ -153,7 +156,7 @@ class TransactionMarkerChannelManager:
             client = None
         if client is None:
             client = BrokerClient(broker.host, broker.port, client_id=f"broker-{self.broker_id}-txn-markers",
-                                  request_timeout_ms=self.request_timeout_ms + 5000)
+                                  request_timeout_ms=self.request_timeout_ms + 5000, security=self._security)
             self._clients[broker_id] = client
         return client
 
