@@ -264,21 +264,26 @@ class ZkMetadataStore(MetadataStore):
         new = sorted(c for c in children if seen is not None and c not in seen)
         if not new:
             return
-        task = self._loop.create_task(self._reload_acls(path, new), name="zk-acl-changes")
+        older = sorted(c for c in children if c not in new)
+        task = self._loop.create_task(self._reload_acls(path, new, older), name="zk-acl-changes")
         self._config_tasks.add(task)
         task.add_done_callback(self._config_tasks.discard)
 
-    async def _reload_acls(self, path: str, changes: list[str]) -> None:
-        """Each notification names a pattern: re-read its znode off the loop, hand it to the authorizer on it."""
+    async def _reload_acls(self, path: str, changes: list[str], older: list[str]) -> None:
+        """Each notification names a pattern: re-read its znode off the loop, hand it to the authorizer on it.
+        Notifications older than ACL_CHANGE_EXPIRATION_MS are deleted on the way, as Kafka's brokers do."""
         def read() -> list[tuple[ResourcePattern, frozenset[AccessControlEntry]]]:
             out = []
-            now = zd.now_ms()
             for child in changes:
-                pattern, created_ms = self.zk.get_acl_change(path, child)
+                pattern, _ = self.zk.get_acl_change(path, child)
                 if pattern is not None:
                     out.append((pattern, self.zk.get_acls(pattern)))
-                if created_ms and now - created_ms > ACL_CHANGE_EXPIRATION_MS:
-                    self.zk.delete_acl_change(path, child)
+            now = zd.now_ms()
+            for child in older:
+                _, created_ms = self.zk.get_acl_change(path, child)
+                if not created_ms or now - created_ms <= ACL_CHANGE_EXPIRATION_MS:
+                    break  # sequential names: the rest are newer
+                self.zk.delete_acl_change(path, child)
             return out
 
         try:
