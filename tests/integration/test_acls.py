@@ -37,6 +37,7 @@ from kafka.protocol.admin import (
     DescribeLogDirsRequest,
     DescribeProducersRequest,
     DescribeTransactionsRequest,
+    IncrementalAlterConfigsRequest,
     ListGroupsRequest,
     ListTransactionsRequest,
 )
@@ -44,9 +45,11 @@ from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, OffsetForL
 from kafka.protocol.consumer.group import (
     HeartbeatRequest,
     JoinGroupRequest,
+    LeaveGroupRequest,
     OffsetCommitRequest,
     OffsetDeleteRequest,
     OffsetFetchRequest,
+    SyncGroupRequest,
 )
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer import (
@@ -55,6 +58,7 @@ from kafka.protocol.producer import (
     EndTxnRequest,
     InitProducerIdRequest,
     ProduceRequest,
+    TxnOffsetCommitRequest,
     WriteTxnMarkersRequest,
 )
 
@@ -135,7 +139,7 @@ def error_code(exc: BaseException) -> int:
 
 
 def end_offset(broker: BrokerProcess, topic: str = DATA) -> int:
-    """Read as nobody could be refused: through a short-lived super-user view is not possible, so grant Describe."""
+    """The partition's high watermark (the test's principal gets Describe on the topic to read it)."""
     grant(broker, allow(T, topic, Op.DESCRIBE))
     req = build(ListOffsetsRequest, replica_id=-1, isolation_level=0, topics=[
         {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1, "current_leader_epoch": -1}]}])
@@ -583,3 +587,39 @@ def test_partition_reads_with_consumer_assign(broker: BrokerProcess) -> None:
             break
     c.close()
     assert msg is not None and msg.value() == b"v0"
+
+
+def test_sync_leave_txn_offset_commit_end_txn_and_incremental_configs(broker: BrokerProcess) -> None:
+    group, tid = f"sl-{uuid.uuid4().hex[:6]}", f"te-{uuid.uuid4().hex[:6]}"
+    sync = build(SyncGroupRequest, group_id=group, generation_id=1, member_id="m", group_instance_id=None,
+                 assignments=[])
+    assert call(broker, sync, 3).error_code == GROUP_DENIED
+    leave = build(LeaveGroupRequest, group_id=group, members=[{"member_id": "m", "group_instance_id": None}])
+    assert call(broker, leave, 3).error_code == GROUP_DENIED
+    grant(broker, allow(G, group, Op.READ))
+    assert call(broker, sync, 3).error_code not in (GROUP_DENIED, TOPIC_DENIED)  # the coordinator answers now
+    assert call(broker, leave, 3).error_code != GROUP_DENIED
+
+    txn_commit = build(TxnOffsetCommitRequest, transactional_id=tid, group_id=group, producer_id=1,
+                       producer_epoch=0, generation_id=-1, member_id="", group_instance_id=None, topics=[
+                           {"name": DATA, "partitions": [{"partition_index": 0, "committed_offset": 1,
+                                                          "committed_leader_epoch": -1, "committed_metadata": ""}]}])
+    assert call(broker, txn_commit, 3).topics[0].partitions[0].error_code == TXN_DENIED
+    end = build(EndTxnRequest, transactional_id=tid, producer_id=1, producer_epoch=0, committed=True)
+    assert call(broker, end, 3).error_code == TXN_DENIED
+    grant(broker, allow(X, tid, Op.WRITE))
+    assert call(broker, txn_commit, 3).topics[0].partitions[0].error_code == TOPIC_DENIED  # group ok, topic not
+    assert call(broker, end, 3).error_code not in (TXN_DENIED,)  # the coordinator judges it now
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    name = f"inc-{uuid.uuid4().hex[:6]}"
+    grant(broker, allow(C, "kafka-cluster", Op.CREATE))
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(15)
+    inc = build(IncrementalAlterConfigsRequest, validate_only=False, resources=[{
+        "resource_type": 2, "resource_name": name, "configs": [
+            {"name": "retention.ms", "config_operation": 0, "value": "54321"}]}])
+    assert call(broker, inc, 1).responses[0].error_code == TOPIC_DENIED
+    grant(broker, allow(T, name, Op.ALTER_CONFIGS))
+    assert call(broker, inc, 1).responses[0].error_code == 0
+    res = ConfigResource(ConfigResource.Type.TOPIC, name)
+    assert admin.describe_configs([res])[res].result(15)["retention.ms"].value == "54321"
