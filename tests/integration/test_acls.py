@@ -623,3 +623,13 @@ def test_sync_leave_txn_offset_commit_end_txn_and_incremental_configs(broker: Br
     assert call(broker, inc, 1).responses[0].error_code == 0
     res = ConfigResource(ConfigResource.Type.TOPIC, name)
     assert admin.describe_configs([res])[res].result(15)["retention.ms"].value == "54321"
+
+
+def test_an_unknown_authorizer_class_stops_the_broker(tmp_path) -> None:  # noqa: ANN001 - pytest's tmp_path
+    b = BrokerProcess(tmp_path, {"authorizer.class.name": "com.example.HomeMadeAuthorizer"})
+    try:
+        with pytest.raises(RuntimeError, match="authorizer.class.name") as exc:
+            b.start()
+        assert "kafka.security.authorizer.AclAuthorizer" in str(exc.value)
+    finally:
+        b.close()
