@@ -17,7 +17,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from confluent_kafka import Consumer, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
-
 from tests.support.broker import BrokerProcess  # noqa: E402
 from tests.support.console import ConsoleProcess, launch_chromium  # noqa: E402
 

@@ -80,10 +80,10 @@ def escape_controls(text: str) -> str:
     out = []
     for ch in text:
         code = ord(ch)
-        if (code < 0x20 and ch not in "\n\t") or 0x7F <= code < 0xA0:
-            out.append(f"\\x{code:02x}")
-        elif ch == "\r":
+        if ch == "\r":
             out.append("\\r")
+        elif (code < 0x20 and ch not in "\n\t") or 0x7F <= code < 0xA0:
+            out.append(f"\\x{code:02x}")
         else:
             out.append(ch)
     return "".join(out)
