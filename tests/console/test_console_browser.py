@@ -53,7 +53,16 @@ def test_create_topic_in_the_ui(page, console_process, admin) -> None:
     expect(page.locator("#partitions tbody tr")).to_have_count(4)
     metadata = admin.list_topics(name, timeout=10).topics[name]
     assert len(metadata.partitions) == 4
-    expect(page.locator('tr[data-config="cleanup.policy"] input[name=value]')).to_have_value("compact")
+    row = page.locator('tr[data-config="cleanup.policy"]')
+    expect(row.locator("input[name=value]")).to_have_value("compact")
+    expect(row).to_contain_text("dynamic topic config")
+    row.locator("text=Reset to default").click()
+    expect(page.locator(".flash.ok")).to_have_text(f"Config 'cleanup.policy' of '{name}' reset to its default.")
+    expect(row.locator("input[name=value]")).to_have_value("delete")
+    expect(row.locator("text=Reset to default")).to_have_count(0)
+    row.locator("input[name=value]").fill("compact,delete")
+    row.locator("text=Save").click()
+    expect(row.locator("input[name=value]")).to_have_value("compact,delete")
 
 
 def test_message_from_a_client_shows_in_the_browser(page, console_process, broker, admin) -> None:

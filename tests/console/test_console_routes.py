@@ -211,6 +211,9 @@ def test_edit_and_reset_topic_config(client: TestClient, admin) -> None:
     done = client.post(f"/topics/{topic}/configs", data={"csrf": token, "key": "retention.ms", "value": "123456"})
     assert done.status_code == 303
     assert retention() == ("123456", False)
+    page = client.get(f"/topics/{topic}").text
+    row = re.search(r'data-config="retention.ms">(.*?)</tr>', page, re.S).group(1)
+    assert 'value="123456"' in row and "dynamic topic config" in row and "Reset to default" in row
     bad = client.post(f"/topics/{topic}/configs", data={"csrf": token, "key": "retention.ms", "value": "soon"})
     assert bad.status_code == 400 and "Invalid config" in error_text(bad.text)
     reset = client.post(f"/topics/{topic}/configs", data={"csrf": token, "key": "retention.ms", "op": "delete"})

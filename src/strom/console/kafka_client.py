@@ -31,6 +31,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    ConfigSource,
     NewTopic,
     OffsetSpec,
     ResourcePatternType,
@@ -462,7 +463,7 @@ class KafkaGateway:
             entries = self.admin.describe_configs([resource], request_timeout=self.timeout)[resource].result()
         except KafkaException as exc:
             raise kafka_failure(exc, f"Could not describe the configs of topic '{name}'", name) from None
-        return [ConfigView(e.name, e.value, getattr(e.source, "name", str(e.source)), bool(e.is_default),
+        return [ConfigView(e.name, e.value, _config_source(e.source), bool(e.is_default),
                            bool(e.is_read_only), bool(e.is_sensitive))
                 for e in sorted(entries.values(), key=lambda e: e.name)]
 
@@ -765,6 +766,14 @@ def _security_failure(exc: KafkaException, what: str, api: str) -> ConsoleError:
     if name in _UNAVAILABLE:
         return FeatureUnavailable(f"{what}: this broker does not support the {api} API.")
     return kafka_failure(exc, f"{what}: {api} failed")
+
+
+def _config_source(source: Any) -> str:
+    """confluent-kafka reports a config's source as an int; pages show Kafka's name (DYNAMIC_TOPIC_CONFIG...)."""
+    try:
+        return ConfigSource(getattr(source, "value", source)).name
+    except ValueError:
+        return str(source)
 
 
 def _committed(result: Any) -> dict[tuple[str, int], int]:
