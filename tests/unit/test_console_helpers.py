@@ -145,7 +145,8 @@ PROMETHEUS = f"""# HELP {BYTES_IN} Bytes in
 {BYTES_IN}{{topic="b"}} 400
 {BYTES_OUT}{{topic="a",le="x\\"y"}} 50
 {BYTES_OUT}{{topic="b"}} 25 1706702400000
-{MESSAGES_IN} 10
+{MESSAGES_IN}{{topic=""}} 10
+{MESSAGES_IN}{{topic="a"}} 10
 garbage line here
 """
 
@@ -154,7 +155,7 @@ def test_prometheus_parsing_prefers_the_all_topics_series() -> None:
     samples = parse_prometheus(PROMETHEUS)
     assert counter_total(samples, BYTES_IN) == 1000.0  # not 2000: per-topic series are not added twice
     assert counter_total(samples, BYTES_OUT) == 75.0  # no all-topics series: sum of the topics
-    assert counter_total(samples, MESSAGES_IN) == 10.0
+    assert counter_total(samples, MESSAGES_IN) == 10.0  # topic="" is the all-topics series too
     assert counter_total(samples, "missing_total") is None
     assert dict(samples[BYTES_OUT][0][0]) == {"le": 'x\\"y', "topic": "a"}
 

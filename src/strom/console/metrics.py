@@ -44,13 +44,14 @@ def parse_prometheus(text: str) -> dict[str, list[tuple[Labels, float]]]:
 def counter_total(samples: dict[str, list[tuple[Labels, float]]], name: str) -> float | None:
     """The broker-wide value of a counter.
 
-    Kafka reports BrokerTopicMetrics both for all topics (no `topic` label) and per topic;
-    the all-topics series is used when present, else the per-topic ones are added up.
+    Kafka reports BrokerTopicMetrics both for all topics (no `topic` label, or an empty one as
+    Prometheus treats the two alike) and per topic; the all-topics series is used when present,
+    else the per-topic ones are added up.
     """
     series = samples.get(name)
     if not series:
         return None
-    overall = [value for labels, value in series if "topic" not in dict(labels)]
+    overall = [value for labels, value in series if not dict(labels).get("topic")]
     return sum(overall) if overall else sum(value for _, value in series)
 
 
