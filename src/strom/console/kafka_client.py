@@ -436,11 +436,7 @@ class KafkaGateway:
         """
         with self._legacy_lock:
             try:
-                if self._legacy is None:
-                    from kafka.admin import KafkaAdminClient
-
-                    self._legacy = KafkaAdminClient(**legacy_client_config(self.config))
-                answers = self._legacy.describe_log_dirs()
+                answers = self._legacy_client().describe_log_dirs()
             except Exception:  # noqa: BLE001 - sizes are optional decoration, never a reason to fail a page
                 self._legacy = None
                 return {}
@@ -456,6 +452,43 @@ class KafkaGateway:
                         key = (topic["name"], part["partition_index"])
                         sizes.setdefault(key, {})[broker["broker"]] = part["partition_size"]
         return sizes
+
+    def _acls_disabled(self) -> bool:
+        """Whether DescribeAcls answers SECURITY_DISABLED.
+
+        librdkafka reports that answer as an empty list of ACLs, so an empty list is asked
+        again through kafka-python, which surfaces the error code.
+        """
+        from kafka.admin import (
+            ACLFilter,
+            ACLOperation,
+            ACLPermissionType,
+            ACLResourcePatternType,
+            ResourcePatternFilter,
+        )
+        from kafka.admin import ResourceType as LegacyResourceType
+        from kafka.errors import SecurityDisabledError
+
+        everything = ACLFilter(principal=None, host=None, operation=ACLOperation.ANY,
+                               permission_type=ACLPermissionType.ANY,
+                               resource_pattern=ResourcePatternFilter(LegacyResourceType.ANY, None,
+                                                                      ACLResourcePatternType.ANY))
+        with self._legacy_lock:
+            try:
+                self._legacy_client().describe_acls(everything)
+            except SecurityDisabledError:
+                return True
+            except Exception:  # noqa: BLE001 - only a clear SECURITY_DISABLED changes what the page says
+                return False
+        return False
+
+    def _legacy_client(self) -> Any:
+        """kafka-python's admin client (call with _legacy_lock held)."""
+        if self._legacy is None:
+            from kafka.admin import KafkaAdminClient
+
+            self._legacy = KafkaAdminClient(**legacy_client_config(self.config))
+        return self._legacy
 
     def topic_configs(self, name: str) -> list[ConfigView]:
         resource = ConfigResource(ResourceType.TOPIC, name)
@@ -713,6 +746,9 @@ class KafkaGateway:
             bindings = self.admin.describe_acls(everything, request_timeout=self.timeout).result()
         except KafkaException as exc:
             raise _security_failure(exc, "ACLs", "DescribeAcls") from None
+        if not bindings and self._acls_disabled():
+            raise FeatureUnavailable("ACLs: security is disabled on this broker (no authorizer is configured: "
+                                     "authorizer.class.name), so there are no ACLs to show or change.")
         return sorted((AclView(b.principal, b.host, b.operation.name, b.permission_type.name,
                                b.restype.name, b.name, b.resource_pattern_type.name) for b in bindings),
                       key=lambda a: (a.resource_type, a.resource_name, a.principal, a.operation))
