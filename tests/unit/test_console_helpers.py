@@ -63,7 +63,7 @@ def test_null_empty_and_html_values() -> None:
 
 def test_control_characters_are_made_visible() -> None:
     assert escape_controls("a\x00b\x1b[31m\r\nc\td") == "a\\x00b\\x1b[31m\\r\nc\td"
-    assert render_bytes(b"bell\x07").text == "bell\\x07"
+    assert render_bytes(b"ring the bell\x07").text == "ring the bell\\x07"
 
 
 def test_binary_is_a_hex_dump() -> None:
@@ -71,6 +71,8 @@ def test_binary_is_a_hex_dump() -> None:
     assert shown.kind == "binary"
     assert shown.text == "00000000  00 ff 41 0a" + " " * 36 + "  |..A.|"
     assert hex_dump(bytes(range(32))).count("\n") == 1
+    assert render_bytes(bytes(range(40))).kind == "binary"  # valid UTF-8, but mostly control characters
+    assert render_bytes(b"one\x00two three four").kind == "text"  # a stray NUL in text stays text
 
 
 def test_big_values_are_truncated() -> None:

@@ -100,6 +100,13 @@ def hex_dump(data: bytes, limit: int = _HEX_LIMIT) -> str:
     return "\n".join(lines)
 
 
+def _mostly_controls(text: str) -> bool:
+    """Valid UTF-8 that is still binary at heart (e.g. small integers): over 10% control characters."""
+    sample = text[:4096]
+    controls = sum(1 for ch in sample if (ord(ch) < 0x20 and ch not in "\n\t\r") or ord(ch) == 0x7F)
+    return controls * 10 > len(sample)
+
+
 def render_bytes(data: bytes | None, limit: int = DISPLAY_LIMIT) -> RenderedBytes:
     """Decide how to show record bytes: pretty JSON, escaped text, or a hex dump."""
     if data is None:
@@ -110,6 +117,8 @@ def render_bytes(data: bytes | None, limit: int = DISPLAY_LIMIT) -> RenderedByte
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
+        text = None
+    if text is None or _mostly_controls(text):
         return RenderedBytes("binary", hex_dump(data), size, truncated=size > _HEX_LIMIT)
     if size <= limit:
         document = parse_json_document(text)

@@ -108,11 +108,11 @@ function drawChart(root, data) {
     const label = root.querySelector(`[data-last="${s.key}"]`);
     if (label) label.textContent = s.format(points[points.length - 1][s.key]);
   }
-  const scale = document.createElementNS(ns, "text");
-  scale.setAttribute("x", 4); scale.setAttribute("y", pad - 8);
-  scale.setAttribute("class", "scale");
-  scale.textContent = "max " + formatBytesRate(max.bytes) + " · " + formatNumber(Math.round(max.messages)) + " msg/s";
-  svg.appendChild(scale);
+  // Text inside the stretched SVG would be distorted: the scale is written beside it instead.
+  const scale = root.querySelector("[data-scale]");
+  if (scale) {
+    scale.textContent = "top line: " + formatBytesRate(max.bytes) + " · " + formatNumber(Math.round(max.messages)) + " msg/s";
+  }
 }
 
 function pollThroughput(root) {
