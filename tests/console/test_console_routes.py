@@ -318,3 +318,18 @@ def test_unreachable_broker_is_a_readable_error() -> None:
         assert "Traceback" not in response.text
         api = test_client.get("/api/group?id=x")
         assert api.status_code in (502, 504) and "error" in api.json()
+
+
+def test_an_unexpected_failure_is_a_sentence_not_a_traceback(broker) -> None:
+    app = create_app(ConsoleSettings({"bootstrap.servers": broker.bootstrap}))
+
+    def broken() -> None:
+        raise ZeroDivisionError("a bug in the console")
+
+    app.state.console.gateway.topics = broken  # a fault inside the console, not the broker
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        page = test_client.get("/topics")
+        assert page.status_code == 500
+        assert error_text(page.text) == "Unexpected error (ZeroDivisionError); details are in the console's log."
+        assert "Traceback" not in page.text and "a bug in the console" not in page.text
+        assert test_client.get("/api/throughput").status_code == 200
