@@ -149,6 +149,19 @@ def test_message_browser_renders_json_text_html_and_binary(client: TestClient, b
     assert "Offset 99 is past the end of partition 0 (log end offset 4)" in past
 
 
+def test_search_returns_the_newest_or_the_first_matches(client: TestClient, broker, admin) -> None:
+    topic = make_topic(admin)
+    produce(broker.bootstrap, topic, [(None, (b"needle %d" if i in (1, 5, 8) else b"hay %d") % i, None)
+                                      for i in range(10)])
+    newest = client.get(f"/topics/{topic}/messages?search=needle&limit=2").text
+    assert re.findall(r'data-offset="(\d+)"', newest) == ["8", "5"]
+    assert "among 10 read" in newest
+    first = client.get(f"/topics/{topic}/messages?mode=offset&offset=0&search=needle&limit=2").text
+    assert re.findall(r'data-offset="(\d+)"', first) == ["1", "5"]
+    bounded = client.get(f"/topics/{topic}/messages?search=needle&scan=3").text  # offsets 7, 8, 9 only
+    assert re.findall(r'data-offset="(\d+)"', bounded) == ["8"]
+
+
 def test_message_browser_by_timestamp(client: TestClient, broker, admin) -> None:
     topic = make_topic(admin)
     producer = Producer({"bootstrap.servers": broker.bootstrap})

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -558,8 +559,10 @@ class KafkaGateway:
                 offset = found.get(p, -1)
                 starts[p] = offset if offset is not None and offset >= 0 else high[p]
         needle = query.search.lower()
+        # Searching the newest records keeps each partition's last matches; otherwise the first ones found.
+        newest_matches = bool(needle) and query.mode == "newest"
         records, scanned, partial = self._read(topic, starts, high, per_partition, needle,
-                                               query.limit if needle else None)
+                                               query.limit if needle else None, keep_last=newest_matches)
         if query.mode == "newest":
             records.sort(key=lambda r: (r.timestamp or 0, r.offset), reverse=True)
         else:
@@ -571,8 +574,12 @@ class KafkaGateway:
         return BrowseResult(records, scanned, partial, notes)
 
     def _read(self, topic: str, starts: dict[int, int], stops: dict[int, int], per_partition: int,
-              needle: str, limit: int | None) -> tuple[list[RecordView], int, bool]:
-        """Read [start, stop) of each partition with an assigned Consumer (no group join, no commits)."""
+              needle: str, limit: int | None, keep_last: bool = False) -> tuple[list[RecordView], int, bool]:
+        """Read [start, stop) of each partition with an assigned Consumer (no group join, no commits).
+
+        With `limit`, reading stops once that many records matched, unless `keep_last`: then the whole
+        range is read and each partition keeps its last `limit` matches.
+        """
         todo = {p for p, start in starts.items() if start < stops[p]}
         if not todo:
             return [], 0, False
@@ -581,13 +588,14 @@ class KafkaGateway:
                              "enable.partition.eof": True, "auto.offset.reset": "earliest",
                              "isolation.level": "read_uncommitted", "fetch.wait.max.ms": 100})
         records: list[RecordView] = []
+        last: dict[int, deque[RecordView]] = {p: deque(maxlen=limit) for p in todo}
         counts = dict.fromkeys(todo, 0)
         try:
             consumer.assign([TopicPartition(topic, p, starts[p]) for p in sorted(todo)])
             deadline = time.monotonic() + self.browse_timeout
             while todo:
                 left = deadline - time.monotonic()
-                if left <= 0 or (limit is not None and len(records) >= limit):
+                if left <= 0 or (limit is not None and not keep_last and len(records) >= limit):
                     break
                 for message in consumer.consume(num_messages=500, timeout=min(0.5, left)):
                     partition = message.partition()
@@ -605,11 +613,14 @@ class KafkaGateway:
                         continue
                     counts[partition] += 1
                     if not needle or _matches(message, needle):
-                        records.append(_record(message))
+                        (last[partition] if keep_last else records).append(_record(message))
                     if counts[partition] >= per_partition or offset >= stops[partition] - 1:
                         todo.discard(partition)
         finally:
             consumer.close()
+        if keep_last:
+            records = [record for kept in last.values() for record in kept]
+            return records, sum(counts.values()), bool(todo)
         return records, sum(counts.values()), bool(todo) and (limit is None or len(records) < limit)
 
     def produce(self, topic: str, partition: int | None, key: bytes | None, value: bytes | None,
