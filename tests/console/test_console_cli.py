@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 
 from tests.support.console import ConsoleProcess
@@ -30,6 +31,16 @@ def test_busy_port_and_bad_metrics_url_are_one_line_errors(broker) -> None:
 
 def test_console_prints_its_url_and_serves(broker, tmp_path) -> None:
     with ConsoleProcess(broker.bootstrap, tmp_path) as console:
+        rebound = urllib.request.Request(console.url + "/topics", headers={"Host": f"attacker.test:{console.port}"})
+        try:
+            urllib.request.urlopen(rebound, timeout=10)
+            raise AssertionError("a foreign Host name was served")
+        except urllib.error.HTTPError as refused:
+            assert refused.code == 400 and b"Unknown host name" in refused.read()
+        for name in ("localhost", "127.0.0.1"):
+            request = urllib.request.Request(console.url + "/healthz", headers={"Host": f"{name}:{console.port}"})
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                assert answer.status == 200
         with urllib.request.urlopen(console.url + "/healthz", timeout=10) as answer:
             assert answer.read() == b"ok\n"
         with urllib.request.urlopen(console.url + "/static/console.css", timeout=10) as answer:

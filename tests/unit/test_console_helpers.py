@@ -223,3 +223,16 @@ def test_idle_sessions_expire_and_the_store_is_bounded() -> None:
     bounded = SessionStore(max_sessions=2)
     ids = [bounded.create().id for _ in range(3)]
     assert len(bounded) == 2 and bounded.get(ids[0]) is None
+
+
+def test_host_header_names() -> None:
+    from strom.cli.console import allowed_hosts
+    from strom.console.app import host_name
+
+    assert host_name("127.0.0.1:8080") == "127.0.0.1"
+    assert host_name("LocalHost") == "localhost"
+    assert host_name("[::1]:8080") == "::1"
+    assert host_name("::1") == "::1"
+    assert allowed_hosts("127.0.0.1") == ("127.0.0.1", "localhost", "::1")
+    assert allowed_hosts("0.0.0.0") is None
+    assert allowed_hosts("console.internal")[0] == "console.internal"

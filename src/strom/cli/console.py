@@ -25,9 +25,19 @@ def _check_port_free(host: str, port: int) -> None:
         fail(f"Cannot listen on {host}:{port}: {exc.strerror or exc}.")
 
 
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def allowed_hosts(host: str) -> tuple[str, ...] | None:
+    """Host header names the console answers: loopback names on loopback, any on a wildcard address."""
+    if host in ("0.0.0.0", "::", ""):
+        return None
+    return _LOOPBACK if host in _LOOPBACK else (host.lower(), *_LOOPBACK)
+
+
 def console(
     bootstrap_server: BootstrapOption = "127.0.0.1:9092",
-    port: Annotated[int, typer.Option("--port", help="HTTP port of the console.", min=0, max=65535)] = 8080,
+    port: Annotated[int, typer.Option("--port", help="HTTP port of the console.", min=1, max=65535)] = 8080,
     host: Annotated[str, typer.Option("--host", help="Address to listen on (loopback by default).")] = "127.0.0.1",
     metrics_url: Annotated[
         str | None,
@@ -50,7 +60,8 @@ def console(
 
         from strom.console.app import ConsoleSettings, create_app
 
-        app = create_app(ConsoleSettings(config, metrics_url or None, timeout, browse_timeout=timeout))
+        app = create_app(ConsoleSettings(config, metrics_url or None, timeout, browse_timeout=timeout,
+                                         allowed_hosts=allowed_hosts(host)))
         shown_host = f"[{host}]" if ":" in host else host
         typer.echo(f"Strom console on http://{shown_host}:{port}/ (brokers {config['bootstrap.servers']}); "
                    "Ctrl-C stops it")

@@ -76,6 +76,9 @@ class ConsoleSettings:
     timeout: float = 10.0
     browse_timeout: float = 10.0
     workers: int = 8
+    # Host header names accepted (None: any). A console on loopback refuses other names, so a web page
+    # that re-points its own domain at 127.0.0.1 (DNS rebinding) cannot read or drive it.
+    allowed_hosts: tuple[str, ...] | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -508,10 +511,22 @@ async def healthz(request: Request) -> Response:
 
 # -- plumbing ------------------------------------------------------------------------------------
 
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port ("[::1]:8080" -> "::1")."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].split("]", 1)[0]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
 class SessionMiddleware(BaseHTTPMiddleware):
     """Finds or starts the browser's server-side session and sets the security headers."""
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        allowed = request.app.state.console.settings.allowed_hosts
+        if allowed is not None and host_name(request.headers.get("host", "")) not in allowed:
+            return PlainTextResponse("Unknown host name: open the console at the address it printed.\n",
+                                     status_code=400)
         if request.url.path.startswith("/static/"):
             return await call_next(request)
         store = request.app.state.console.sessions
