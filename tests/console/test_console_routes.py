@@ -285,6 +285,7 @@ def test_group_lag_and_reset_only_when_empty(client: TestClient, broker, admin) 
         consumer.close()
     listed = client.get("/groups").text
     assert f'data-group="{group}"' in listed
+    assert 'data-group="strom-console' not in listed  # browsing messages never creates a group
     page = client.get(f"/groups/{group}").text
     assert 'id="reset"' in page
     bad = client.post(f"/groups/{group}/reset", data={"csrf": token, "target": "offset", "offset": "abc"})
