@@ -106,5 +106,6 @@ class SessionStore:
     def _drop(self, session_id: str) -> None:
         session = self._sessions.pop(session_id, None)
         if session is not None and session.gateway is not None:
-            session.gateway.close()
+            # Closing flushes a producer (up to a second): never on the caller's (the event loop's) time.
+            threading.Thread(target=session.gateway.close, name="console-logout", daemon=True).start()
             session.gateway = None
