@@ -162,6 +162,17 @@ def test_search_returns_the_newest_or_the_first_matches(client: TestClient, brok
     assert re.findall(r'data-offset="(\d+)"', bounded) == ["8"]
 
 
+def test_newest_across_partitions_is_ordered_by_time(client: TestClient, broker, admin) -> None:
+    topic = make_topic(admin, partitions=3)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for partition, ts in [(0, 1_000), (1, 2_000), (2, 3_000), (0, 4_000), (1, 5_000)]:
+        producer.produce(topic, f"at {ts}".encode(), partition=partition, timestamp=1_700_000_000_000 + ts)
+    assert producer.flush(15) == 0
+    body = client.get(f"/topics/{topic}/messages?partition=all&limit=3").text
+    rows = re.findall(r'data-offset="(\d+)" data-partition="(\d+)"', body)
+    assert rows == [("1", "1"), ("1", "0"), ("0", "2")]  # 5000, 4000, 3000
+
+
 def test_message_browser_by_timestamp(client: TestClient, broker, admin) -> None:
     topic = make_topic(admin)
     producer = Producer({"bootstrap.servers": broker.bootstrap})
