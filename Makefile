@@ -24,7 +24,8 @@ zookeeper:
 		echo "hint: ZooKeeper is not installed; cluster tests need it: sudo apt-get install zookeeper"; \
 	fi
 
-## Single-node broker on 127.0.0.1:9092 (data in ./data) plus the demo pipeline when available.
+## Single-node broker on 127.0.0.1:9092 (data in ./data), the demo pipeline and the web console on
+## http://127.0.0.1:8080 (its URL is printed).
 run: install
 	$(PY) -m strom.cli.main demo
 

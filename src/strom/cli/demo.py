@@ -1,4 +1,4 @@
-"""`strom demo`: a single-node broker, the click generator and the Spark pipeline, together.
+"""`strom demo`: a single-node broker, the click generator, the Spark pipeline and the web console, together.
 
 Each part runs as its own process in its own session, so Ctrl-C reaches only this
 command, which then stops the parts in order: generator first (no new input), then the
@@ -61,6 +61,30 @@ def _stop(proc: subprocess.Popen[bytes] | None, sig: int, timeout: float, name: 
         pass
 
 
+def _start_console(bootstrap: str, port: int, metrics_url: str | None,
+                   output_dir: Path) -> subprocess.Popen[bytes] | None:
+    """`strom console` beside the demo; a busy port only skips it (the demo itself still runs)."""
+    if _port_open("127.0.0.1", port):
+        typer.echo(f"demo: port {port} is in use; no web console (choose another with --console-port)", err=True)
+        return None
+    cmd = [sys.executable, "-m", "strom.cli.main", "console", "--bootstrap-server", bootstrap,
+           "--host", "127.0.0.1", "--port", str(port)]
+    if metrics_url:
+        cmd += ["--metrics-url", metrics_url]
+    log = open(output_dir / "console.log", "ab")  # noqa: SIM115 - handed to the child
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    deadline = time.monotonic() + 20
+    while not _port_open("127.0.0.1", port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            typer.echo(f"demo: the web console did not start; see {output_dir / 'console.log'}", err=True)
+            _stop(proc, signal.SIGTERM, 5, "web console")
+            return None
+        time.sleep(0.1)
+    typer.echo(f"demo: web console on http://127.0.0.1:{port}/ (pid {proc.pid}, log {output_dir / 'console.log'})")
+    return proc
+
+
 def demo(
     bootstrap_server: Annotated[
         str | None,
@@ -79,6 +103,12 @@ def demo(
     reset: Annotated[
         bool, typer.Option("--reset", help="Delete the demo's output and checkpoints first.")
     ] = False,
+    console_port: Annotated[
+        int, typer.Option("--console-port", help="Port of the web console on 127.0.0.1 (0: no console).")
+    ] = 8080,
+    metrics_port: Annotated[
+        int, typer.Option("--metrics-port", help="Prometheus port of the broker the demo starts (0: none).")
+    ] = 9308,
 ) -> None:
     """Run the click-stream demo: broker + generator + PySpark Structured Streaming job."""
     pipelines = _pipelines_dir()
@@ -89,6 +119,8 @@ def demo(
     broker: subprocess.Popen[bytes] | None = None
     generator: subprocess.Popen[bytes] | None = None
     job: subprocess.Popen[bytes] | None = None
+    console: subprocess.Popen[bytes] | None = None
+    metrics_url: str | None = None
     interrupted = {"flag": False}
 
     def on_signal(signum: int, frame: object) -> None:
@@ -106,6 +138,9 @@ def demo(
             if Path("config/server.properties").is_file():
                 cmd.append("config/server.properties")
             cmd += ["--override", f"listeners=PLAINTEXT://127.0.0.1:{port}", "--override", f"log.dirs={data_dir}"]
+            if metrics_port and not _port_open("127.0.0.1", metrics_port):
+                cmd += ["--override", f"metrics.listener=http://127.0.0.1:{metrics_port}"]
+                metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
             log = open(output_dir / "broker.log", "ab")  # noqa: SIM115 - handed to the child
             broker = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             log.close()
@@ -116,6 +151,8 @@ def demo(
                 time.sleep(0.1)
             bootstrap_server = f"127.0.0.1:{port}"
             typer.echo(f"demo: Strom broker on {bootstrap_server} (data in {data_dir}, pid {broker.pid})")
+        if console_port:
+            console = _start_console(bootstrap_server, console_port, metrics_url, output_dir)
         gen_log = open(output_dir / "generator.log", "ab")  # noqa: SIM115 - handed to the child
         generator = subprocess.Popen(
             [sys.executable, str(pipelines / "click_generator.py"), "--bootstrap-server", bootstrap_server,
@@ -143,6 +180,7 @@ def demo(
             time.sleep(0.2)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _stop(console, signal.SIGTERM, 10, "web console")
         _stop(generator, signal.SIGINT, 15, "generator")
         _stop(job, signal.SIGINT, 120, "Spark job")
         _stop(broker, signal.SIGTERM, 30, "broker")

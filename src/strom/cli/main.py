@@ -9,6 +9,7 @@ import typer
 from strom.cli import (
     acls,
     configs,
+    console,
     console_consumer,
     console_producer,
     dump_log,
@@ -39,6 +40,7 @@ app.add_typer(transactions_app, name="transactions")
 app.command("topics", no_args_is_help=True)(topics.topics)
 app.command("configs", no_args_is_help=True)(configs.configs)
 app.command("acls", no_args_is_help=True)(acls.acls)
+app.command("console")(console.console)
 app.command("console-producer", no_args_is_help=True)(console_producer.console_producer)
 app.command("console-consumer", no_args_is_help=True)(console_consumer.console_consumer)
 app.command("get-offsets", no_args_is_help=True)(get_offsets.get_offsets)

@@ -1,0 +1,148 @@
+"""Pure helpers that turn Kafka data into what a page shows: sizes, times, record bytes, lag."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+# Records can be large; the browser gets at most this much of one key, value or header.
+DISPLAY_LIMIT = 64 * 1024
+_HEX_LIMIT = 4 * 1024
+_TIMESTAMP_TYPES = {0: "", 1: "CreateTime", 2: "LogAppendTime"}
+
+
+def human_bytes(size: int | None) -> str:
+    """1536 -> '1.5 KiB'; None (unknown) -> '–'."""
+    if size is None or size < 0:
+        return "–"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"  # unreachable
+
+
+def human_rate(per_second: float | None, unit: str = "B") -> str:
+    """Bytes (or messages) per second, readable."""
+    if per_second is None:
+        return "–"
+    if unit == "B":
+        return human_bytes(int(per_second)) + "/s"
+    return f"{per_second:,.0f} {unit}/s"
+
+
+def format_timestamp(ms: int | None) -> str:
+    """Milliseconds since the epoch -> '2024-01-31 12:00:00.123 UTC'; unknown -> '–'."""
+    if ms is None or ms < 0:
+        return "–"
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return str(ms)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d} UTC"
+
+
+def timestamp_type_name(kind: int) -> str:
+    """librdkafka's TIMESTAMP_CREATE_TIME (1) / TIMESTAMP_LOG_APPEND_TIME (2) as Kafka names them."""
+    return _TIMESTAMP_TYPES.get(kind, "")
+
+
+@dataclass(frozen=True)
+class RenderedBytes:
+    """How one key, value or header value is shown.
+
+    kind: "null" (absent), "empty", "json" (pretty-printed), "text" (UTF-8, control
+    characters escaped) or "binary" (hex dump). `text` is plain text; templates escape it.
+    """
+
+    kind: str
+    text: str
+    size: int
+    truncated: bool = False
+
+
+def parse_json_document(text: str) -> Any | None:
+    """The parsed JSON object or array if `text` is one, else None (bare strings/numbers stay text)."""
+    stripped = text.strip()
+    if not stripped or stripped[0] not in "{[":
+        return None
+    try:
+        return json.loads(stripped)
+    except ValueError:
+        return None
+
+
+def escape_controls(text: str) -> str:
+    """Make control characters visible (\\x00, \\x1b...) but keep newlines and tabs."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch == "\r":
+            out.append("\\r")
+        elif (code < 0x20 and ch not in "\n\t") or 0x7F <= code < 0xA0:
+            out.append(f"\\x{code:02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def hex_dump(data: bytes, limit: int = _HEX_LIMIT) -> str:
+    """Classic 16-bytes-per-line dump with an ASCII column (non-printables as '.')."""
+    lines = []
+    for start in range(0, min(len(data), limit), 16):
+        chunk = data[start:start + 16]
+        hexes = " ".join(f"{b:02x}" for b in chunk)
+        ascii_ = "".join(chr(b) if 0x20 <= b < 0x7F else "." for b in chunk)
+        lines.append(f"{start:08x}  {hexes:<47}  |{ascii_}|")
+    return "\n".join(lines)
+
+
+def _mostly_controls(text: str) -> bool:
+    """Valid UTF-8 that is still binary at heart (e.g. small integers): over 10% control characters."""
+    sample = text[:4096]
+    controls = sum(1 for ch in sample if (ord(ch) < 0x20 and ch not in "\n\t\r") or ord(ch) == 0x7F)
+    return controls * 10 > len(sample)
+
+
+def render_bytes(data: bytes | None, limit: int = DISPLAY_LIMIT) -> RenderedBytes:
+    """Decide how to show record bytes: pretty JSON, escaped text, or a hex dump."""
+    if data is None:
+        return RenderedBytes("null", "null", 0)
+    if not data:
+        return RenderedBytes("empty", "", 0)
+    size = len(data)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or _mostly_controls(text):
+        return RenderedBytes("binary", hex_dump(data), size, truncated=size > _HEX_LIMIT)
+    if size <= limit:
+        document = parse_json_document(text)
+        if document is not None:
+            return RenderedBytes("json", json.dumps(document, indent=2, ensure_ascii=False), size)
+    truncated = size > limit
+    shown = text[:limit] if truncated else text
+    return RenderedBytes("text", escape_controls(shown), size, truncated=truncated)
+
+
+def searchable_text(data: bytes | None) -> str:
+    """What a search looks into: the bytes decoded leniently, lower-cased."""
+    if not data:
+        return ""
+    return data.decode("utf-8", errors="replace").lower()
+
+
+def partition_lag(committed: int | None, end_offset: int | None) -> int | None:
+    """Kafka's LAG: log end offset minus committed offset; unknown without a commit; never negative."""
+    if committed is None or committed < 0 or end_offset is None or end_offset < 0:
+        return None
+    return max(end_offset - committed, 0)
+
+
+def total_lag(lags: list[int | None]) -> int:
+    """Sum of the known lags (partitions without a committed offset count as unknown, not zero)."""
+    return sum(lag for lag in lags if lag is not None)

@@ -1,0 +1,841 @@
+"""The console's Kafka side: one KafkaGateway per identity (anonymous or a SASL login).
+
+Everything here blocks (confluent-kafka futures, a Consumer's poll loop), so the web layer
+calls it from worker threads. Kafka errors become ConsoleError with a readable message
+and an HTTP status; nothing here knows about HTML.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    OffsetSpec,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialDeletion,
+    UserScramCredentialUpsertion,
+)
+
+from strom.cli.common import CliError, describe_kafka_error
+from strom.console.errors import ConsoleError, bad_request, not_found
+from strom.console.formatting import (
+    RenderedBytes,
+    partition_lag,
+    render_bytes,
+    searchable_text,
+    timestamp_type_name,
+    total_lag,
+)
+
+
+class FeatureUnavailable(ConsoleError):
+    """The broker has this API switched off (SECURITY_DISABLED) or does not implement it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, 501, "Not available")
+
+
+_STATUS_BY_ERROR = {
+    "UNKNOWN_TOPIC_OR_PART": 404, "_UNKNOWN_TOPIC": 404, "UNKNOWN_TOPIC_ID": 404, "_UNKNOWN_PARTITION": 404,
+    "GROUP_ID_NOT_FOUND": 404, "RESOURCE_NOT_FOUND": 404,
+    "TOPIC_ALREADY_EXISTS": 409, "NON_EMPTY_GROUP": 409, "UNKNOWN_MEMBER_ID": 409, "REBALANCE_IN_PROGRESS": 409,
+    "_TIMED_OUT": 504, "REQUEST_TIMED_OUT": 504,
+    "_TRANSPORT": 502, "_ALL_BROKERS_DOWN": 502, "_RESOLVE": 502, "BROKER_NOT_AVAILABLE": 502,
+    "SASL_AUTHENTICATION_FAILED": 401, "_AUTHENTICATION": 401, "ILLEGAL_SASL_STATE": 401,
+    "UNSUPPORTED_SASL_MECHANISM": 401,
+    "TOPIC_AUTHORIZATION_FAILED": 403, "GROUP_AUTHORIZATION_FAILED": 403, "CLUSTER_AUTHORIZATION_FAILED": 403,
+    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED": 403, "DELEGATION_TOKEN_AUTHORIZATION_FAILED": 403,
+}
+_UNAVAILABLE = {"SECURITY_DISABLED", "_UNSUPPORTED_FEATURE", "UNSUPPORTED_VERSION", "_NOT_IMPLEMENTED"}
+
+
+def error_name(exc: BaseException) -> str:
+    err = exc.args[0] if exc.args else None
+    return err.name() if isinstance(err, KafkaError) else ""
+
+
+def kafka_failure(exc: KafkaException, what: str, topic: str | None = None) -> ConsoleError:
+    """A KafkaException as the page shows it: what was being done, then the broker's reason."""
+    name = error_name(exc)
+    message = f"{what}: {describe_kafka_error(exc, topic)}"
+    if name in ("_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "_AUTHENTICATION", "SASL_AUTHENTICATION_FAILED"):
+        message += " If the broker requires SASL, log in (or give --command-config)."
+    if name in _UNAVAILABLE:
+        return FeatureUnavailable(message)
+    if name.endswith("_AUTHORIZATION_FAILED"):
+        return ConsoleError(message + " (not allowed for this user)", 403, "Not authorized")
+    status = _STATUS_BY_ERROR.get(name)
+    if status is None:
+        status = 400 if name.startswith("INVALID") or name in ("POLICY_VIOLATION", "_INVALID_ARG") else 502
+    return ConsoleError(message, status)
+
+
+def legacy_client_config(config: dict[str, Any]) -> dict[str, Any]:
+    """kafka-python settings equivalent to a librdkafka config (used for DescribeLogDirs only)."""
+    out: dict[str, Any] = {"bootstrap_servers": config["bootstrap.servers"].split(","),
+                           "client_id": config.get("client.id", "strom-console"),
+                           "request_timeout_ms": 10000}
+    mapping = {"security.protocol": "security_protocol", "sasl.username": "sasl_plain_username",
+               "sasl.password": "sasl_plain_password", "ssl.ca.location": "ssl_cafile",
+               "ssl.certificate.location": "ssl_certfile", "ssl.key.location": "ssl_keyfile",
+               "ssl.key.password": "ssl_password"}
+    for key, target in mapping.items():
+        if config.get(key):
+            out[target] = config[key]
+    mechanism = config.get("sasl.mechanism") or config.get("sasl.mechanisms")
+    if mechanism:
+        out["sasl_mechanism"] = mechanism
+    if str(config.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
+        out["ssl_check_hostname"] = False
+    return out
+
+
+# -- what pages show ------------------------------------------------------------------------------
+
+@dataclass
+class BrokerView:
+    id: int
+    host: str
+    port: int
+    rack: str | None
+    is_controller: bool
+
+
+@dataclass
+class ClusterView:
+    cluster_id: str | None
+    controller_id: int | None
+    brokers: list[BrokerView]
+
+
+@dataclass
+class PartitionView:
+    id: int
+    leader: int
+    replicas: list[int]
+    isr: list[int]
+    earliest: int | None = None
+    latest: int | None = None
+    size: int | None = None
+    error: str | None = None
+
+    @property
+    def under_replicated(self) -> bool:
+        return len(self.isr) < len(self.replicas)
+
+    @property
+    def messages(self) -> int | None:
+        if self.earliest is None or self.latest is None:
+            return None
+        return max(self.latest - self.earliest, 0)
+
+
+@dataclass
+class TopicView:
+    name: str
+    internal: bool
+    partitions: list[PartitionView]
+    topic_id: str | None = None
+
+    @property
+    def replication_factor(self) -> int:
+        return max((len(p.replicas) for p in self.partitions), default=0)
+
+    @property
+    def size(self) -> int | None:
+        sizes = [p.size for p in self.partitions]
+        return None if not sizes or any(s is None for s in sizes) else sum(s for s in sizes if s is not None)
+
+    @property
+    def under_replicated(self) -> int:
+        return sum(1 for p in self.partitions if p.under_replicated)
+
+    @property
+    def messages(self) -> int | None:
+        counts = [p.messages for p in self.partitions]
+        return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+
+
+@dataclass
+class ConfigView:
+    name: str
+    value: str | None
+    source: str
+    is_default: bool
+    read_only: bool
+    sensitive: bool
+
+
+@dataclass
+class RecordView:
+    partition: int
+    offset: int
+    timestamp: int | None
+    timestamp_type: str
+    key: RenderedBytes
+    value: RenderedBytes
+    headers: list[tuple[str, RenderedBytes]]
+
+
+@dataclass
+class BrowseQuery:
+    partition: int | None = None  # None: every partition
+    mode: str = "newest"  # newest | offset | timestamp
+    offset: int | None = None
+    timestamp: int | None = None
+    limit: int = 50
+    search: str = ""
+    scan: int = 5000  # records read per partition when searching
+
+
+@dataclass
+class BrowseResult:
+    records: list[RecordView]
+    scanned: int
+    partial: bool
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LagRow:
+    topic: str
+    partition: int
+    committed: int | None
+    end_offset: int | None
+    lag: int | None
+    member: str | None = None
+    client_id: str | None = None
+    host: str | None = None
+
+
+@dataclass
+class MemberView:
+    member_id: str
+    client_id: str
+    host: str
+    instance_id: str | None
+    assignment: list[tuple[str, int]]
+
+
+@dataclass
+class GroupView:
+    group_id: str
+    state: str
+    simple: bool
+    members: list[MemberView]
+    coordinator: int | None
+    assignor: str
+    lag: list[LagRow]
+
+    @property
+    def total_lag(self) -> int:
+        return total_lag([row.lag for row in self.lag])
+
+    @property
+    def topics(self) -> list[str]:
+        return sorted({row.topic for row in self.lag})
+
+    @property
+    def resettable(self) -> bool:
+        """Kafka's tools reset offsets only of an inactive group (Empty, or Dead: offsets without members)."""
+        return self.state in ("Empty", "Dead")
+
+
+@dataclass
+class AclView:
+    principal: str
+    host: str
+    operation: str
+    permission: str
+    resource_type: str
+    resource_name: str
+    pattern_type: str
+
+
+@dataclass
+class ScramUserView:
+    user: str
+    credentials: list[tuple[str, int]]  # (mechanism, iterations)
+
+
+def state_name(state: Any) -> str:
+    """ConsumerGroupState.PREPARING_REBALANCING -> PreparingRebalance, as Kafka's tools print it."""
+    name = getattr(state, "name", str(state)).rsplit(".", 1)[-1]
+    return {"PREPARING_REBALANCING": "PreparingRebalance", "PREPARING_REBALANCE": "PreparingRebalance",
+            "COMPLETING_REBALANCING": "CompletingRebalance", "COMPLETING_REBALANCE": "CompletingRebalance",
+            "UNKNOWN": "Unknown"}.get(name, name.capitalize())
+
+
+ACL_OPERATIONS = ("ALL", "READ", "WRITE", "CREATE", "DELETE", "ALTER", "DESCRIBE", "CLUSTER_ACTION",
+                  "DESCRIBE_CONFIGS", "ALTER_CONFIGS", "IDEMPOTENT_WRITE")
+ACL_RESOURCE_TYPES = ("TOPIC", "GROUP", "BROKER", "TRANSACTIONAL_ID")
+ACL_PATTERN_TYPES = ("LITERAL", "PREFIXED")
+ACL_PERMISSIONS = ("ALLOW", "DENY")
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+RESET_TARGETS = ("earliest", "latest", "offset", "timestamp")
+
+
+class KafkaGateway:
+    """Kafka clients for one identity: an AdminClient, a Producer, short-lived Consumers."""
+
+    def __init__(self, config: dict[str, Any], timeout: float = 10.0, browse_timeout: float = 10.0) -> None:
+        self.config = {"client.id": "strom-console", "log_level": 0, **config}
+        self.timeout = timeout
+        self.browse_timeout = browse_timeout
+        self._lock = threading.Lock()
+        self._admin: AdminClient | None = None
+        self._producer: Producer | None = None
+        self._produce_lock = threading.Lock()
+        self._legacy: Any = None
+        self._legacy_lock = threading.Lock()
+
+    # -- clients ----------------------------------------------------------------------------------
+    @property
+    def admin(self) -> AdminClient:
+        with self._lock:
+            if self._admin is None:
+                try:
+                    self._admin = AdminClient(self.config)
+                except KafkaException as exc:
+                    raise ConsoleError(f"Invalid client configuration: {describe_kafka_error(exc)}", 500) from None
+            return self._admin
+
+    def _producer_client(self) -> Producer:
+        with self._lock:
+            if self._producer is None:
+                self._producer = Producer({**self.config, "linger.ms": 0, "acks": "all",
+                                           "message.timeout.ms": int(self.timeout * 1000)})
+            return self._producer
+
+    def close(self) -> None:
+        with self._lock:
+            if self._producer is not None:
+                self._producer.flush(1)
+                self._producer = None
+            self._admin = None
+        with self._legacy_lock:
+            if self._legacy is not None:
+                try:
+                    self._legacy.close()
+                except Exception:  # noqa: BLE001 - closing a client must not fail a logout
+                    pass
+                self._legacy = None
+
+    def check_login(self) -> None:
+        """Prove the credentials work: one metadata round trip."""
+        try:
+            self.admin.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise kafka_failure(exc, "Login failed") from None
+
+    # -- cluster ----------------------------------------------------------------------------------
+    def cluster(self) -> ClusterView:
+        try:
+            result = self.admin.describe_cluster(request_timeout=self.timeout).result()
+        except KafkaException as exc:
+            raise kafka_failure(exc, "Could not describe the cluster") from None
+        controller = result.controller.id if result.controller is not None else None
+        brokers = [BrokerView(n.id, n.host, n.port, n.rack, n.id == controller)
+                   for n in sorted(result.nodes, key=lambda n: n.id)]
+        return ClusterView(result.cluster_id, controller, brokers)
+
+    # -- topics -----------------------------------------------------------------------------------
+    def topics(self) -> list[TopicView]:
+        try:
+            metadata = self.admin.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise kafka_failure(exc, "Could not list topics") from None
+        views = []
+        for name, info in sorted(metadata.topics.items()):
+            parts = [PartitionView(p.id, p.leader, list(p.replicas), list(p.isrs),
+                                   error=p.error.str() if p.error else None)
+                     for p in sorted(info.partitions.values(), key=lambda p: p.id)]
+            views.append(TopicView(name, name.startswith("__"), parts))
+        self._fill_sizes(views)
+        return views
+
+    def topic(self, name: str) -> TopicView:
+        """One topic with leaders, replicas, ISR, offsets and sizes; 404 when it does not exist."""
+        try:
+            description = self.admin.describe_topics(TopicCollection([name]), request_timeout=self.timeout)[
+                name].result()
+        except KafkaException as exc:
+            raise kafka_failure(exc, f"Could not describe topic '{name}'", name) from None
+        parts = [PartitionView(p.id, p.leader.id if p.leader is not None else -1,
+                               [r.id for r in p.replicas], [r.id for r in p.isr])
+                 for p in sorted(description.partitions, key=lambda p: p.id)]
+        view = TopicView(name, bool(description.is_internal), parts, str(description.topic_id))
+        ids = [p.id for p in parts]
+        earliest = self._offsets(name, ids, OffsetSpec.earliest())
+        latest = self._offsets(name, ids, OffsetSpec.latest())
+        for p in parts:
+            p.earliest, p.latest = earliest.get(p.id), latest.get(p.id)
+        self._fill_sizes([view])
+        return view
+
+    def partition_ids(self, name: str) -> list[int]:
+        return [p.id for p in self._describe_partitions(name)]
+
+    def _describe_partitions(self, name: str) -> list[Any]:
+        try:
+            description = self.admin.describe_topics(TopicCollection([name]), request_timeout=self.timeout)[
+                name].result()
+        except KafkaException as exc:
+            raise kafka_failure(exc, f"Topic '{name}'", name) from None
+        return sorted(description.partitions, key=lambda p: p.id)
+
+    def _offsets(self, topic: str, partitions: list[int], spec: OffsetSpec) -> dict[int, int]:
+        if not partitions:
+            return {}
+        try:
+            futures = self.admin.list_offsets({TopicPartition(topic, p): spec for p in partitions},
+                                              request_timeout=self.timeout)
+            return {tp.partition: future.result().offset for tp, future in futures.items()}
+        except KafkaException as exc:
+            raise kafka_failure(exc, f"Could not list offsets of topic '{topic}'", topic) from None
+
+    def _fill_sizes(self, views: list[TopicView]) -> None:
+        """Partition sizes from DescribeLogDirs (the leader's replica); left unknown if that fails."""
+        sizes = self.log_dir_sizes()
+        for view in views:
+            for p in view.partitions:
+                by_broker = sizes.get((view.name, p.id))
+                if by_broker:
+                    p.size = by_broker.get(p.leader, max(by_broker.values()))
+
+    def log_dir_sizes(self) -> dict[tuple[str, int], dict[int, int]]:
+        """{(topic, partition): {broker id: bytes}}; empty when the broker cannot tell.
+
+        confluent-kafka has no DescribeLogDirs, so this one request goes through kafka-python.
+        """
+        with self._legacy_lock:
+            try:
+                answers = self._legacy_client().describe_log_dirs()
+            except Exception:  # noqa: BLE001 - sizes are optional decoration, never a reason to fail a page
+                self._legacy = None
+                return {}
+        sizes: dict[tuple[str, int], dict[int, int]] = {}
+        for broker in answers:
+            for log_dir in broker.get("log_dirs", []):
+                if log_dir.get("error_code"):
+                    continue
+                for topic in log_dir.get("topics", []):
+                    for part in topic.get("partitions", []):
+                        if part.get("is_future_key"):
+                            continue
+                        key = (topic["name"], part["partition_index"])
+                        sizes.setdefault(key, {})[broker["broker"]] = part["partition_size"]
+        return sizes
+
+    def _acls_disabled(self) -> bool:
+        """Whether DescribeAcls answers SECURITY_DISABLED.
+
+        librdkafka reports that answer as an empty list of ACLs, so an empty list is asked
+        again through kafka-python, which surfaces the error code.
+        """
+        from kafka.admin import (
+            ACLFilter,
+            ACLOperation,
+            ACLPermissionType,
+            ACLResourcePatternType,
+            ResourcePatternFilter,
+        )
+        from kafka.admin import ResourceType as LegacyResourceType
+        from kafka.errors import SecurityDisabledError
+
+        everything = ACLFilter(principal=None, host=None, operation=ACLOperation.ANY,
+                               permission_type=ACLPermissionType.ANY,
+                               resource_pattern=ResourcePatternFilter(LegacyResourceType.ANY, None,
+                                                                      ACLResourcePatternType.ANY))
+        with self._legacy_lock:
+            try:
+                self._legacy_client().describe_acls(everything)
+            except SecurityDisabledError:
+                return True
+            except Exception:  # noqa: BLE001 - only a clear SECURITY_DISABLED changes what the page says
+                return False
+        return False
+
+    def _legacy_client(self) -> Any:
+        """kafka-python's admin client (call with _legacy_lock held)."""
+        if self._legacy is None:
+            from kafka.admin import KafkaAdminClient
+
+            self._legacy = KafkaAdminClient(**legacy_client_config(self.config))
+        return self._legacy
+
+    def topic_configs(self, name: str) -> list[ConfigView]:
+        resource = ConfigResource(ResourceType.TOPIC, name)
+        try:
+            entries = self.admin.describe_configs([resource], request_timeout=self.timeout)[resource].result()
+        except KafkaException as exc:
+            raise kafka_failure(exc, f"Could not describe the configs of topic '{name}'", name) from None
+        return [ConfigView(e.name, e.value, _config_source(e.source), bool(e.is_default),
+                           bool(e.is_read_only), bool(e.is_sensitive))
+                for e in sorted(entries.values(), key=lambda e: e.name)]
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]) -> None:
+        topic = NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=configs)
+        try:
+            self.admin.create_topics([topic], request_timeout=self.timeout,
+                                     operation_timeout=self.timeout)[name].result()
+        except KafkaException as exc:
+            raise kafka_failure(exc, f"Could not create topic '{name}'", name) from None
+
+    def delete_topic(self, name: str) -> None:
+        try:
+            self.admin.delete_topics([name], request_timeout=self.timeout,
+                                     operation_timeout=self.timeout)[name].result()
+        except KafkaException as exc:
+            raise kafka_failure(exc, f"Could not delete topic '{name}'", name) from None
+
+    def alter_topic_config(self, name: str, key: str, value: str | None) -> None:
+        """IncrementalAlterConfigs: SET key=value, or DELETE the override (back to the default) when value is None."""
+        op = AlterConfigOpType.DELETE if value is None else AlterConfigOpType.SET
+        entry = ConfigEntry(key, value if value is not None else "", incremental_operation=op)
+        resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=[entry])
+        try:
+            self.admin.incremental_alter_configs([resource], request_timeout=self.timeout)[resource].result()
+        except KafkaException as exc:
+            raise kafka_failure(exc, f"Could not change config '{key}' of topic '{name}'", name) from None
+
+    # -- messages ---------------------------------------------------------------------------------
+    def browse(self, topic: str, query: BrowseQuery) -> BrowseResult:
+        ids = self.partition_ids(topic)
+        if query.partition is not None and query.partition not in ids:
+            raise not_found(f"Topic '{topic}' has no partition {query.partition} (partitions: 0–{len(ids) - 1}).")
+        chosen = [query.partition] if query.partition is not None else ids
+        low = self._offsets(topic, chosen, OffsetSpec.earliest())
+        high = self._offsets(topic, chosen, OffsetSpec.latest())
+        per_partition = query.scan if query.search else query.limit
+        notes: list[str] = []
+        starts: dict[int, int] = {}
+        if query.mode == "newest":
+            starts = {p: max(low[p], high[p] - per_partition) for p in chosen}
+        elif query.mode == "offset":
+            assert query.offset is not None
+            for p in chosen:
+                start = query.offset
+                if start < low[p]:
+                    notes.append(f"Partition {p} starts at offset {low[p]} (older records were deleted); "
+                                 f"reading from there.")
+                    start = low[p]
+                elif start > high[p]:
+                    notes.append(f"Offset {query.offset} is past the end of partition {p} (log end offset "
+                                 f"{high[p]}).")
+                    start = high[p]
+                starts[p] = start
+        else:
+            assert query.timestamp is not None
+            found = self._offsets(topic, chosen, OffsetSpec.for_timestamp(query.timestamp))
+            for p in chosen:
+                offset = found.get(p, -1)
+                starts[p] = offset if offset is not None and offset >= 0 else high[p]
+        needle = query.search.lower()
+        # Searching the newest records keeps each partition's last matches; otherwise the first ones found.
+        newest_matches = bool(needle) and query.mode == "newest"
+        records, scanned, partial = self._read(topic, starts, high, per_partition, needle,
+                                               query.limit if needle else None, keep_last=newest_matches)
+        if query.mode == "newest":
+            records.sort(key=lambda r: (r.timestamp or 0, r.offset), reverse=True)
+        else:
+            records.sort(key=lambda r: (r.timestamp or 0, r.partition, r.offset))
+        if len(records) > query.limit:
+            records = records[:query.limit]
+        if partial:
+            notes.append(f"Stopped after {self.browse_timeout:g} s before reaching the end of the range.")
+        return BrowseResult(records, scanned, partial, notes)
+
+    def _read(self, topic: str, starts: dict[int, int], stops: dict[int, int], per_partition: int,
+              needle: str, limit: int | None, keep_last: bool = False) -> tuple[list[RecordView], int, bool]:
+        """Read [start, stop) of each partition with an assigned Consumer (no group join, no commits).
+
+        With `limit`, reading stops once that many records matched, unless `keep_last`: then the whole
+        range is read and each partition keeps its last `limit` matches.
+        """
+        todo = {p for p, start in starts.items() if start < stops[p]}
+        if not todo:
+            return [], 0, False
+        consumer = Consumer({**self.config, "group.id": f"strom-console-{uuid.uuid4().hex[:8]}",
+                             "enable.auto.commit": False, "enable.auto.offset.store": False,
+                             "enable.partition.eof": True, "auto.offset.reset": "earliest",
+                             "isolation.level": "read_uncommitted", "fetch.wait.max.ms": 100})
+        records: list[RecordView] = []
+        last: dict[int, deque[RecordView]] = {p: deque(maxlen=limit) for p in todo}
+        counts = dict.fromkeys(todo, 0)
+        try:
+            consumer.assign([TopicPartition(topic, p, starts[p]) for p in sorted(todo)])
+            deadline = time.monotonic() + self.browse_timeout
+            while todo:
+                left = deadline - time.monotonic()
+                if left <= 0 or (limit is not None and not keep_last and len(records) >= limit):
+                    break
+                for message in consumer.consume(num_messages=500, timeout=min(0.5, left)):
+                    partition = message.partition()
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            todo.discard(partition)
+                            continue
+                        raise kafka_failure(KafkaException(error), f"Could not read topic '{topic}'", topic)
+                    if partition not in todo:
+                        continue
+                    offset = message.offset()
+                    if offset >= stops[partition]:
+                        todo.discard(partition)
+                        continue
+                    counts[partition] += 1
+                    if not needle or _matches(message, needle):
+                        (last[partition] if keep_last else records).append(_record(message))
+                    if counts[partition] >= per_partition or offset >= stops[partition] - 1:
+                        todo.discard(partition)
+        finally:
+            consumer.close()
+        if keep_last:
+            records = [record for kept in last.values() for record in kept]
+            return records, sum(counts.values()), bool(todo)
+        return records, sum(counts.values()), bool(todo) and (limit is None or len(records) < limit)
+
+    def produce(self, topic: str, partition: int | None, key: bytes | None, value: bytes | None,
+                headers: list[tuple[str, bytes | None]]) -> tuple[int, int]:
+        """Produce one record and wait for its acknowledgement; returns (partition, offset)."""
+        ids = self.partition_ids(topic)  # refuses an unknown topic instead of auto-creating it
+        if partition is not None and partition not in ids:
+            raise bad_request(f"Topic '{topic}' has no partition {partition} (partitions: 0–{len(ids) - 1}).")
+        outcome: dict[str, Any] = {}
+
+        def delivered(err: KafkaError | None, message: Any) -> None:
+            outcome["error"], outcome["message"] = err, message
+
+        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": delivered}
+        if headers:
+            kwargs["headers"] = headers
+        if partition is not None:
+            kwargs["partition"] = partition
+        producer = self._producer_client()
+        with self._produce_lock:
+            try:
+                producer.produce(topic, **kwargs)
+            except KafkaException as exc:
+                raise kafka_failure(exc, f"Could not produce to topic '{topic}'", topic) from None
+            except BufferError:
+                raise ConsoleError("The producer's queue is full; try again in a moment.", 503) from None
+            producer.flush(self.timeout + 1)
+        if "error" not in outcome:
+            raise ConsoleError(f"Topic '{topic}': no acknowledgement within {self.timeout:g} s.", 504)
+        if outcome["error"] is not None:
+            raise kafka_failure(KafkaException(outcome["error"]), f"Could not produce to topic '{topic}'", topic)
+        message = outcome["message"]
+        return message.partition(), message.offset()
+
+    # -- consumer groups --------------------------------------------------------------------------
+    def groups(self) -> list[GroupView]:
+        try:
+            listing = self.admin.list_consumer_groups(request_timeout=self.timeout).result()
+        except KafkaException as exc:
+            raise kafka_failure(exc, "Could not list consumer groups") from None
+        ids = sorted(g.group_id for g in listing.valid)
+        if not ids:
+            return []
+        try:
+            described = self.admin.describe_consumer_groups(ids, request_timeout=self.timeout)
+            offset_futures = {g: self.admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout)[g] for g in ids}
+            descriptions = {g: described[g].result() for g in ids}
+            committed = {g: _committed(f.result()) for g, f in offset_futures.items()}
+        except KafkaException as exc:
+            raise kafka_failure(exc, "Could not describe consumer groups") from None
+        ends = self._end_offsets({tp for offsets in committed.values() for tp in offsets})
+        return [self._group_view(descriptions[g], committed[g], ends) for g in ids]
+
+    def group(self, group_id: str) -> GroupView:
+        try:
+            description = self.admin.describe_consumer_groups([group_id], request_timeout=self.timeout)[
+                group_id].result()
+            offsets = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group_id)],
+                                                             request_timeout=self.timeout)[group_id].result()
+        except KafkaException as exc:
+            raise kafka_failure(exc, f"Could not describe consumer group '{group_id}'") from None
+        committed = _committed(offsets)
+        state = state_name(description.state)
+        if state == "Dead" and not committed and not description.members:
+            raise not_found(f"Consumer group '{group_id}' does not exist.")
+        assigned = {(tp.topic, tp.partition) for m in description.members
+                    for tp in m.assignment.topic_partitions}
+        ends = self._end_offsets(set(committed) | assigned)
+        return self._group_view(description, committed, ends)
+
+    def _group_view(self, description: Any, committed: dict[tuple[str, int], int],
+                    ends: dict[tuple[str, int], int]) -> GroupView:
+        members = []
+        owner: dict[tuple[str, int], Any] = {}
+        for m in description.members:
+            assignment = sorted((tp.topic, tp.partition) for tp in m.assignment.topic_partitions)
+            members.append(MemberView(m.member_id, m.client_id, m.host, m.group_instance_id, assignment))
+            for tp in assignment:
+                owner[tp] = m
+        rows = []
+        for tp in sorted(set(committed) | set(owner)):
+            member = owner.get(tp)
+            rows.append(LagRow(tp[0], tp[1], committed.get(tp), ends.get(tp),
+                               partition_lag(committed.get(tp), ends.get(tp)),
+                               member.member_id if member else None, member.client_id if member else None,
+                               member.host if member else None))
+        coordinator = description.coordinator.id if description.coordinator is not None else None
+        return GroupView(description.group_id, state_name(description.state),
+                         bool(description.is_simple_consumer_group), members, coordinator,
+                         description.partition_assignor or "", rows)
+
+    def _end_offsets(self, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        if not partitions:
+            return {}
+        futures = self.admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest() for t, p in partitions},
+                                          request_timeout=self.timeout)
+        ends = {}
+        for tp, future in futures.items():
+            try:
+                ends[(tp.topic, tp.partition)] = future.result().offset
+            except KafkaException:
+                continue  # a deleted topic: lag unknown for that partition
+        return ends
+
+    def reset_group_offsets(self, group_id: str, topic: str | None, target: str, value: int | None
+                            ) -> dict[tuple[str, int], int]:
+        """Move an inactive group's committed offsets, as kafka-consumer-groups.sh --reset-offsets --execute."""
+        from strom.cli.consumer_groups import GroupTool
+
+        group = self.group(group_id)
+        if not group.resettable:
+            raise ConsoleError(f"Offsets of group '{group_id}' can only be reset while it has no active members "
+                               f"(state Empty); its state is {group.state}. Stop its consumers first.", 409)
+        kind = {"timestamp": "datetime"}.get(target, target)
+        tool = GroupTool(self.admin, self.timeout)
+        try:
+            topics = [(topic, None)] if topic else []
+            if topic:
+                self.partition_ids(topic)  # 404 for an unknown topic
+            plan = tool.plan_reset(group_id, topics, not topic, (kind, value))
+            tool.apply_reset(group_id, plan)
+        except CliError as exc:
+            raise ConsoleError(exc.message, 400) from None
+        except KafkaException as exc:
+            raise kafka_failure(exc, f"Could not reset the offsets of group '{group_id}'") from None
+        return plan
+
+    # -- security ---------------------------------------------------------------------------------
+    def acls(self) -> list[AclView]:
+        everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                      AclOperation.ANY, AclPermissionType.ANY)
+        try:
+            bindings = self.admin.describe_acls(everything, request_timeout=self.timeout).result()
+        except KafkaException as exc:
+            raise _security_failure(exc, "ACLs", "DescribeAcls") from None
+        if not bindings and self._acls_disabled():
+            raise FeatureUnavailable("ACLs: security is disabled on this broker (no authorizer is configured: "
+                                     "authorizer.class.name), so there are no ACLs to show or change.")
+        return sorted((AclView(b.principal, b.host, b.operation.name, b.permission_type.name,
+                               b.restype.name, b.name, b.resource_pattern_type.name) for b in bindings),
+                      key=lambda a: (a.resource_type, a.resource_name, a.principal, a.operation))
+
+    def create_acl(self, acl: AclView) -> None:
+        binding = AclBinding(ResourceType[acl.resource_type], acl.resource_name,
+                             ResourcePatternType[acl.pattern_type], acl.principal, acl.host,
+                             AclOperation[acl.operation], AclPermissionType[acl.permission])
+        try:
+            self.admin.create_acls([binding], request_timeout=self.timeout)[binding].result()
+        except KafkaException as exc:
+            raise _security_failure(exc, "ACLs", "CreateAcls") from None
+
+    def delete_acl(self, acl: AclView) -> int:
+        binding = AclBindingFilter(ResourceType[acl.resource_type], acl.resource_name,
+                                   ResourcePatternType[acl.pattern_type], acl.principal, acl.host,
+                                   AclOperation[acl.operation], AclPermissionType[acl.permission])
+        try:
+            return len(self.admin.delete_acls([binding], request_timeout=self.timeout)[binding].result())
+        except KafkaException as exc:
+            raise _security_failure(exc, "ACLs", "DeleteAcls") from None
+
+    def scram_users(self) -> list[ScramUserView]:
+        try:
+            described = self.admin.describe_user_scram_credentials(request_timeout=self.timeout).result()
+        except KafkaException as exc:
+            raise _security_failure(exc, "SCRAM users", "DescribeUserScramCredentials") from None
+        return [ScramUserView(user, sorted((info.mechanism.name.replace("_", "-"), info.iterations)
+                                           for info in description.scram_credential_infos))
+                for user, description in sorted(described.items())]
+
+    def upsert_scram_user(self, user: str, mechanism: str, password: str, iterations: int) -> None:
+        info = ScramCredentialInfo(ScramMechanism[mechanism.replace("-", "_")], iterations)
+        self._alter_scram(user, UserScramCredentialUpsertion(user, info, password.encode("utf-8")))
+
+    def delete_scram_user(self, user: str, mechanism: str) -> None:
+        self._alter_scram(user, UserScramCredentialDeletion(user, ScramMechanism[mechanism.replace("-", "_")]))
+
+    def _alter_scram(self, user: str, alteration: Any) -> None:
+        try:
+            self.admin.alter_user_scram_credentials([alteration], request_timeout=self.timeout)[user].result()
+        except KafkaException as exc:
+            raise _security_failure(exc, "SCRAM users", "AlterUserScramCredentials") from None
+
+
+def _security_failure(exc: KafkaException, what: str, api: str) -> ConsoleError:
+    name = error_name(exc)
+    if name == "SECURITY_DISABLED":
+        return FeatureUnavailable(f"{what}: security is disabled on this broker (no authorizer or SASL/SCRAM "
+                                  "configured), so there is nothing to show or change.")
+    if name in _UNAVAILABLE:
+        return FeatureUnavailable(f"{what}: this broker does not support the {api} API.")
+    return kafka_failure(exc, f"{what}: {api} failed")
+
+
+def _config_source(source: Any) -> str:
+    """confluent-kafka reports a config's source as an int; pages show Kafka's name (DYNAMIC_TOPIC_CONFIG...)."""
+    try:
+        return ConfigSource(getattr(source, "value", source)).name
+    except ValueError:
+        return str(source)
+
+
+def _committed(result: Any) -> dict[tuple[str, int], int]:
+    return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions or [] if tp.offset >= 0}
+
+
+def _matches(message: Any, needle: str) -> bool:
+    if needle in searchable_text(message.value()) or needle in searchable_text(message.key()):
+        return True
+    return any(needle in name.lower() or needle in searchable_text(value)
+               for name, value in message.headers() or [])
+
+
+def _record(message: Any) -> RecordView:
+    kind, ts = message.timestamp()
+    return RecordView(message.partition(), message.offset(), ts if kind else None, timestamp_type_name(kind),
+                      render_bytes(message.key()), render_bytes(message.value()),
+                      [(name, render_bytes(value)) for name, value in message.headers() or []])
