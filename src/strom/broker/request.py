@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from strom.broker.apis import KafkaApis
     from strom.broker.dynamic_config import DynamicBrokerConfig
     from strom.broker.producer_id_manager import ProducerIdManager
+    from strom.broker.quota.manager import QuotaManagers
     from strom.broker.replica_manager import ReplicaManager
     from strom.cluster.controller import KafkaController
     from strom.cluster.metadata import MetadataStore
@@ -77,6 +78,7 @@ class BrokerServices:
     transaction_coordinator: TransactionCoordinator | None = None  # None only in handler tests built from fakes
     cluster: ClusterLink | None = None  # None on a single node (no ZooKeeper)
     dynamic_config: DynamicBrokerConfig | None = None  # AlterConfigs on broker resources
+    quotas: QuotaManagers | None = None  # client quotas; None only in handler tests built from fakes
 
 
 @dataclass(slots=True)
@@ -95,6 +97,8 @@ class RequestContext:
     services: BrokerServices
     client_host: str
     session: Session
+    # Set when the client went over a quota: the response carries it and the connection is muted for it.
+    throttle_time_ms: int = 0
 
     @property
     def principal(self) -> KafkaPrincipal:
