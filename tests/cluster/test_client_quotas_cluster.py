@@ -1,0 +1,71 @@
+"""Client quotas in a ZooKeeper cluster: written once under /config/users and /config/clients (with a
+/config/changes notification, as Kafka does), applied by every broker without a restart."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from kafka.protocol.producer import ProduceRequest
+
+from strom.protocol import codec
+from strom.protocol.record_batch import build_batch
+from tests.support.quotas import describe_quotas, described, set_quotas
+from tests.support.raw_client import RawClient, decode
+
+pytestmark = [pytest.mark.cluster, pytest.mark.zookeeper]
+
+ENTITY = [("user", "ANONYMOUS"), ("client-id", "metered")]
+
+
+def produce_throttle_ms(broker: Any, topic: str, partition: int, client_id: str) -> int:
+    batch = build_batch([(None, b"z" * 10_000, [], 1_700_000_000_000)])
+    req = ProduceRequest(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=batch)])])
+    c = RawClient(broker, client_id)
+    try:
+        resp = decode(codec.response_class(0), c.request(req, 9), 9, True)
+    finally:
+        c.close()
+    assert resp.responses[0].partition_responses[0].error_code == 0
+    return resp.throttle_time_ms
+
+
+def test_quota_set_on_one_broker_throttles_on_another(cluster_factory: Any) -> None:
+    cluster = cluster_factory(2, overrides={"quota.window.num": 3, "quota.window.size.seconds": 1})
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("metered", 2, 1)])["metered"].result(30)
+    led_by_2 = cluster.wait_for(
+        lambda: next((p for p in (0, 1) if (s := cluster.partition_state("metered", p)) and s.leader == 2), None),
+        30, "a partition led by broker 2")
+    assert produce_throttle_ms(cluster.broker(2), "metered", led_by_2, "metered") == 0
+
+    # Written through broker 1 only.
+    set_quotas(cluster.broker(1), ENTITY, {"producer_byte_rate": 2000})
+    assert json.loads(cluster.zk.get("/config/users/ANONYMOUS/clients/metered")[0]) == {
+        "version": 1, "config": {"producer_byte_rate": "2000"}}
+    changes = [json.loads(cluster.zk.get(f"/config/changes/{c}")[0]) for c in cluster.zk.get_children("/config/changes")]
+    assert {"version": 2, "entity_path": "users/ANONYMOUS/clients/metered"} in changes
+    cluster.wait_for(lambda: produce_throttle_ms(cluster.broker(2), "metered", led_by_2, "metered") > 0, 30,
+                     "broker 2 throttling the client")
+    assert described(describe_quotas(cluster.broker(2), [("client-id", 0, "metered")])) == {
+        (("user", "ANONYMOUS"), ("client-id", "metered")): {"producer_byte_rate": 2000.0}}
+
+    # A restarted broker reads the quotas back from ZooKeeper.
+    cluster.stop(2)
+    cluster.start_broker(2)
+    assert described(describe_quotas(cluster.broker(2), [("user", 0, "ANONYMOUS")])) == {
+        (("user", "ANONYMOUS"), ("client-id", "metered")): {"producer_byte_rate": 2000.0}}
+
+    # Removed through broker 2: broker 1 stops throttling.
+    led_by_1 = cluster.wait_for(
+        lambda: next((p for p in (0, 1) if (s := cluster.partition_state("metered", p)) and s.leader == 1), None),
+        30, "a partition led by broker 1")
+    set_quotas(cluster.broker(2), ENTITY, {"producer_byte_rate": None})
+    cluster.wait_for(lambda: not described(describe_quotas(cluster.broker(1), [])), 30, "broker 1 forgetting the quota")
+    assert produce_throttle_ms(cluster.broker(1), "metered", led_by_1, "fresh-connection") == 0
+    assert produce_throttle_ms(cluster.broker(1), "metered", led_by_1, "metered") == 0
