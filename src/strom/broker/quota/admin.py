@@ -151,6 +151,14 @@ def describe_client_quotas(store: MetadataStore, quota_filter: QuotaFilter
             if not ok:
                 break
         if ok:
-            out.append((entity.wire(), {k: float(v) for k, v in quotas.items()}))
+            out.append((entity.wire(), {k: value for k, v in quotas.items() if (value := _number(v)) is not None}))
     out.sort(key=lambda e: [(t, "" if n is None else n) for t, n in e[0]])
     return out
+
+
+def _number(text: str) -> float | None:
+    """A stored value as a number; None for one that is not (written by hand into ZooKeeper)."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
