@@ -69,3 +69,42 @@ def test_quota_set_on_one_broker_throttles_on_another(cluster_factory: Any) -> N
     cluster.wait_for(lambda: not described(describe_quotas(cluster.broker(1), [])), 30, "broker 1 forgetting the quota")
     assert produce_throttle_ms(cluster.broker(1), "metered", led_by_1, "fresh-connection") == 0
     assert produce_throttle_ms(cluster.broker(1), "metered", led_by_1, "metered") == 0
+
+
+def test_follower_fetches_are_never_throttled(cluster_factory: Any) -> None:
+    """A tiny default consumer quota throttles consumers, while acks=all keeps working: the followers'
+    fetches that acks=all waits for are exempt."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kafka.protocol.consumer import FetchRequest
+
+    cluster = cluster_factory(2, overrides={"quota.window.num": 3, "quota.window.size.seconds": 1})
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic("replicated", 1, 2)])["replicated"].result(30)
+    cluster.wait_isr("replicated", 0, [1, 2])
+    for broker_id in (1, 2):
+        set_quotas(cluster.broker(broker_id), [("client-id", None)], {"consumer_byte_rate": 100})
+    leader = cluster.broker(cluster.partition_state("replicated", 0).leader)
+    cluster.wait_for(lambda: described(describe_quotas(leader, [])), 30, "the quota on the leader")
+
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5})
+    failed: list[Any] = []
+    # In rounds: a follower fetch already waiting when the quota arrived is not checked, later ones would be.
+    for _ in range(5):
+        for _ in range(40):
+            p.produce("replicated", b"r" * 1024, on_delivery=lambda err, _m: err and failed.append(err))
+        assert p.flush(15) == 0 and not failed, failed
+    assert set(cluster.partition_state("replicated", 0).isr) == {1, 2}
+
+    # A consumer reading the same data is throttled (and gets nothing in the throttled answer).
+    req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, isolation_level=0,
+                       session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic="replicated", partitions=[
+                           FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0,
+                                                                  log_start_offset=-1, partition_max_bytes=1 << 20)])],
+                       forgotten_topics_data=[], rack_id="")
+    c = RawClient(leader, "a-consumer")
+    try:
+        resp = decode(codec.response_class(1), c.request(req, 12), 12, True)
+    finally:
+        c.close()
+    assert resp.throttle_time_ms > 0 and resp.responses == []

@@ -97,7 +97,7 @@ async def alter_client_quotas(store: MetadataStore, alterations: list[QuotaAlter
         try:
             entity = _entity(alteration.entity)
             entity_type, name = entity.store_key()
-            configs = _new_configs(store.entity_configs(entity_type, name), alteration.ops)
+            configs = _new_configs(await store.read_entity_configs_async(entity_type, name), alteration.ops)
             if not validate_only:
                 await store.set_entity_configs_async(entity_type, name, configs)
         except QuotaRequestError as exc:
