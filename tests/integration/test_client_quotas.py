@@ -323,3 +323,46 @@ def test_unthrottled_responses_carry_zero(qbroker: BrokerProcess) -> None:
         assert resp.throttle_time_ms == 0
     finally:
         c.close()
+
+
+def test_kafka_python_producer_and_consumer_are_throttled(qbroker: BrokerProcess) -> None:
+    """A second client library: kafka-python keeps working under quotas and slows down as clearly."""
+    from kafka import KafkaConsumer, KafkaProducer
+    from kafka import TopicPartition as KafkaTopicPartition
+
+    topic = new_topic(qbroker)
+    count = 1500
+
+    def produce_rate(client_id: str) -> float:
+        p = KafkaProducer(bootstrap_servers=qbroker.bootstrap, client_id=client_id, linger_ms=5)
+        started = time.monotonic()
+        futures = [p.send(topic, VALUE) for _ in range(count)]
+        p.flush(60)
+        for f in futures:
+            f.get(10)
+        elapsed = time.monotonic() - started
+        p.close()
+        return count * len(VALUE) / elapsed
+
+    def consume_rate(client_id: str) -> float:
+        c = KafkaConsumer(bootstrap_servers=qbroker.bootstrap, client_id=client_id, enable_auto_commit=False,
+                          group_id=None)
+        tp = KafkaTopicPartition(topic, 0)
+        c.assign([tp])
+        c.seek(tp, 0)
+        got = 0
+        started = time.monotonic()
+        while got < count and time.monotonic() - started < 60:
+            for records in c.poll(500).values():
+                got += len(records)
+        elapsed = time.monotonic() - started
+        c.close()
+        assert got >= count
+        return count * len(VALUE) / elapsed
+
+    free_produce = produce_rate(unique("kp-free"))
+    slow_id = unique("kp-slow")
+    set_quotas(qbroker, [("client-id", slow_id)], {"producer_byte_rate": 400_000, "consumer_byte_rate": 400_000})
+    assert produce_rate(slow_id) < free_produce / 2
+    free_consume = consume_rate(unique("kp-free"))
+    assert consume_rate(slow_id) < free_consume / 2
