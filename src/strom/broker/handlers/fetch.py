@@ -81,7 +81,8 @@ def with_throttle_time(response: RawResponse, ms: int) -> RawResponse:
     """The response with throttle_time_ms set: the first field of its first (always in-memory) part."""
     first = response.parts[0]
     assert isinstance(first, bytes)
-    return RawResponse([struct.pack(">i", ms) + first[4:], *response.parts[1:]])
+    response.parts[0] = struct.pack(">i", ms) + first[4:]
+    return response
 
 
 def replica_id_of(version: int, request: Any) -> int:

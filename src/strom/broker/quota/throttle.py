@@ -88,7 +88,8 @@ def with_throttle_time(ctx: RequestContext, response: Any) -> Any:
                 stamped.set_result(produce.with_throttle_time(version, ready.result(), ms))
 
         response.ready.add_done_callback(done)
-        return DeferredResponse(response.parts, stamped)
+        response.ready = stamped
+        return response
     if isinstance(response, RawResponse):
         return fetch.with_throttle_time(response, ms) if header.api_key == ApiKey.FETCH else response
     if isinstance(response, bytes | bytearray):
