@@ -19,7 +19,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.zookeeper]
 ENTITY = [("user", "ANONYMOUS"), ("client-id", "metered")]
 
 
-def produce_throttle_ms(broker: Any, topic: str, partition: int, client_id: str) -> int:
+def produce_throttle_ms(broker: Any, topic: str, partition: int, client_id: str) -> int | None:
+    """The answer's throttle time; None while the broker does not lead the partition yet (LeaderAndIsr on its way)."""
     batch = build_batch([(None, b"z" * 10_000, [], 1_700_000_000_000)])
     req = ProduceRequest(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
         ProduceRequest.TopicProduceData(name=topic, partition_data=[
@@ -29,8 +30,24 @@ def produce_throttle_ms(broker: Any, topic: str, partition: int, client_id: str)
         resp = decode(codec.response_class(0), c.request(req, 9), 9, True)
     finally:
         c.close()
-    assert resp.responses[0].partition_responses[0].error_code == 0
+    error = resp.responses[0].partition_responses[0].error_code
+    if error in (3, 6):  # UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER
+        return None
+    assert error == 0
     return resp.throttle_time_ms
+
+
+def led_by(cluster: Any, broker_id: int, topic: str) -> int:
+    """A partition of the topic that this broker leads and serves."""
+    def find() -> int | None:
+        for p in (0, 1):
+            s = cluster.partition_state(topic, p)
+            if s and s.leader == broker_id and produce_throttle_ms(cluster.broker(broker_id), topic, p,
+                                                                   "probe") is not None:
+                return p
+        return None
+
+    return cluster.wait_for(find, 30, f"a partition of {topic} served by broker {broker_id}")
 
 
 def test_quota_set_on_one_broker_throttles_on_another(cluster_factory: Any) -> None:
@@ -39,9 +56,7 @@ def test_quota_set_on_one_broker_throttles_on_another(cluster_factory: Any) -> N
 
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     admin.create_topics([NewTopic("metered", 2, 1)])["metered"].result(30)
-    led_by_2 = cluster.wait_for(
-        lambda: next((p for p in (0, 1) if (s := cluster.partition_state("metered", p)) and s.leader == 2), None),
-        30, "a partition led by broker 2")
+    led_by_2 = led_by(cluster, 2, "metered")
     assert produce_throttle_ms(cluster.broker(2), "metered", led_by_2, "metered") == 0
 
     # Written through broker 1 only.
@@ -62,9 +77,7 @@ def test_quota_set_on_one_broker_throttles_on_another(cluster_factory: Any) -> N
         (("user", "ANONYMOUS"), ("client-id", "metered")): {"producer_byte_rate": 2000.0}}
 
     # Removed through broker 2: broker 1 stops throttling.
-    led_by_1 = cluster.wait_for(
-        lambda: next((p for p in (0, 1) if (s := cluster.partition_state("metered", p)) and s.leader == 1), None),
-        30, "a partition led by broker 1")
+    led_by_1 = led_by(cluster, 1, "metered")
     set_quotas(cluster.broker(2), ENTITY, {"producer_byte_rate": None})
     cluster.wait_for(lambda: not described(describe_quotas(cluster.broker(1), [])), 30, "broker 1 forgetting the quota")
     assert produce_throttle_ms(cluster.broker(1), "metered", led_by_1, "fresh-connection") == 0
