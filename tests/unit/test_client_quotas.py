@@ -53,6 +53,7 @@ def test_throttle_time_is_kafkas_formula(clock: FakeClock) -> None:
     # 20,000 B over 10.5 s (0.5 s elapsed, padded by 10 windows): (1904.8 - 1000) / 1000 * 10.5 s = 9.5 s,
     # the time after which 20,000 B would be 1000 B/s over the window.
     assert m.record_and_get_throttle_time_ms("ANONYMOUS", "app", 15_000) == 9_500
+    assert (m.throttled_requests, m.throttle_time_ms_total) == (1, 9_500)
     assert m.rate_of("ANONYMOUS", "app") == pytest.approx(20_000 / 10.5, rel=1e-6)
     # Once the samples have aged out, a small request is within the quota again.
     clock.ms += 12_000

@@ -57,6 +57,9 @@ class ClientQuotaManager:
         self._resolved: dict[tuple[str, str], Resolved] = {}
         self._rates: dict[tuple[str, str], Rate] = {}
         self._swept_ms = now_ms()
+        # For metrics: how often clients were throttled and for how long in all (Kafka's throttle-time sensor).
+        self.throttled_requests = 0
+        self.throttle_time_ms_total = 0
 
     def update(self, bounds: Mapping[QuotaEntity, float]) -> None:
         """New configured bounds (after any entity change); rates carry on where the entity stays the same."""
@@ -113,7 +116,11 @@ class ClientQuotaManager:
         throttle = (measured - bound) / bound * rate.window_size_ms(now)
         if self.max_throttle_ms is not None:
             throttle = min(throttle, self.max_throttle_ms)
-        return int(round(throttle))
+        ms = int(round(throttle))
+        if ms:
+            self.throttled_requests += 1
+            self.throttle_time_ms_total += ms
+        return ms
 
     def _rate(self, key: tuple[str, str], now: float) -> Rate:
         rate = self._rates.get(key)
