@@ -30,6 +30,7 @@ from strom.broker.quota.rate import Rate
 
 if TYPE_CHECKING:
     from strom.broker.request import RequestContext
+    from strom.cluster.metadata import MetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ def now_ms() -> float:
 
 
 class ClientQuotaManager:
+    """One kind of quota (its config key): configured bounds by entity, resolved per client, and rates."""
+
     def __init__(self, config_key: str, samples: int, window_seconds: int, max_throttle_ms: float | None = None) -> None:
         self.config_key = config_key
         self.samples = samples
@@ -68,6 +71,7 @@ class ClientQuotaManager:
         self.enabled = bool(self._bounds)
 
     def quota(self, user: str, client_id: str) -> Resolved:
+        """The client's bound and the key of the rate it counts against (KIP-55), cached until a change."""
         key = (user, client_id)
         try:
             return self._resolved[key]
@@ -163,10 +167,9 @@ class QuotaManagers:
         for manager in self.managers():
             manager.update(bounds[manager.config_key])
 
-    def load_from(self, store: object) -> None:
-        """Read the users and clients entities of a MetadataStore (an in-memory read)."""
-        get = store.all_entity_configs  # type: ignore[attr-defined]
-        self.load({USERS: get(USERS), CLIENTS: get(CLIENTS)})
+    def load_from(self, store: MetadataStore) -> None:
+        """Read the users and clients entities of the metadata store (an in-memory read)."""
+        self.load({USERS: store.all_entity_configs(USERS), CLIENTS: store.all_entity_configs(CLIENTS)})
 
     def managers(self) -> tuple[ClientQuotaManager, ...]:
         return self.produce, self.fetch, self.request
