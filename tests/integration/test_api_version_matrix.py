@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
     AlterConfigsRequest,
     CreateAclsRequest,
     CreatePartitionsRequest,
@@ -18,6 +19,7 @@ from kafka.protocol.admin import (
     DeleteRecordsRequest,
     DeleteTopicsRequest,
     DescribeAclsRequest,
+    DescribeClientQuotasRequest,
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeLogDirsRequest,
@@ -206,6 +208,27 @@ def test_describe_log_dirs(broker: BrokerProcess, topic: str, version: int) -> N
 def test_describe_cluster(broker: BrokerProcess, version: int) -> None:
     resp = call(broker, DescribeClusterRequest(include_cluster_authorized_operations=False, endpoint_type=1), version)
     assert resp.error_code == 0 and resp.brokers[0].port == broker.port
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.ALTER_CLIENT_QUOTAS))
+def test_alter_client_quotas(broker: BrokerProcess, version: int) -> None:
+    entry = AlterClientQuotasRequest.EntryData
+    req = AlterClientQuotasRequest(validate_only=False, entries=[entry(
+        entity=[entry.EntityData(entity_type="client-id", entity_name=f"matrix-{version}")],
+        ops=[entry.OpData(key="producer_byte_rate", value=1e9, remove=False)])])
+    resp = call(broker, req, version)
+    assert resp.entries[0].error_code == 0
+    assert resp.entries[0].entity[0].entity_name == f"matrix-{version}"
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.DESCRIBE_CLIENT_QUOTAS))
+def test_describe_client_quotas(broker: BrokerProcess, version: int) -> None:
+    test_alter_client_quotas(broker, version)
+    req = DescribeClientQuotasRequest(strict=True, components=[DescribeClientQuotasRequest.ComponentData(
+        entity_type="client-id", match_type=0, match=f"matrix-{version}")])
+    resp = call(broker, req, version)
+    assert resp.error_code == 0 and len(resp.entries) == 1
+    assert [(v.key, v.value) for v in resp.entries[0].values] == [("producer_byte_rate", 1e9)]
 
 
 @pytest.mark.parametrize("version", versions(ApiKey.INIT_PRODUCER_ID))

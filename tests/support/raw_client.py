@@ -11,16 +11,17 @@ from tests.support.broker import BrokerProcess
 class RawClient:
     """A bare socket speaking Kafka framing, to send what real clients never would."""
 
-    def __init__(self, broker: BrokerProcess, port: int | None = None) -> None:
+    def __init__(self, broker: BrokerProcess, port: int | None = None, client_id: str = "raw") -> None:
         self.sock = socket.create_connection(("127.0.0.1", port or broker.port), timeout=10)
         self.correlation = 0
+        self.client_id = client_id
 
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
 
     def request(self, req, version: int):  # noqa: ANN001, ANN201
         self.correlation += 1
-        req.with_header(correlation_id=self.correlation, client_id="raw")
+        req.with_header(correlation_id=self.correlation, client_id=self.client_id)
         self.send_raw(bytes(req.encode(version=version, header=True, framed=True)))
         return self.read_frame()
 

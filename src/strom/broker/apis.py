@@ -8,14 +8,24 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strom.broker.error_response import encode_error_response
+from strom.broker.quota.throttle import (
+    REQUEST_QUOTA_EXEMPT,
+    HandlerTimer,
+    is_replica_fetch,
+    with_throttle_time,
+)
 from strom.broker.request import CloseConnection, RawResponse, RequestContext
 from strom.protocol import codec
 from strom.protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
+
+if TYPE_CHECKING:
+    from strom.broker.quota.manager import QuotaManagers
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +49,7 @@ class KafkaApis:
         self._handlers: dict[int, Handler] = {}
         self.supported_versions: dict[int, tuple[int, int]] = dict(SUPPORTED_VERSIONS)
         self._fail_apis = _injected_failure_apis()
+        self.quotas: QuotaManagers | None = None  # set by the server; the request-time quota is enforced here
 
     def register(self, api_key: int, handler: Handler, versions: tuple[int, int] | None = None) -> None:
         self._handlers[api_key] = handler
@@ -68,11 +79,20 @@ class KafkaApis:
                 f"unsupported version {header.api_version} of API {ApiKey(header.api_key).name} "
                 f"(supported {versions[0]}-{versions[1]})"
             )
+        quotas = self.quotas
+        # A client with a request_percentage quota: its loop time is counted from the start of decoding.
+        started = (time.perf_counter_ns() if quotas is not None and quotas.request.enabled
+                   and header.api_key not in REQUEST_QUOTA_EXEMPT else 0)
         request = codec.decode_request(header, body)
         try:
             if header.api_key in self._fail_apis:
                 raise InjectedFailure(f"{FAIL_API_ENV} fails API {header.api_key}")
-            response = await handler(ctx, request)
+            if started:
+                response = await self._timed(ctx, handler, request, started)
+            else:
+                response = await handler(ctx, request)
+            if ctx.throttle_time_ms:
+                response = with_throttle_time(ctx, response)
             if response is None or isinstance(response, RawResponse | bytes):
                 return response
             return codec.encode_response(header, response)  # inside: a response that cannot encode is a bug too
@@ -86,3 +106,18 @@ class KafkaApis:
                 # No response to carry the error: closing is how an acks=0 producer learns of it.
                 raise CloseConnection("acks=0 produce failed") from None
             return encode_error_response(header, request, UNKNOWN_SERVER_ERROR)
+
+    async def _timed(self, ctx: RequestContext, handler: Handler, request: Any, started_ns: int) -> Any:
+        """Run the handler counting only the loop time its steps take (not its waits), and throttle the
+        client when that takes it over its request_percentage quota (Kafka's request quota)."""
+        timer = HandlerTimer(handler(ctx, request))
+        timer.nanos = time.perf_counter_ns() - started_ns  # decoding
+        try:
+            return await timer
+        finally:
+            assert self.quotas is not None
+            header = ctx.header
+            if not (header.api_key == ApiKey.FETCH and is_replica_fetch(header.api_version, request)):
+                throttle = self.quotas.record_request_time(ctx, timer.nanos)
+                if throttle > ctx.throttle_time_ms:
+                    ctx.throttle_time_ms = throttle

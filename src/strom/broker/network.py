@@ -16,6 +16,11 @@ client keeps it full; a frame larger than EAGER_FRAME_BYTES gets memory as its b
 bytes are charged to one broker-wide RequestMemoryPool (`queued.max.request.bytes`);
 connections idle for `connections.max.idle.ms` are closed by one periodic sweep; and when
 the process runs out of file descriptors, accepting pauses with back-off instead of spinning.
+
+Quotas (KIP-219): a request that took its client over a quota is answered at once with
+`throttle_time_ms`, then the connection is muted for that long: nothing more is read from it
+or handled (answers already on their way still go out), so a client that ignores the throttle
+time is held back all the same.
 """
 
 from __future__ import annotations
@@ -424,6 +429,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._queued_bytes = 0
         self._queue_paused = False  # this client has too much queued
         self._pool_paused = False  # the broker-wide budget is spent
+        self._quota_muted = False  # throttled for a quota violation until _muted_until (loop time)
+        self._muted_until = 0.0
         self._reading_paused = False
         self._handling = False
         self._last_active = time.monotonic()
@@ -623,7 +630,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._update_reading()
 
     def _update_reading(self) -> None:
-        paused = self._queue_paused or self._pool_paused
+        paused = self._queue_paused or self._pool_paused or self._quota_muted
         if paused == self._reading_paused or self._transport is None or self._closed:
             return
         self._reading_paused = paused
@@ -675,6 +682,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             while not self._closed:
                 if deferred and _answer_ready(deferred[0]):
                     await self._write_deferred(deferred, wait=False)
+                if self._quota_muted:
+                    if pending:
+                        await self._write(pending)
+                        pending, pending_bytes = [], 0
+                    await self._hold_throttled(deferred)
+                    continue
                 if not self._frames:
                     if pending:
                         await self._write(pending)
@@ -759,6 +772,29 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._queued_bytes = 0
             self._release(self._held)
 
+    def _throttle(self, throttle_ms: int) -> None:
+        """Mute the connection for a quota violation: stop reading and handling until the time is up."""
+        until = asyncio.get_running_loop().time() + throttle_ms / 1000
+        self._muted_until = max(self._muted_until, until)
+        if not self._quota_muted:
+            self._quota_muted = True
+            self._update_reading()
+
+    async def _hold_throttled(self, deferred: collections.deque[bytes | asyncio.Future[bytes]]) -> None:
+        """Wait out the throttle time, still writing answers that complete meanwhile (acks=all produces)."""
+        loop = asyncio.get_running_loop()
+        while not self._closed and (remaining := self._muted_until - loop.time()) > 0:
+            if deferred and _answer_ready(deferred[0]):
+                await self._write_deferred(deferred, wait=False)
+                continue
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), remaining)
+            except TimeoutError:
+                pass
+        self._quota_muted = False
+        self._update_reading()
+
     def _answer_done(self, _: asyncio.Future[bytes]) -> None:
         self._wakeup.set()
 
@@ -807,6 +843,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if session.authenticator.must_close and isinstance(response, bytes):
                 await self._write([response])  # the failure reaches the client, then the connection closes
                 raise _Close
+        if ctx.throttle_time_ms:
+            self._throttle(ctx.throttle_time_ms)
         return response
 
     def _check_session(self, header: codec.RequestHeader) -> None:

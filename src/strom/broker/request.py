@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from strom.broker.apis import KafkaApis
     from strom.broker.dynamic_config import DynamicBrokerConfig
     from strom.broker.producer_id_manager import ProducerIdManager
+    from strom.broker.quota.manager import QuotaManagers
     from strom.broker.replica_manager import ReplicaManager
     from strom.cluster.controller import KafkaController
     from strom.cluster.metadata import MetadataStore
@@ -80,6 +81,7 @@ class BrokerServices:
     cluster: ClusterLink | None = None  # None on a single node (no ZooKeeper)
     dynamic_config: DynamicBrokerConfig | None = None  # AlterConfigs on broker resources
     authorizer: AclAuthorizer | None = None  # None: authorizer.class.name is empty, everything is allowed
+    quotas: QuotaManagers | None = None  # client quotas; None only in handler tests built from fakes
 
 
 @dataclass(slots=True)
@@ -98,6 +100,8 @@ class RequestContext:
     services: BrokerServices
     client_host: str
     session: Session
+    # Set when the client went over a quota: the response carries it and the connection is muted for it.
+    throttle_time_ms: int = 0
 
     @property
     def principal(self) -> KafkaPrincipal:

@@ -21,6 +21,7 @@ from strom.broker.dynamic_config import DynamicBrokerConfig
 from strom.broker.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_client_quotas,
     alter_configs,
     alter_partition,
     alter_user_scram_credentials,
@@ -34,6 +35,7 @@ from strom.broker.handlers import (
     delete_records,
     delete_topics,
     describe_acls,
+    describe_client_quotas,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -70,6 +72,7 @@ from strom.broker.handlers import (
 )
 from strom.broker.network import SocketServer
 from strom.broker.producer_id_manager import ProducerIdManager
+from strom.broker.quota.manager import QuotaManagers
 from strom.broker.replica_manager import ReplicaManager
 from strom.broker.request import BrokerServices, ClusterLink
 from strom.cluster.alter_partition_manager import AlterPartitionManager
@@ -115,6 +118,8 @@ HANDLER_MODULES = [
     api_versions, metadata, produce, fetch, list_offsets, create_topics, delete_topics, create_partitions,
     describe_configs, alter_configs, incremental_alter_configs, describe_cluster, delete_records,
     describe_log_dirs, init_producer_id, offset_for_leader_epoch, describe_producers,
+    # client quotas
+    describe_client_quotas, alter_client_quotas,
     # group coordinator
     find_coordinator, join_group, sync_group, heartbeat, leave_group, offset_commit, offset_fetch,
     offset_delete, list_groups, describe_groups, delete_groups, txn_offset_commit,
@@ -160,6 +165,7 @@ class KafkaServer:
         self.authorizer: AclAuthorizer | None = None
         # How this broker reaches the others: the inter-broker listener's protocol, mechanism and identity.
         self.inter_broker_security = ClientSecurity()
+        self.quotas: QuotaManagers
 
     @property
     def port(self) -> int:
@@ -216,6 +222,7 @@ class KafkaServer:
         self.group_coordinator: GroupCoordinator = create_group_coordinator(self, timer)
         self.transaction_coordinator: TransactionCoordinator = create_transaction_coordinator(self)
         self.publisher.sync_coordinators()
+        self.quotas = self._start_quotas()
         cluster_link = self._start_cluster_services() if self.clustered else None
         self.authorizer = create_authorizer(cfg, self.metadata)
         if self.authorizer is not None:
@@ -228,6 +235,7 @@ class KafkaServer:
             producer_id_manager=self.producer_id_manager, apis=self.apis, cluster=cluster_link,
             dynamic_config=self.dynamic_config, transaction_coordinator=self.transaction_coordinator,
             authorizer=self.authorizer,
+            quotas=self.quotas,
         )
         self.dynamic_config.add_reconfigurable(self._reconfigure)
         self.socket_server = SocketServer(self, cfg.listeners(), cfg.get("socket.request.max.bytes"))
@@ -257,6 +265,14 @@ class KafkaServer:
         if cfg.get("log.cleaner.enable"):
             # The pause is read before every pass: log.cleaner.backoff.ms is dynamic.
             self._schedule("log-cleaner", lambda: cleaner_backoff_ms(cfg), self._clean_logs)
+
+    def _start_quotas(self) -> QuotaManagers:
+        """Client quotas from the entity configs, re-read whenever any broker changes one (no restart)."""
+        quotas = QuotaManagers(self.config.get("quota.window.num"), self.config.get("quota.window.size.seconds"))
+        quotas.load_from(self.metadata)
+        self.metadata.add_entity_listener(lambda _type, _name: quotas.load_from(self.metadata))
+        self.apis.quotas = quotas
+        return quotas
 
     async def _abort_timed_out_transactions(self) -> None:
         await self.transaction_coordinator.abort_timed_out_transactions()

@@ -5,6 +5,10 @@ legacy AlterConfigs request would reset every key that is not repeated. Broker c
 are per broker (``--entity-name <id>``) or the cluster default (``--entity-default``, the
 broker resource named ""); librdkafka refuses that empty name, so the default's requests
 are sent over Strom's own Kafka-protocol client to the first bootstrap broker.
+
+Client quotas (`--entity-type users|clients`, or `--user`/`--client` and their `-defaults`, combined
+for a (user, client-id) pair) go through DescribeClientQuotas and AlterClientQuotas, which librdkafka
+does not offer, over the same client.
 """
 
 from __future__ import annotations
@@ -54,11 +58,45 @@ def configs(
         str | None, typer.Option("--delete-config", help="k1,k2 to remove (back to defaults).")
     ] = None,
     command_config: CommandConfigOption = None,
+    user: Annotated[str | None, typer.Option("--user", help="A user principal's name (client quotas).")] = None,
+    client: Annotated[str | None, typer.Option("--client", help="A client id (client quotas).")] = None,
+    user_defaults: Annotated[bool, typer.Option("--user-defaults", help="The default user (quotas).")] = False,
+    client_defaults: Annotated[bool, typer.Option("--client-defaults", help="The default client id (quotas).")] = False,
 ) -> None:
-    """Describe or alter the configs of a topic or broker."""
+    """Describe or alter the configs of a topic or broker, or the quotas of users and client ids."""
     with cli_errors():
         if describe == alter:
             fail("Command must include exactly one action: --describe or --alter")
+        if entity_type in _QUOTA_ENTITY_TYPES or user is not None or client is not None or user_defaults \
+                or client_defaults:
+            entity = _quota_entity(entity_type, entity_name, entity_default, user, client, user_defaults,
+                                   client_defaults)
+            security = client_security(command_config)
+            # A user's configs are SCRAM credentials and quotas, as in Kafka: each key goes to its own API.
+            scram_user = list(entity) == ["user"] and (entity["user"] is _ANY or isinstance(entity["user"], str))
+            if describe:
+                if scram_user:
+                    from strom.cli.user_configs import describe_users
+
+                    describe_users(admin_client(bootstrap_server, command_config),
+                                   None if entity["user"] is _ANY else entity["user"])
+                _describe_quotas(bootstrap_server, entity, security)
+                return
+            add, delete = parse_add_config(add_config or ""), _split_names(delete_config)
+            scram_add = {k: v for k, v in add.items() if k in _SCRAM_KEYS}
+            scram_delete = [k for k in delete if k in _SCRAM_KEYS]
+            if (scram_add or scram_delete) and not scram_user:
+                fail("SCRAM credentials belong to one user: use --entity-type users --entity-name NAME.")
+            if scram_add or scram_delete:
+                from strom.cli.user_configs import alter_users
+
+                alter_users(admin_client(bootstrap_server, command_config),
+                            None if entity["user"] is _ANY else entity["user"], scram_add, scram_delete)
+            quota_add = {k: v for k, v in add.items() if k not in _SCRAM_KEYS}
+            quota_delete = [k for k in delete if k not in _SCRAM_KEYS]
+            if quota_add or quota_delete or not (scram_add or scram_delete):
+                _alter_quotas(bootstrap_server, entity, quota_add, quota_delete, security)
+            return
         kind, name = _entity(entity_type, entity_name, entity_default, topic, broker)
         if alter and not (add_config or delete_config):
             fail("--alter needs --add-config and/or --delete-config.")
@@ -275,3 +313,92 @@ def _raise_for(error_code: int, message: str | None) -> None:
         name = getattr(error, "message", error.__name__)
         text = message or name
         fail(f"Invalid config: {text}" if name == "INVALID_CONFIG" else f"{text} ({name})")
+
+
+# -- client quotas ----------------------------------------------------------------------------------------
+_QUOTA_ENTITY_TYPES = {"users": "user", "user": "user", "clients": "client-id", "client": "client-id"}
+_QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
+_SCRAM_KEYS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+_ANY = object()  # --describe without a name: every entity of the type
+QuotaEntitySpec = dict[str, Any]  # wire entity type -> name, None (the default) or _ANY
+
+
+def _quota_entity(entity_type: str | None, entity_name: str | None, entity_default: bool, user: str | None,
+                  client: str | None, user_defaults: bool, client_defaults: bool) -> QuotaEntitySpec:
+    """The (user, client-id) entity the options name; a type given without a name means all of them."""
+    spec: QuotaEntitySpec = {}
+    if entity_type is not None:
+        kind = _QUOTA_ENTITY_TYPES.get(entity_type)
+        if kind is None:
+            fail(f"Unsupported --entity-type '{entity_type}' with --user/--client: use users or clients.")
+        if entity_name is not None and entity_default:
+            fail("Use either --entity-name or --entity-default, not both.")
+        spec[kind] = None if entity_default else (_ANY if entity_name is None else entity_name)
+    for kind, name, default in (("user", user, user_defaults), ("client-id", client, client_defaults)):
+        if name is None and not default:
+            continue
+        if name is not None and default:
+            fail(f"Use either --{kind.split('-')[0]} or --{kind.split('-')[0]}-defaults, not both.")
+        if kind in spec:
+            fail(f"The {kind} is named twice.")
+        spec[kind] = name
+    for kind, name in spec.items():
+        if name == "":
+            fail(f"An empty {kind} name is not allowed; use --entity-default for the default.")
+    return spec
+
+
+def _quota_entity_text(entity: list[tuple[str, str | None]]) -> str:
+    """As kafka-configs.sh names an entity: user-principal 'alice', client-id 'app', the default client-id."""
+    words = {"user": "user-principal", "client-id": "client-id"}
+    return ", ".join(f"the default {words[t]}" if n is None else f"{words[t]} '{n}'" for t, n in entity)
+
+
+def _describe_quotas(bootstrap: str, spec: QuotaEntitySpec, security: Any = None) -> None:
+    import asyncio
+
+    from kafka.protocol.admin import DescribeClientQuotasRequest
+
+    component = DescribeClientQuotasRequest.ComponentData
+    components = [component(entity_type=kind, match_type=2 if name is _ANY else 1 if name is None else 0,
+                            match=name if isinstance(name, str) else None)
+                  for kind, name in spec.items()]
+    request = DescribeClientQuotasRequest(components=components, strict=True)
+    result = asyncio.run(_send_to_bootstrap(bootstrap, request, 1, security))
+    _raise_for(result.error_code, result.error_message)
+    for entry in result.entries or []:
+        entity = [(e.entity_type, e.entity_name) for e in entry.entity]
+        values = ", ".join(f"{v.key}={v.value}" for v in entry.values)
+        write_out(f"Quota configs for {_quota_entity_text(entity)} are {values}\n")
+
+
+def _alter_quotas(bootstrap: str, spec: QuotaEntitySpec, add: dict[str, str], delete: list[str],
+                  security: Any = None) -> None:
+    import asyncio
+
+    from kafka.protocol.admin import AlterClientQuotasRequest
+
+    if any(name is _ANY for name in spec.values()):
+        fail("--alter needs --entity-name or --entity-default (or --user/--client names or defaults).")
+    if not add and not delete:
+        fail("--alter needs --add-config and/or --delete-config.")
+    both = set(add) & set(delete)
+    if both:
+        fail(f"A config cannot be both added and deleted: {', '.join(sorted(both))}.")
+    entry = AlterClientQuotasRequest.EntryData
+    ops = []
+    for key, text in add.items():
+        if key not in _QUOTA_KEYS:
+            fail(f"Invalid quota config '{key}': use {', '.join(_QUOTA_KEYS)}.")
+        try:
+            value = float(text)
+        except ValueError:
+            fail(f"Invalid value '{text}' for {key}: expected a number.")
+        ops.append(entry.OpData(key=key, value=value, remove=False))
+    ops += [entry.OpData(key=key, value=0.0, remove=True) for key in delete]
+    entity = [(kind, name) for kind, name in spec.items()]
+    request = AlterClientQuotasRequest(validate_only=False, entries=[entry(
+        entity=[entry.EntityData(entity_type=kind, entity_name=name) for kind, name in entity], ops=ops)])
+    result = asyncio.run(_send_to_bootstrap(bootstrap, request, 1, security)).entries[0]
+    _raise_for(result.error_code, result.error_message)
+    write_out(f"Completed updating config for {_quota_entity_text(entity)}.\n")

@@ -258,6 +258,11 @@ class MetadataStore(ABC):
     def all_entity_configs(self, entity_type: str) -> dict[str, dict[str, str]]:
         """Every entity of the type with configs, by name ("alice", "<default>", "alice/clients/app")."""
 
+    async def read_entity_configs_async(self, entity_type: str, name: str) -> dict[str, str]:
+        """One entity's configs from the source of truth (not a cache another broker's change may not have
+        reached yet): read before a read-modify-write such as AlterClientQuotas."""
+        return self.entity_configs(entity_type, name)
+
     @abstractmethod
     async def set_entity_configs_async(self, entity_type: str, name: str, configs: dict[str, str]) -> None:
         """Replace one entity's configs ({} removes them) and tell every broker."""

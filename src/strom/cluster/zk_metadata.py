@@ -207,6 +207,10 @@ class ZkMetadataStore(MetadataStore):
     def all_entity_configs(self, entity_type: str) -> dict[str, dict[str, str]]:
         return {name: dict(c) for name, c in self._entities.get(entity_type, {}).items()}
 
+    async def read_entity_configs_async(self, entity_type: str, name: str) -> dict[str, str]:
+        self._require_zookeeper()
+        return await self._off_loop(self.zk.get_entity_configs, entity_type, name)
+
     async def set_entity_configs_async(self, entity_type: str, name: str, configs: dict[str, str]) -> None:
         self._require_zookeeper()
         await self._off_loop(self.zk.set_entity_configs, entity_type, name, configs)

@@ -3,6 +3,10 @@
 The response is encoded by hand (not through the generic codec) because its
 record sets are file regions written with sendfile; everything around them is
 a few fixed-width fields.
+
+Consumers over their consumer_byte_rate quota get what Kafka answers (KIP-219): an empty response
+carrying throttle_time_ms, the bytes read not counted; a fetch never asks for more than the quota
+allows in one window. Followers' fetches are never throttled.
 """
 
 from __future__ import annotations
@@ -37,7 +41,14 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
     params = FetchParams(max_wait_ms=request.max_wait_ms, min_bytes=request.min_bytes,
                          max_bytes=request.max_bytes if version >= 3 else 0x7FFFFFFF,
                          isolation_level=request.isolation_level if version >= 4 else READ_UNCOMMITTED,
-                         replica_id=_replica_id(version, request))
+                         replica_id=replica_id_of(version, request))
+    quotas = ctx.services.quotas
+    fetch_quota = quotas.fetch if quotas is not None and quotas.fetch.enabled and params.replica_id < 0 else None
+    if fetch_quota is not None:
+        user, client_id = quotas.client_of(ctx)  # type: ignore[union-attr]
+        window_bytes = fetch_quota.max_value_in_window(user, client_id)
+        if window_bytes is not None:
+            params.max_bytes = min(params.max_bytes, max(int(window_bytes), 1))
     # (topic key as sent, name or None if unknown id, [partition indexes])
     layout: list[tuple[Any, str | None, list[int]]] = []
     failed: list[tuple[Any, list[int], int]] = []  # (topic key, partitions, error): unknown id or not authorized
@@ -66,10 +77,25 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
                 p.current_leader_epoch if version >= CURRENT_LEADER_EPOCH_FROM else NO_LEADER_EPOCH))
         layout.append((key, name, [p.partition for p in t.partitions]))
     results = await ctx.replica_manager.fetch_messages(params) if params.partitions else []
+    if fetch_quota is not None:
+        size = sum(r.size for r in results if r.records is not None)
+        throttle = fetch_quota.record_and_get_throttle_time_ms(user, client_id, size)
+        if throttle:
+            fetch_quota.unrecord(user, client_id, size)
+            ctx.throttle_time_ms = throttle
+            return _encode(version, top_error, [], [], [])
     return _encode(version, top_error, layout, failed, results)
 
 
-def _replica_id(version: int, request: Any) -> int:
+def with_throttle_time(response: RawResponse, ms: int) -> RawResponse:
+    """The response with throttle_time_ms set: the first field of its first (always in-memory) part."""
+    first = response.parts[0]
+    assert isinstance(first, bytes)
+    response.parts[0] = struct.pack(">i", ms) + first[4:]
+    return response
+
+
+def replica_id_of(version: int, request: Any) -> int:
     """The follower's broker id, -1 for a consumer (v15+ carry it in the ReplicaState tagged field)."""
     if version >= 15:
         state = getattr(request, "replica_state", None)

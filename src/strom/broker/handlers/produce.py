@@ -2,6 +2,8 @@
 
 The response is encoded by hand: it is the hottest small message the broker
 writes, and the generic codec costs ~15 µs per response where this costs ~2.
+A client over its producer_byte_rate quota is throttled after its records are
+appended (Kafka does the same): the answer carries throttle_time_ms.
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ async def handle(ctx: RequestContext, request: Any) -> bytes | DeferredResponse 
     results, done = ctx.replica_manager.append_records(entries, acks, request.timeout_ms)
     for tp in denied:
         results[tp] = PartitionResult(tp[1], TOPIC_AUTHORIZATION_FAILED)
+    quotas = ctx.services.quotas
+    if quotas is not None and quotas.produce.enabled:
+        user, client_id = quotas.client_of(ctx)
+        size = sum(len(r) for r in entries.values() if r is not None)
+        ctx.throttle_time_ms = quotas.produce.record_and_get_throttle_time_ms(user, client_id, size)
     if acks == 0:
         return None
     if done is None:
@@ -106,4 +113,11 @@ def encode_response(version: int, topics: list[tuple[str, list[PartitionResult]]
     out += b"\x00\x00\x00\x00"  # throttle_time_ms
     if flexible:
         out += b"\x00"
+    return bytes(out)
+
+
+def with_throttle_time(version: int, framed: bytes | bytearray, ms: int) -> bytes:
+    """A framed response with throttle_time_ms set: the body's last field, before the (empty) tagged fields."""
+    out = bytearray(framed)
+    struct.pack_into(">i", out, len(out) - (5 if version >= FLEXIBLE_FROM else 4), ms)
     return bytes(out)
