@@ -123,7 +123,7 @@ def test_hostile_sequences_before_authentication(fuzz_broker: BrokerProcess, ste
 
 
 def test_the_broker_still_serves_after_the_fuzzing(fuzz_broker: BrokerProcess) -> None:
-    c = RawClient(fuzz_broker, fuzz_broker.sasl_port)
+    c = RawClient(fuzz_broker, port=fuzz_broker.sasl_port)
     try:
         assert handshake(c).error_code == 0
         assert authenticate(c, b"\0alice\0alice-secret", 2).error_code == 0
@@ -133,7 +133,7 @@ def test_the_broker_still_serves_after_the_fuzzing(fuzz_broker: BrokerProcess) -
 
 
 def test_a_client_that_never_authenticates_is_dropped(fuzz_broker: BrokerProcess) -> None:
-    c = RawClient(fuzz_broker, fuzz_broker.sasl_port)
+    c = RawClient(fuzz_broker, port=fuzz_broker.sasl_port)
     try:
         assert handshake(c).error_code == 0  # starts, then goes silent
         assert c.is_closed_by_peer()

@@ -95,7 +95,7 @@ def metadata_works(c: RawClient) -> bool:
 
 
 def test_before_authentication_only_api_versions_and_sasl_are_answered(sasl_broker: BrokerProcess) -> None:
-    c = RawClient(sasl_broker, sasl_broker.sasl_port)
+    c = RawClient(sasl_broker, port=sasl_broker.sasl_port)
     try:
         frame = c.request(ApiVersionsRequest(), 0)
         assert frame[4:6] == b"\x00\x00"  # no error
@@ -111,7 +111,7 @@ def test_before_authentication_only_api_versions_and_sasl_are_answered(sasl_brok
 
 @pytest.mark.parametrize("handshake_version", [0, 1])
 def test_unsupported_mechanism_lists_the_enabled_ones(sasl_broker: BrokerProcess, handshake_version: int) -> None:
-    c = RawClient(sasl_broker, sasl_broker.sasl_port)
+    c = RawClient(sasl_broker, port=sasl_broker.sasl_port)
     try:
         resp = handshake(c, "GSSAPI", handshake_version)
         assert resp.error_code == 33
@@ -123,7 +123,7 @@ def test_unsupported_mechanism_lists_the_enabled_ones(sasl_broker: BrokerProcess
 
 @pytest.mark.parametrize("version", [0, 1, 2])
 def test_sasl_authenticate_every_version(sasl_broker: BrokerProcess, version: int) -> None:
-    c = RawClient(sasl_broker, sasl_broker.sasl_port)
+    c = RawClient(sasl_broker, port=sasl_broker.sasl_port)
     try:
         assert handshake(c).error_code == 0
         resp = authenticate(c, b"\0alice\0alice-secret", version)
@@ -137,7 +137,7 @@ def test_sasl_authenticate_every_version(sasl_broker: BrokerProcess, version: in
 
 @pytest.mark.parametrize("version", [0, 1, 2])
 def test_failed_authenticate_answers_error_58_then_closes(sasl_broker: BrokerProcess, version: int) -> None:
-    c = RawClient(sasl_broker, sasl_broker.sasl_port)
+    c = RawClient(sasl_broker, port=sasl_broker.sasl_port)
     try:
         assert handshake(c).error_code == 0
         resp = authenticate(c, b"\0alice\0nope", version)
@@ -150,7 +150,7 @@ def test_failed_authenticate_answers_error_58_then_closes(sasl_broker: BrokerPro
 
 def test_bare_tokens_after_handshake_v0(sasl_broker: BrokerProcess) -> None:
     """SaslHandshake v0: the token goes without a Kafka header, the answer is a bare size-prefixed token."""
-    c = RawClient(sasl_broker, sasl_broker.sasl_port)
+    c = RawClient(sasl_broker, port=sasl_broker.sasl_port)
     try:
         assert handshake(c, "PLAIN", 0).error_code == 0
         token = b"\0alice\0alice-secret"
@@ -165,7 +165,7 @@ def test_bare_tokens_after_handshake_v0(sasl_broker: BrokerProcess) -> None:
 
 def test_a_frame_larger_than_sasl_server_max_receive_size_before_authentication_closes(
         sasl_broker: BrokerProcess) -> None:
-    c = RawClient(sasl_broker, sasl_broker.sasl_port)
+    c = RawClient(sasl_broker, port=sasl_broker.sasl_port)
     try:
         c.send_raw((600_000).to_bytes(4, "big") + b"\0" * 16)
         assert c.is_closed_by_peer()

@@ -110,7 +110,7 @@ def test_the_cli_itself_connects_over_sasl_with_java_client_properties(scram_bro
     ("SCRAM-SHA-256=[iterations=100,password=x]", "Too few iterations"),
     ("SCRAM-SHA-256=[iterations=99999,password=x]", "Too many iterations"),
     ("SCRAM-SHA-256=[iterations=4096]", "needs a password"),
-    ("producer_byte_rate=1024", "Unsupported user config producer_byte_rate"),
+    ("retries=3", "Invalid quota config 'retries'"),
 ])
 def test_bad_credentials_are_refused_with_a_reason(scram_broker: BrokerProcess, add: str, message: str) -> None:
     done = strom("configs", "--bootstrap-server", scram_broker.bootstrap, "--alter", "--add-config", add,
