@@ -54,14 +54,28 @@ def configs(
         str | None, typer.Option("--delete-config", help="k1,k2 to remove (back to defaults).")
     ] = None,
     command_config: CommandConfigOption = None,
+    zookeeper: Annotated[str | None, typer.Option(
+        "--zookeeper", help="host:port[/chroot]: write SCRAM users straight into ZooKeeper (users only; to create "
+                            "the brokers' own user before they start).")] = None,
 ) -> None:
-    """Describe or alter the configs of a topic or broker."""
+    """Describe or alter the configs of a topic, broker or user."""
     with cli_errors():
         if describe == alter:
             fail("Command must include exactly one action: --describe or --alter")
         kind, name = _entity(entity_type, entity_name, entity_default, topic, broker)
         if alter and not (add_config or delete_config):
             fail("--alter needs --add-config and/or --delete-config.")
+        if zookeeper is not None:
+            from strom.cli.user_configs import alter_users_in_zookeeper, describe_users_in_zookeeper
+
+            if kind != "users":
+                fail("--zookeeper is only for --entity-type users (SCRAM credentials); use --bootstrap-server.")
+            if describe:
+                describe_users_in_zookeeper(zookeeper, name)
+            else:
+                alter_users_in_zookeeper(zookeeper, name, parse_add_config(add_config or ""),
+                                         _split_names(delete_config))
+            return
         if name == "":
             _cluster_default(bootstrap_server, describe, parse_add_config(add_config or ""),
                              _split_names(delete_config), client_security(command_config))
