@@ -55,8 +55,8 @@ def configs(
     ] = None,
     command_config: CommandConfigOption = None,
     zookeeper: Annotated[str | None, typer.Option(
-        "--zookeeper", help="host:port[/chroot]: write SCRAM users straight into ZooKeeper (users only; to create "
-                            "the brokers' own user before they start).")] = None,
+        "--zookeeper", help="ZooKeeper host:port, optionally with a /chroot: write SCRAM users straight into it "
+                            "(users only; to create the brokers' own user before they start).")] = None,
 ) -> None:
     """Describe or alter the configs of a topic, broker or user."""
     with cli_errors():
