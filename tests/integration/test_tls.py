@@ -185,9 +185,12 @@ def test_client_certificates_are_required_and_verified(tls: TlsBroker, case: str
     assert len(ROUND_TRIPS["confluent-kafka"](tls.ssl_auth(), create_topic(tls.ssl_auth()), 1)) == 1
 
 
-def test_wrong_scram_password_over_sasl_ssl(tls: TlsBroker) -> None:
-    errors = confluent_fails(tls.auth("SASL_SSL", mechanism="SCRAM-SHA-512", username="bob", password="nope"))
+@pytest.mark.parametrize(("user", "password"), [("bob", "nope"), ("nobody", "bob-secret")])
+def test_wrong_scram_password_or_unknown_user_over_sasl_ssl(tls: TlsBroker, user: str, password: str) -> None:
+    errors = confluent_fails(tls.auth("SASL_SSL", mechanism="SCRAM-SHA-512", username=user, password=password))
     assert any("invalid credentials" in e for e in errors), errors
+    auth = tls.auth("SASL_SSL", mechanism="SCRAM-SHA-512", username="bob", password="bob-secret")
+    assert len(ROUND_TRIPS["confluent-kafka"](auth, create_topic(auth), 1)) == 1
 
 
 def test_principal_mapping_rules_apply_to_client_certificates(tmp_path: Path) -> None:
