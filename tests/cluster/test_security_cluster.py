@@ -87,3 +87,41 @@ def test_replication_over_a_sasl_ssl_inter_broker_listener(cluster_factory: Call
         text = broker.log_path.read_text()
         assert "failed authentication" not in text, broker_id
         assert "authentication with" not in text, broker_id  # no inter-broker login failure
+
+
+def test_scram_between_brokers_with_the_broker_user_created_in_zookeeper_first(
+        cluster_factory: Callable[..., ClusterProcess]) -> None:
+    """As with Kafka: `configs --zookeeper` creates the brokers' SCRAM user before they start; then the brokers
+    authenticate to each other with SCRAM-SHA-512 on a SASL_PLAINTEXT inter-broker listener."""
+    cluster = cluster_factory(3, start=False, overrides={
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT",
+        "inter.broker.listener.name": "INTERNAL",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+        "listener.name.internal.scram-sha-512.sasl.jaas.config":
+            'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" '
+            'password="broker-secret";',
+    })
+    for broker in cluster.brokers.values():
+        broker.overrides["listeners"] = f"PLAINTEXT://127.0.0.1:{broker.port},INTERNAL://127.0.0.1:{free_port()}"
+    cluster.start_zookeeper()
+    done = strom("configs", "--zookeeper", cluster.zookeeper_connect, "--alter", "--add-config",
+                 "SCRAM-SHA-512=[iterations=8192,password=broker-secret]", "--entity-type", "users",
+                 "--entity-name", "broker")
+    assert done.returncode == 0, done.stderr
+    done = strom("configs", "--zookeeper", cluster.zookeeper_connect, "--describe", "--entity-type", "users")
+    assert "'broker' are SCRAM-SHA-512=iterations=8192" in done.stdout
+    cluster.start()
+
+    topic = f"scram-{uuid.uuid4().hex[:8]}"
+    plain = ClientAuth(cluster.bootstrap)
+    admin = AdminClient(plain.confluent())
+    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(timeout=60)
+    cluster.wait_isr(topic, 0, [1, 2, 3])
+    producer = Producer(plain.confluent(acks="all"))
+    for i in range(50):
+        producer.produce(topic, b"%d" % i)
+    assert producer.flush(60) == 0
+    cluster.wait_isr(topic, 0, [1, 2, 3])
+    for broker in cluster.brokers.values():
+        assert "failed authentication" not in broker.log_path.read_text()

@@ -174,3 +174,41 @@ def test_failed_logins_from_one_host_queue_behind_each_other(tmp_path) -> None:
             assert authenticate(good, b"\0alice\0alice-secret", 1).error_code == 0
         finally:
             good.close()
+
+
+def test_a_flood_of_failing_logins_is_turned_away_unchecked_then_the_host_may_log_in_again(tmp_path) -> None:
+    """Past 50 queued failures a host's attempts are refused at once (sockets are not held for ever); once the
+    queue drains, its correct login works."""
+    from kafka.protocol.sasl import SaslAuthenticateResponse
+
+    plain, sasl = free_port(), free_port()
+    with BrokerProcess(tmp_path, {"listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+                                  "sasl.enabled.mechanisms": "PLAIN",
+                                  "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+                                  "connection.failed.authentication.delay.ms": 20}, port=plain) as broker:
+        clients = [RawClient(broker, sasl) for _ in range(70)]
+        for c in clients:
+            assert handshake(c).error_code == 0
+        answers: list[SaslAuthenticateResponse] = []
+        threads = [threading.Thread(target=lambda c=c: answers.append(authenticate(c, b"\0alice\0guess", 1)))
+                   for c in clients]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        for c in clients:
+            c.close()
+        assert [a.error_code for a in answers] == [58] * 70
+        assert any("Too many failed authentications" in a.error_message for a in answers)
+        for _ in range(100):
+            good = RawClient(broker, sasl)
+            try:
+                assert handshake(good).error_code == 0
+                if authenticate(good, b"\0alice\0alice-secret", 1).error_code == 0:
+                    break
+            finally:
+                good.close()
+            time.sleep(0.1)
+        else:
+            pytest.fail("the host could not log in after its queue drained")
+        assert "too many failed authentications from this host" in broker.log_path.read_text()

@@ -262,3 +262,27 @@ def test_clients_re_authenticate_before_their_session_ends(tmp_path) -> None:
 
         assert asyncio.run(broker_client()) == 8
         assert "expired" not in broker.log_path.read_text()
+
+
+def test_re_authentication_may_not_change_the_principal(sasl_broker: BrokerProcess) -> None:
+    c = RawClient(sasl_broker, sasl_broker.sasl_port)
+    try:
+        assert handshake(c).error_code == 0
+        assert authenticate(c, b"\0alice\0alice-secret", 2).error_code == 0
+        assert handshake(c).error_code == 0  # KIP-368: a new exchange on the same connection
+        resp = authenticate(c, b"\0admin\0admin-secret", 2)
+        assert resp.error_code == 58 and "Cannot change principals" in resp.error_message
+        assert c.is_closed_by_peer()
+    finally:
+        c.close()
+
+
+def test_a_second_handshake_in_the_middle_of_an_exchange_is_an_illegal_state(sasl_broker: BrokerProcess) -> None:
+    c = RawClient(sasl_broker, sasl_broker.sasl_port)
+    try:
+        assert handshake(c, "SCRAM-SHA-256").error_code == 0
+        assert authenticate(c, b"n,,n=alice,r=abcdefgh", 2).error_code == 0  # server-first: exchange under way
+        assert handshake(c).error_code == 34
+        assert c.is_closed_by_peer()
+    finally:
+        c.close()

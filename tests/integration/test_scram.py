@@ -168,3 +168,9 @@ def test_tools_speaking_the_protocol_themselves_log_in_with_scram(scram_broker: 
     done = strom("configs", "--bootstrap-server", f"127.0.0.1:{scram_broker.sasl_port}", "--command-config",
                  str(props), "--describe", "--entity-type", "brokers", "--entity-default")
     assert done.returncode != 0 and "invalid credentials" in done.stderr
+
+
+def test_configs_help_describes_users_and_zookeeper() -> None:
+    done = strom("configs", "--help", COLUMNS="200")
+    assert done.returncode == 0, done.stderr
+    assert "--zookeeper" in done.stdout and "topics, brokers or users" in done.stdout

@@ -185,9 +185,12 @@ def test_client_certificates_are_required_and_verified(tls: TlsBroker, case: str
     assert len(ROUND_TRIPS["confluent-kafka"](tls.ssl_auth(), create_topic(tls.ssl_auth()), 1)) == 1
 
 
-def test_wrong_scram_password_over_sasl_ssl(tls: TlsBroker) -> None:
-    errors = confluent_fails(tls.auth("SASL_SSL", mechanism="SCRAM-SHA-512", username="bob", password="nope"))
+@pytest.mark.parametrize(("user", "password"), [("bob", "nope"), ("nobody", "bob-secret")])
+def test_wrong_scram_password_or_unknown_user_over_sasl_ssl(tls: TlsBroker, user: str, password: str) -> None:
+    errors = confluent_fails(tls.auth("SASL_SSL", mechanism="SCRAM-SHA-512", username=user, password=password))
     assert any("invalid credentials" in e for e in errors), errors
+    auth = tls.auth("SASL_SSL", mechanism="SCRAM-SHA-512", username="bob", password="bob-secret")
+    assert len(ROUND_TRIPS["confluent-kafka"](auth, create_topic(auth), 1)) == 1
 
 
 def test_principal_mapping_rules_apply_to_client_certificates(tmp_path: Path) -> None:
@@ -231,3 +234,23 @@ def test_bad_tls_settings_stop_the_broker_with_a_reason(tmp_path: Path, extra: d
                                                         message: str) -> None:
     with pytest.raises(RuntimeError, match=message):
         start_tls_broker(tmp_path, extra)
+
+
+def test_the_cli_over_sasl_ssl_and_mtls_with_java_client_properties(tls: TlsBroker, tmp_path: Path) -> None:
+    """librdkafka-based tools and the ones speaking the protocol themselves read the same client.properties."""
+    scram = tmp_path / "scram.properties"
+    scram.write_text("security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+                     "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+                     "username=\"bob\" password=\"bob-secret\";\n"
+                     f"ssl.truststore.type=PEM\nssl.truststore.location={tls.ca.ca_file}\n")
+    mtls = tmp_path / "mtls.properties"
+    mtls.write_text(f"security.protocol=SSL\nssl.truststore.location={tls.ca.ca_file}\n"
+                    f"ssl.keystore.location={tls.alice.cert.parent / 'alice.keystore.pem'}\n")
+    for props, port in ((scram, tls.ports["SASL_SSL"]), (mtls, tls.ports["SSL"])):
+        bootstrap = f"127.0.0.1:{port}"
+        done = strom("topics", "--bootstrap-server", bootstrap, "--command-config", str(props), "--list")
+        assert done.returncode == 0, done.stderr
+        done = strom("configs", "--bootstrap-server", bootstrap, "--command-config", str(props), "--describe",
+                     "--entity-type", "brokers", "--entity-default")
+        assert done.returncode == 0, done.stderr
+        assert "Default configs for brokers in the cluster are" in done.stdout

@@ -36,3 +36,17 @@ def test_many_hosts_are_forgotten_once_their_slot_has_passed() -> None:
     clock.now += 1
     throttle.failure_delay("late")
     assert len(throttle._next_slot) <= 10_000
+
+
+def test_a_host_with_a_full_queue_is_turned_away_until_it_drains() -> None:
+    clock = Clock()
+    throttle = LoginThrottle(100, clock)
+    for _ in range(49):
+        throttle.failure_delay("flood")
+    assert not throttle.blocked("flood")
+    throttle.failure_delay("flood")
+    assert throttle.blocked("flood") and not throttle.blocked("other")
+    throttle.refused()
+    assert throttle.failed_total == 51
+    clock.now += 0.2  # two slots drained
+    assert not throttle.blocked("flood")

@@ -41,6 +41,9 @@ def test_listener_prefixed_keys_win_over_broker_wide_ones() -> None:
 def test_an_unprefixed_jaas_config_serves_every_listener_and_mechanism() -> None:
     cfg = BrokerConfig({**LISTENERS, "sasl.jaas.config": JAAS})
     assert cfg.listener_jaas_config("SASL_SSL", "PLAIN").username == "admin"
+    per_listener = BrokerConfig({**LISTENERS, "listener.name.sasl_ssl.sasl.jaas.config": JAAS.replace("admin", "root")})
+    assert per_listener.listener_jaas_config("SASL_SSL", "SCRAM-SHA-512").username == "root"
+    assert per_listener.listener_jaas_config("PLAINTEXT", "PLAIN") is None
 
 
 @pytest.mark.parametrize(("props", "message"), [

@@ -840,8 +840,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
             raise _Close from exc
         if header.api_key in _SASL_APIS and session.authenticator is not None:
             self._after_sasl_step()
-            if session.authenticator.must_close and isinstance(response, bytes):
-                await self._write([response])  # the failure reaches the client, then the connection closes
+            if session.authenticator.must_close:
+                if response is not None and not isinstance(response, RawResponse):
+                    await self._write([response])  # the failure reaches the client, then the connection closes
                 raise _Close
         if ctx.throttle_time_ms:
             self._throttle(ctx.throttle_time_ms)

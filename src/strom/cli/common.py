@@ -209,40 +209,13 @@ def client_config(
 
 
 def librdkafka_security(props: dict[str, str]) -> dict[str, str]:
-    """Kafka's Java client security keys in librdkafka's words, so one client.properties serves every tool.
+    """Kafka's Java client security keys in librdkafka's words (see strom.security.client_properties)."""
+    from strom.security.client_properties import java_to_librdkafka
 
-    `sasl.jaas.config` gives sasl.username/sasl.password; PEM trust and key stores become ssl.ca.location,
-    ssl.certificate.location/ssl.key.location (or the inline *.pem keys); librdkafka's own keys pass unchanged.
-    """
-    from strom.security.jaas import JaasConfigError, parse_jaas_config
-
-    out = dict(props)
-    jaas = out.pop("sasl.jaas.config", None)
-    if jaas:
-        try:
-            parsed = parse_jaas_config(jaas)
-        except JaasConfigError as exc:
-            fail(f"Invalid sasl.jaas.config in the client config: {exc}")
-        if parsed.username is not None:
-            out.setdefault("sasl.username", parsed.username)
-        if parsed.password is not None:
-            out.setdefault("sasl.password", parsed.password)
-    for key in ("ssl.truststore.type", "ssl.keystore.type"):
-        kind = out.pop(key, "PEM")
-        if kind.upper() != "PEM":
-            fail(f"{key}={kind} is not supported: use PEM files (ssl.ca.location, ssl.certificate.location, ...)")
-    renames = {"ssl.truststore.location": "ssl.ca.location", "ssl.truststore.certificates": "ssl.ca.pem",
-               "ssl.keystore.certificate.chain": "ssl.certificate.pem", "ssl.keystore.key": "ssl.key.pem"}
-    for java, native in renames.items():
-        if java in out:
-            out.setdefault(native, out.pop(java))
-    keystore = out.pop("ssl.keystore.location", None)
-    if keystore:  # a PEM file holding the key and the certificate chain
-        out.setdefault("ssl.certificate.location", keystore)
-        out.setdefault("ssl.key.location", keystore)
-    if out.get("ssl.endpoint.identification.algorithm") == "":
-        out["ssl.endpoint.identification.algorithm"] = "none"
-    return out
+    try:
+        return java_to_librdkafka(props)
+    except ValueError as exc:
+        fail(f"Invalid client configuration: {exc}")
 
 
 def client_security(config_file: Path | str | None) -> Any:

@@ -62,11 +62,26 @@ def configs(
     client: Annotated[str | None, typer.Option("--client", help="A client id (client quotas).")] = None,
     user_defaults: Annotated[bool, typer.Option("--user-defaults", help="The default user (quotas).")] = False,
     client_defaults: Annotated[bool, typer.Option("--client-defaults", help="The default client id (quotas).")] = False,
+    zookeeper: Annotated[str | None, typer.Option(
+        "--zookeeper", help="ZooKeeper host:port, optionally with a /chroot: write SCRAM users straight into it "
+                            "(users only; to create the brokers' own user before they start).")] = None,
 ) -> None:
-    """Describe or alter the configs of a topic or broker, or the quotas of users and client ids."""
+    """Describe or alter the configs of a topic, broker or user, or the quotas of users and client ids."""
     with cli_errors():
         if describe == alter:
             fail("Command must include exactly one action: --describe or --alter")
+        if zookeeper is not None:
+            from strom.cli.user_configs import alter_users_in_zookeeper, describe_users_in_zookeeper
+
+            kind, name = _entity(entity_type, entity_name, entity_default, topic, broker)
+            if kind != "users":
+                fail("--zookeeper is only for --entity-type users (SCRAM credentials); use --bootstrap-server.")
+            if describe:
+                describe_users_in_zookeeper(zookeeper, name)
+            else:
+                alter_users_in_zookeeper(zookeeper, name, parse_add_config(add_config or ""),
+                                         _split_names(delete_config))
+            return
         if entity_type in _QUOTA_ENTITY_TYPES or user is not None or client is not None or user_defaults \
                 or client_defaults:
             entity = _quota_entity(entity_type, entity_name, entity_default, user, client, user_defaults,
@@ -105,14 +120,6 @@ def configs(
                              _split_names(delete_config), client_security(command_config))
             return
         admin = admin_client(bootstrap_server, command_config)
-        if kind == "users":
-            from strom.cli.user_configs import alter_users, describe_users
-
-            if describe:
-                describe_users(admin, name)
-            else:
-                alter_users(admin, name, parse_add_config(add_config or ""), _split_names(delete_config))
-            return
         if describe:
             _describe(admin, kind, name, all_)
         else:

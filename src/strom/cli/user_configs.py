@@ -3,6 +3,8 @@
 `--add-config 'SCRAM-SHA-256=[iterations=8192,password=alice-secret],SCRAM-SHA-512=[password=alice-secret]'`
 creates or replaces credentials (the client salts the password; only the salted form travels),
 `--delete-config SCRAM-SHA-512` removes one, `--describe` lists mechanisms and iterations.
+With `--zookeeper host:port[/chroot]` instead of a broker, credentials are written straight into ZooKeeper, as
+Kafka's tool does to create the brokers' own SCRAM user before they start.
 """
 
 from __future__ import annotations
@@ -49,14 +51,7 @@ def alter_users(admin: Any, user: str | None, add: dict[str, str], delete: list[
         UserScramCredentialUpsertion,
     )
 
-    if not user:
-        fail("--alter --entity-type users needs --entity-name.")
-    other = sorted(k for k in [*add, *delete] if k not in SCRAM_MECHANISMS)
-    if other:
-        fail(f"Unsupported user config {other[0]}: this tool manages {' and '.join(SCRAM_MECHANISMS)} credentials.")
-    both = set(add) & set(delete)
-    if both:
-        fail(f"A config cannot be both added and deleted: {', '.join(sorted(both))}.")
+    user = _check_changes(user, add, delete)
     alterations: list[Any] = []
     for mechanism, text in add.items():
         iterations, password = _scram_settings(mechanism, text)
@@ -88,3 +83,63 @@ def describe_users(admin: Any, user: str | None) -> None:
         infos = sorted(found[name].scram_credential_infos, key=lambda i: i.mechanism.value)
         creds = ", ".join(f"{i.mechanism.name.replace('_', '-')}=iterations={i.iterations}" for i in infos)
         write_out(f"SCRAM credential configs for user-principal '{name}' are {creds}\n")
+
+
+def _check_changes(user: str | None, add: dict[str, str], delete: list[str]) -> str:
+    if not user:
+        fail("--alter --entity-type users needs --entity-name.")
+    other = sorted(k for k in [*add, *delete] if k not in SCRAM_MECHANISMS)
+    if other:
+        fail(f"Unsupported user config {other[0]}: this tool manages {' and '.join(SCRAM_MECHANISMS)} credentials.")
+    both = set(add) & set(delete)
+    if both:
+        fail(f"A config cannot be both added and deleted: {', '.join(sorted(both))}.")
+    return user
+
+
+def _zookeeper(connect: str) -> Any:
+    from strom.cluster.zk.errors import KafkaZkError
+    from strom.cluster.zk.kafka_zk_client import KafkaZkClient
+
+    try:
+        return KafkaZkClient(connect, session_timeout_ms=10_000).start()
+    except KafkaZkError as exc:
+        fail(str(exc))
+
+
+def alter_users_in_zookeeper(connect: str, user: str | None, add: dict[str, str], delete: list[str]) -> None:
+    """Salt and store the credentials here (the password never leaves this process), keeping other configs."""
+    from strom.security.scram import MAX_ITERATIONS, MIN_ITERATIONS, ScramFormatter
+
+    name = _check_changes(user, add, delete)
+    zk = _zookeeper(connect)
+    try:
+        configs = zk.get_entity_configs("users", name)
+        for mechanism, text in add.items():
+            iterations, password = _scram_settings(mechanism, text)
+            if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+                fail(f"Invalid iterations for {mechanism}: {iterations} (between {MIN_ITERATIONS} and "
+                     f"{MAX_ITERATIONS})")
+            configs[mechanism] = ScramFormatter.for_mechanism(mechanism).credential(password, iterations).to_config()
+        for mechanism in delete:
+            if configs.pop(mechanism, None) is None:
+                fail(f"User {name} has no {mechanism} credential.")
+        zk.set_entity_configs("users", name, configs)
+    finally:
+        zk.close()
+    write_out(f"Completed updating config for user {name}.\n")
+
+
+def describe_users_in_zookeeper(connect: str, user: str | None) -> None:
+    from strom.security.scram import ScramCredential
+
+    zk = _zookeeper(connect)
+    try:
+        every = zk.get_all_entity_configs("users") if user is None else {user: zk.get_entity_configs("users", user)}
+    finally:
+        zk.close()
+    for name in sorted(every):
+        creds = [f"{m}=iterations={ScramCredential.from_config(every[name][m]).iterations}"
+                 for m in SCRAM_MECHANISMS if every[name].get(m)]
+        if creds or user is not None:
+            write_out(f"SCRAM credential configs for user-principal '{name}' are {', '.join(creds)}\n")

@@ -92,6 +92,14 @@ class SaslServerAuthenticator:
         if server is None or server.complete:
             self.must_close = True
             return AuthenticateResult(ILLEGAL_SASL_STATE, "SaslAuthenticate without a SaslHandshake", b"", 0)
+        throttle = self.config.throttle
+        if throttle.blocked(self.session.client_host):
+            throttle.refused()
+            self.must_close = True
+            log.info("refused authentication with %s:%d on listener %s: too many failed authentications from this "
+                     "host", self.session.client_host, self.session.client_port, self.session.listener_name)
+            return AuthenticateResult(SASL_AUTHENTICATION_FAILED, "Too many failed authentications from this host; "
+                                      "try again later", b"", 0)
         try:
             answer = server.evaluate(token)
             if server.complete:

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from strom.security.client_properties import java_to_librdkafka
+
 BOOTSTRAP = "kafka.bootstrap.servers"
 STRATEGIES = ("subscribe", "subscribepattern", "assign")
 
@@ -105,7 +107,10 @@ def client_config(opts: Mapping[str, str], forbidden: Mapping[str, str]) -> dict
             raise StromOptionError(f"Kafka option '{key}' is not supported: {forbidden[key]}.")
     if "bootstrap.servers" not in conf:
         raise StromOptionError(f"Option '{BOOTSTRAP}' must be specified.")
-    return conf
+    try:  # kafka.sasl.jaas.config, PEM kafka.ssl.truststore.location etc., as Spark's Kafka source takes them
+        return java_to_librdkafka(conf)
+    except ValueError as exc:
+        raise StromOptionError(f"Kafka option: {exc}") from None
 
 
 @dataclass(frozen=True)
