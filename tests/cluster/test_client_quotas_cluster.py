@@ -25,7 +25,7 @@ def produce_throttle_ms(broker: Any, topic: str, partition: int, client_id: str)
     req = ProduceRequest(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
         ProduceRequest.TopicProduceData(name=topic, partition_data=[
             ProduceRequest.TopicProduceData.PartitionProduceData(index=partition, records=batch)])])
-    c = RawClient(broker, client_id)
+    c = RawClient(broker, client_id=client_id)
     try:
         resp = decode(codec.response_class(0), c.request(req, 9), 9, True)
     finally:
@@ -115,7 +115,7 @@ def test_follower_fetches_are_never_throttled(cluster_factory: Any) -> None:
                            FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0,
                                                                   log_start_offset=-1, partition_max_bytes=1 << 20)])],
                        forgotten_topics_data=[], rack_id="")
-    c = RawClient(leader, "a-consumer")
+    c = RawClient(leader, client_id="a-consumer")
     try:
         resp = decode(codec.response_class(1), c.request(req, 12), 12, True)
     finally:

@@ -154,7 +154,7 @@ def test_produce_response_carries_throttle_time(qbroker: BrokerProcess, version:
     topic = new_topic(qbroker)
     client_id = unique(f"raw-produce-v{version}")
     set_quotas(qbroker, [("client-id", client_id)], {"producer_byte_rate": 2000})
-    c = RawClient(qbroker, client_id)
+    c = RawClient(qbroker, client_id=client_id)
     try:
         resp = _call(c, _produce_request(topic, 10_000), version)
         assert isinstance(resp, ProduceResponse)
@@ -168,7 +168,7 @@ def test_produce_response_carries_throttle_time(qbroker: BrokerProcess, version:
 @pytest.mark.parametrize("version", [4, 11, 12])
 def test_throttled_fetch_is_empty_with_throttle_time(qbroker: BrokerProcess, version: int) -> None:
     topic = new_topic(qbroker)
-    c = RawClient(qbroker, unique("loader"))
+    c = RawClient(qbroker, client_id=unique("loader"))
     _call(c, _produce_request(topic, 10_000), 8)
     c.close()
     client_id = unique(f"raw-fetch-v{version}")
@@ -179,7 +179,7 @@ def test_throttled_fetch_is_empty_with_throttle_time(qbroker: BrokerProcess, ver
                                                                   fetch_offset=0, log_start_offset=-1,
                                                                   partition_max_bytes=1 << 20)])],
                        forgotten_topics_data=[], rack_id="")
-    c = RawClient(qbroker, client_id)
+    c = RawClient(qbroker, client_id=client_id)
     try:
         resp = _call(c, req, version)
         assert isinstance(resp, FetchResponse)
@@ -189,7 +189,7 @@ def test_throttled_fetch_is_empty_with_throttle_time(qbroker: BrokerProcess, ver
         c.close()
     # Without the quota the same fetch returns the records.
     set_quotas(qbroker, [("client-id", client_id)], {"consumer_byte_rate": None})
-    c = RawClient(qbroker, client_id)
+    c = RawClient(qbroker, client_id=client_id)
     try:
         resp = _call(c, req, version)
         assert resp.throttle_time_ms == 0
@@ -201,7 +201,7 @@ def test_throttled_fetch_is_empty_with_throttle_time(qbroker: BrokerProcess, ver
 def test_request_percentage_throttles_any_api(qbroker: BrokerProcess) -> None:
     client_id = unique("raw-requests")
     set_quotas(qbroker, [("client-id", client_id)], {"request_percentage": 0.001})
-    c = RawClient(qbroker, client_id)
+    c = RawClient(qbroker, client_id=client_id)
     try:
         throttles = []
         for _ in range(5):
@@ -220,7 +220,7 @@ def test_acks0_produce_over_quota_mutes_without_closing(qbroker: BrokerProcess) 
     topic = new_topic(qbroker)
     client_id = unique("raw-acks0")
     set_quotas(qbroker, [("client-id", client_id)], {"producer_byte_rate": 20_000})
-    c = RawClient(qbroker, client_id)
+    c = RawClient(qbroker, client_id=client_id)
     try:
         req = _produce_request(topic, 50_000, acks=0)
         req.with_header(correlation_id=99, client_id=client_id)
@@ -238,7 +238,7 @@ def test_user_quota_and_precedence_on_plaintext(broker_factory: Any) -> None:
     set_quotas(b, [("user", "ANONYMOUS")], {"producer_byte_rate": 2000})
     set_quotas(b, [("user", "ANONYMOUS"), ("client-id", "vip")], {"producer_byte_rate": 1e9})
     for client_id, throttled in (("someone", True), ("vip", False)):
-        c = RawClient(b, client_id)
+        c = RawClient(b, client_id=client_id)
         try:
             resp = _call(c, _produce_request(topic, 10_000), 9)
             assert (resp.throttle_time_ms > 0) == throttled, client_id
@@ -247,7 +247,7 @@ def test_user_quota_and_precedence_on_plaintext(broker_factory: Any) -> None:
     # The default user stands in for every user without a quota of their own.
     set_quotas(b, [("user", "ANONYMOUS")], {"producer_byte_rate": None})
     set_quotas(b, [("user", None)], {"producer_byte_rate": 2000})
-    c = RawClient(b, "someone-else")
+    c = RawClient(b, client_id="someone-else")
     try:
         assert _call(c, _produce_request(topic, 10_000), 9).throttle_time_ms > 0
     finally:
@@ -317,7 +317,7 @@ def test_describe_rejects_bad_filters_with_invalid_request(qbroker: BrokerProces
 
 
 def test_unthrottled_responses_carry_zero(qbroker: BrokerProcess) -> None:
-    c = RawClient(qbroker, unique("no-quota"))
+    c = RawClient(qbroker, client_id=unique("no-quota"))
     try:
         resp = _call(c, MetadataRequest(topics=None, allow_auto_topic_creation=False), 9)
         assert resp.throttle_time_ms == 0

@@ -24,7 +24,7 @@ def alter_quotas(broker: BrokerProcess, entity: Entity, ops: dict[str, float | N
     req = AlterClientQuotasRequest(validate_only=validate_only, entries=[entry(
         entity=[entry.EntityData(entity_type=t, entity_name=n) for t, n in entity],
         ops=[entry.OpData(key=k, value=0.0 if v is None else float(v), remove=v is None) for k, v in ops.items()])])
-    client = RawClient(broker, "quota-admin")
+    client = RawClient(broker, client_id="quota-admin")
     try:
         return decode(AlterClientQuotasResponse, client.request(req, version), version, version >= 1).entries[0]
     finally:
@@ -41,7 +41,7 @@ def describe_quotas(broker: BrokerProcess, components: list[tuple[str, int, str 
     """(entity type, match type 0 exact / 1 default / 2 any, name) filters; the whole response."""
     req = DescribeClientQuotasRequest(strict=strict, components=[
         DescribeClientQuotasRequest.ComponentData(entity_type=t, match_type=m, match=n) for t, m, n in components])
-    client = RawClient(broker, "quota-admin")
+    client = RawClient(broker, client_id="quota-admin")
     try:
         return decode(DescribeClientQuotasResponse, client.request(req, version), version, version >= 1)
     finally:

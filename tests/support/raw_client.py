@@ -11,7 +11,7 @@ from tests.support.broker import BrokerProcess
 class RawClient:
     """A bare socket speaking Kafka framing, to send what real clients never would."""
 
-    def __init__(self, broker: BrokerProcess, client_id: str = "raw", port: int | None = None) -> None:
+    def __init__(self, broker: BrokerProcess, port: int | None = None, client_id: str = "raw") -> None:
         self.sock = socket.create_connection(("127.0.0.1", port or broker.port), timeout=10)
         self.correlation = 0
         self.client_id = client_id
