@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from strom.broker.listeners import EndPoint
 from strom.broker.request import CloseConnection, DeferredResponse, FileRegion, RawResponse, RequestContext
 from strom.broker.session import Session
+from strom.metrics.request_metrics import RequestMetrics
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
 
@@ -167,6 +168,13 @@ class SocketServer:
         self._accept_error_logged_at = float("-inf")
         self._sweeper: asyncio.Task[None] | None = None
         self.connections: set[KafkaConnection] = set()
+        # Metrics (read at scrape time). request_metrics is None when the metrics endpoint is off.
+        # Per listener name: connections opened and closed, and SASL authentications (the SASL code counts them).
+        self.request_metrics: RequestMetrics | None = server.request_metrics
+        self.connections_created: collections.Counter[str] = collections.Counter()
+        self.connections_closed: collections.Counter[str] = collections.Counter()
+        self.failed_authentications: collections.Counter[str] = collections.Counter()
+        self.successful_authentications: collections.Counter[str] = collections.Counter()
 
     @property
     def kafka_server(self) -> KafkaServer:
@@ -341,6 +349,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._big_held = 0  # pool bytes charged for the large frame's buffer
         self._held = 0  # pool bytes charged for frames queued or being handled
         self._frames: collections.deque[bytes | bytearray] = collections.deque()
+        self._metrics = socket_server.request_metrics
+        self._received: collections.deque[float] = collections.deque()  # when each queued frame arrived (metrics)
         self._last_frame: bytes | bytearray | None = None
         self._queued_bytes = 0
         self._queue_paused = False  # this client has too much queued
@@ -365,10 +375,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.session.client_host = self.client_host
         self.session.client_port = peer[1] if peer else 0
         self._socket_server.connections.add(self)
+        self._socket_server.connections_created[self.endpoint.listener_name] += 1
         self._task = asyncio.get_running_loop().create_task(self._request_loop())
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        if self in self._socket_server.connections:
+            self._socket_server.connections_closed[self.endpoint.listener_name] += 1
         self._socket_server.connections.discard(self)
         self._pool.forget(self)
         if self._big_held:
@@ -485,6 +498,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._pool.take(len(frame))
             self._held += len(frame)
         self._frames.append(frame)
+        if self._metrics is not None:
+            self._received.append(self._last_active)  # set when these bytes arrived
         self._queued_bytes += len(frame)
         if self._queued_bytes > MAX_QUEUED_BYTES or len(self._frames) > MAX_QUEUED_FRAMES:
             self._queue_paused = True
@@ -560,6 +575,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         deferred: collections.deque[bytes | asyncio.Future[bytes]] = collections.deque()
         frame: bytes | bytearray | None = None
         view: memoryview | None = None
+        metrics = self._metrics
+        received = started = local_done = 0.0  # monotonic times of the request in hand (metrics only)
         try:
             while not self._closed:
                 if deferred and _answer_ready(deferred[0]):
@@ -577,6 +594,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         await self._wakeup.wait()  # a new frame, or a waiting Produce completed
                     continue
                 frame = self._frames.popleft()
+                if metrics is not None:
+                    received = self._received.popleft()
                 # Held until the next request replaces it, as before: freeing a large frame as soon as it is
                 # handled lets malloc trim the heap and fault the pages in again for the next one.
                 # The sweep drops it once the connection is quiet.
@@ -599,10 +618,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         await self._write_deferred(deferred, wait=True)
                 elif len(deferred) >= MAX_DEFERRED_ANSWERS:
                     await self._write_deferred(deferred, wait=True)  # bound what a pipelining client holds
+                if metrics is not None:
+                    started = time.monotonic()
                 try:
                     response = await self._dispatch(header, view[body_pos:])
                 finally:
                     self._release(len(frame))  # handled: its bytes no longer count against the broker budget
+                if metrics is not None:
+                    local_done = time.monotonic()
+                    self._measure_handed_over(metrics, header, response, coalesce, received, started, local_done)
                 if response is None:
                     continue
                 if isinstance(response, RawResponse):
@@ -618,6 +642,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         await self._write(pending)
                         pending, pending_bytes = [], 0
                     await self._send_raw(header, response)
+                    if metrics is not None:
+                        metrics.record(header.api_key, header.api_version, received, started,
+                                       local_done - response.remote_time_s, response.remote_time_s, time.monotonic())
                     continue
                 if deferred:
                     deferred.append(response)
@@ -627,6 +654,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if pending_bytes >= FLUSH_BYTES or not coalesce:
                     await self._write(pending)
                     pending, pending_bytes = [], 0
+                    if metrics is not None and not coalesce:
+                        metrics.record(header.api_key, header.api_version, received, started, local_done, 0.0,
+                                       time.monotonic())
         except _Close:
             if pending:
                 await self._write(pending)
@@ -638,12 +668,30 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._abort()
         finally:
             self._frames.clear()
+            self._received.clear()
             self._last_frame = None
             self._queued_bytes = 0
             self._release(self._held)
 
     def _answer_done(self, _: asyncio.Future[bytes]) -> None:
         self._wakeup.set()
+
+    @staticmethod
+    def _measure_handed_over(metrics: RequestMetrics, header: codec.RequestHeader,
+                             response: bytes | RawResponse | None, coalesce: bool, received: float,
+                             started: float, local_done: float) -> None:
+        """Request metrics of answers not sent right away: none (acks=0), gathered (Produce: their shared
+        write is not split among them) or waiting for the ISR (remote time = until the answer is ready).
+        Answers written at once are measured after their write, by the request loop."""
+        api_key, version = header.api_key, header.api_version
+        if response is None or (coalesce and not isinstance(response, RawResponse)):
+            metrics.record(api_key, version, received, started, local_done, 0.0, local_done)
+        elif isinstance(response, DeferredResponse):
+            def ready(_: asyncio.Future[bytes]) -> None:
+                now = time.monotonic()
+                metrics.record(api_key, version, received, started, local_done, now - local_done, now)
+
+            response.ready.add_done_callback(ready)
 
     async def _write_deferred(self, deferred: collections.deque[bytes | asyncio.Future[bytes]], wait: bool) -> None:
         """Write queued answers in order: the ready ones at the head, or (wait) all of them."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from strom.broker.session import Session
@@ -43,6 +43,7 @@ class RawResponse:
     """A response body a handler encoded itself: bytes and file regions, in order."""
 
     parts: list[bytes | FileRegion]
+    remote_time_s: float = field(default=0.0, kw_only=True)  # waited in a purgatory (long-poll fetch): metrics
 
     @property
     def size(self) -> int:

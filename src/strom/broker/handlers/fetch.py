@@ -56,7 +56,9 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
                 p.current_leader_epoch if version >= CURRENT_LEADER_EPOCH_FROM else NO_LEADER_EPOCH))
         layout.append((key, name, [p.partition for p in t.partitions]))
     results = await ctx.replica_manager.fetch_messages(params) if params.partitions else []
-    return _encode(version, top_error, layout, unknown, results)
+    response = _encode(version, top_error, layout, unknown, results)
+    response.remote_time_s = params.waited_s  # the long poll's wait is remote time, not local work
+    return response
 
 
 def _replica_id(version: int, request: Any) -> int:
