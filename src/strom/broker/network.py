@@ -626,7 +626,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     self._release(len(frame))  # handled: its bytes no longer count against the broker budget
                 if metrics is not None:
                     local_done = time.monotonic()
-                    self._measure_handed_over(metrics, header, response, coalesce, received, started, local_done)
+                    if coalesce and type(response) is bytes:  # gathered with the next answers: measured now
+                        metrics.record_quick(header.api_key, header.api_version, received, started, local_done)
+                    else:
+                        self._measure_handed_over(metrics, header, response, coalesce, received, started,
+                                                  local_done)
                 if response is None:
                     continue
                 if isinstance(response, RawResponse):
@@ -685,7 +689,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         Answers written at once are measured after their write, by the request loop."""
         api_key, version = header.api_key, header.api_version
         if response is None or (coalesce and not isinstance(response, RawResponse)):
-            metrics.record(api_key, version, received, started, local_done, 0.0, local_done)
+            metrics.record_quick(api_key, version, received, started, local_done)
         elif isinstance(response, DeferredResponse):
             def ready(_: asyncio.Future[bytes]) -> None:
                 now = time.monotonic()
