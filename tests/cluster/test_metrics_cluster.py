@@ -44,13 +44,14 @@ def test_controller_count_and_under_replicated_partitions_after_kill9(cluster_fa
     cluster.kill9(victim)
     alive = ALL - {victim}
 
-    def under_replicated_on_leader() -> float:
+    def under_replicated_on_leader() -> float | None:
         state = cluster.partition_state(topic, 0)
         if state is None or state.leader not in alive:
-            return 0
+            return None
         s = scrape(ports[state.leader])
-        return (s.get("kafka_cluster_partition_underreplicated", topic=topic, partition="0") or 0) and \
-            s.get("kafka_server_replicamanager_underreplicatedpartitions")
+        if s.get("kafka_cluster_partition_underreplicated", topic=topic, partition="0") != 1:
+            return None
+        return s.get("kafka_server_replicamanager_underreplicatedpartitions") or None
 
     assert cluster.wait_for(under_replicated_on_leader, 90, "under-replicated partitions > 0 on the leader") > 0
     assert cluster.wait_for(lambda: one_controller(alive), 60, "still exactly one controller") == controller

@@ -7,6 +7,7 @@ produced, records consumed and committed, requests that must fail), never from t
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 import uuid
@@ -221,12 +222,12 @@ def test_endpoint_is_off_by_default(broker: BrokerProcess) -> None:
 
 
 def test_bad_or_busy_metrics_listener_stops_the_broker_with_a_message(tmp_path: Path) -> None:
+    for name in ("bad", "busy"):
+        (tmp_path / name).mkdir()
     bad = BrokerProcess(tmp_path / "bad", {"metrics.listener": "ftp://nowhere"})
     with pytest.raises(RuntimeError, match="metrics.listener"):
         bad.start()
     taken = free_port()
-    import socket
-
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", taken))
         holder.listen()
