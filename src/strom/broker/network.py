@@ -577,6 +577,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         view: memoryview | None = None
         metrics = self._metrics
         received = started = local_done = 0.0  # monotonic times of the request in hand (metrics only)
+        clock = time.monotonic
         try:
             while not self._closed:
                 if deferred and _answer_ready(deferred[0]):
@@ -619,13 +620,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 elif len(deferred) >= MAX_DEFERRED_ANSWERS:
                     await self._write_deferred(deferred, wait=True)  # bound what a pipelining client holds
                 if metrics is not None:
-                    started = time.monotonic()
+                    started = clock()
                 try:
                     response = await self._dispatch(header, view[body_pos:])
                 finally:
                     self._release(len(frame))  # handled: its bytes no longer count against the broker budget
                 if metrics is not None:
-                    local_done = time.monotonic()
+                    local_done = clock()
                     if coalesce and type(response) is bytes:  # gathered with the next answers: measured now
                         metrics.record_quick(header.api_key, header.api_version, received, started, local_done)
                     else:
@@ -648,7 +649,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     await self._send_raw(header, response)
                     if metrics is not None:
                         metrics.record(header.api_key, header.api_version, received, started,
-                                       local_done - response.remote_time_s, response.remote_time_s, time.monotonic())
+                                       local_done - response.remote_time_s, response.remote_time_s, clock())
                     continue
                 if deferred:
                     deferred.append(response)
@@ -660,7 +661,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     pending, pending_bytes = [], 0
                     if metrics is not None and not coalesce:
                         metrics.record(header.api_key, header.api_version, received, started, local_done, 0.0,
-                                       time.monotonic())
+                                       clock())
         except _Close:
             if pending:
                 await self._write(pending)
