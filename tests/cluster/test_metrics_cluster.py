@@ -55,3 +55,35 @@ def test_controller_count_and_under_replicated_partitions_after_kill9(cluster_fa
 
     assert cluster.wait_for(under_replicated_on_leader, 90, "under-replicated partitions > 0 on the leader") > 0
     assert cluster.wait_for(lambda: one_controller(alive), 60, "still exactly one controller") == controller
+
+
+def test_isr_shrink_and_expand_are_counted_by_the_leader(cluster_factory) -> None:  # noqa: ANN001
+    """A frozen follower falls out of the ISR by the leader's own decision (replica.lag.time.max.ms), well
+    before its ZooKeeper session expires; once thawed it catches up and the leader takes it back."""
+    ports = {b: free_port() for b in sorted(ALL)}
+    cluster: ClusterProcess = cluster_factory(
+        3, overrides={"replica.lag.time.max.ms": 1000},
+        broker_overrides={b: {"metrics.listener": f"http://127.0.0.1:{p}"} for b, p in ports.items()})
+    topic = create_topic(cluster)
+    cluster.wait_isr(topic, 0, ALL, timeout=60)
+    leader = cluster.partition_state(topic, 0).leader
+    controller = cluster.controller_id()
+    follower = next(b for b in sorted(ALL) if b not in (leader, controller))
+    before = scrape(ports[leader])
+    shrinks = before.get("kafka_server_replicamanager_isrshrinks_total")
+    expands = before.get("kafka_server_replicamanager_isrexpands_total")
+    cluster.sigstop(follower)
+    try:
+        cluster.wait_isr(topic, 0, ALL - {follower}, timeout=60)
+        after = cluster.wait_for(
+            lambda: (s := scrape(ports[leader])).get("kafka_server_replicamanager_isrshrinks_total") > shrinks and s,
+            30, "the leader to count its ISR shrink")
+        assert after.get("kafka_cluster_partition_underreplicated", topic=topic, partition="0") == 1
+        assert after.get("kafka_cluster_partition_insyncreplicascount", topic=topic, partition="0") == 2
+    finally:
+        cluster.sigcont(follower)
+    cluster.wait_isr(topic, 0, ALL, timeout=90)
+    final = cluster.wait_for(
+        lambda: (s := scrape(ports[leader])).get("kafka_server_replicamanager_isrexpands_total") > expands and s,
+        30, "the leader to count its ISR expansion")
+    assert final.get("kafka_cluster_partition_underreplicated", topic=topic, partition="0") == 0

@@ -1,7 +1,8 @@
 """MetricsEndpoint: a small HTTP/1.1 server on the broker's loop for /metrics, /healthz and /readyz.
 
 One request per connection (answered with `Connection: close`), GET and HEAD only, headers capped
-at 8 KiB and 10 s, so a stuck or hostile scraper holds one socket and nothing else. /metrics takes
+at 8 KiB and 10 s, at most MAX_CLIENTS connections at once, so a stuck or hostile client holds a
+socket and nothing else. /metrics takes
 its snapshot on the loop (plain copies, cheap) and formats the text in a worker thread, so a large
 scrape does not hold up requests on the Kafka port.
 """
@@ -21,6 +22,7 @@ log = logging.getLogger(__name__)
 
 MAX_HEADER_BYTES = 8192
 HEADER_TIMEOUT_S = 10.0
+MAX_CLIENTS = 64  # connections served at once; more are closed at once (scrapers retry)
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error",
             503: "Service Unavailable"}
 INDEX = (b"Strom broker metrics\n  /metrics  Prometheus metrics\n  /healthz  200 while the process runs\n"
@@ -61,6 +63,9 @@ class MetricsEndpoint:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        if len(self._clients) >= MAX_CLIENTS:
+            writer.close()
+            return
         if task is not None:
             self._clients.add(task)
         try:
