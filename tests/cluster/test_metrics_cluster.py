@@ -38,6 +38,12 @@ def test_controller_count_and_under_replicated_partitions_after_kill9(cluster_fa
     assert sum(s.get("kafka_server_replicamanager_leadercount") for s in everything.values()) >= 2
     assert everything[controller].get("kafka_controller_kafkacontroller_offlinepartitionscount") == 0
     assert everything[controller].get("kafka_controller_kafkacontroller_globalpartitioncount") >= 2
+    for b in {cluster.partition_state(topic, p).leader for p in (0, 1)}:
+        # Followers fetch from every leader (long polls, answered within replica.fetch.wait.max.ms), timed
+        # there as FetchFollower.
+        cluster.wait_for(lambda b=b: scrape(ports[b]).total("kafka_network_requestmetrics_requests_total",
+                                                           request="FetchFollower") > 0 or None,
+                         30, f"a FetchFollower answered by broker {b}")
 
     leader = cluster.partition_state(topic, 0).leader
     victim = next(b for b in sorted(ALL) if b not in (leader, controller))

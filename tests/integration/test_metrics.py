@@ -105,6 +105,11 @@ def test_counters_follow_a_known_workload(metered: BrokerProcess) -> None:
             assert m.get(f"kafka_network_requestmetrics_{hist}_bucket", request=api, le="+Inf") == n
     assert all(int(lab["version"]) >= 3 for lab, _ in m.matching("kafka_network_requestmetrics_requests_total",
                                                                   request="Produce"))
+    # As Kafka, every Fetch is also timed as FetchConsumer (clients) or FetchFollower (replicas; none here).
+    fetches = m.total("kafka_network_requestmetrics_requests_total", request="Fetch")
+    assert m.total("kafka_network_requestmetrics_requests_total", request="FetchConsumer") == fetches
+    assert m.get("kafka_network_requestmetrics_totaltimems_count", request="FetchConsumer") == fetches
+    assert m.get("kafka_network_requestmetrics_totaltimems_count", request="FetchFollower") is None
     # The log, as this broker holds it.
     assert m.get("kafka_log_log_logendoffset", topic=topic, partition="0") == RECORDS
     assert m.get("kafka_log_log_logstartoffset", topic=topic, partition="0") == 0

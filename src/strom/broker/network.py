@@ -648,8 +648,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         pending, pending_bytes = [], 0
                     await self._send_raw(header, response)
                     if metrics is not None:
-                        metrics.record(header.api_key, header.api_version, received, started,
-                                       local_done - response.remote_time_s, response.remote_time_s, clock())
+                        metrics.record_raw(header.api_key, header.api_version, received, started, local_done,
+                                           response, clock())
                     continue
                 if deferred:
                     deferred.append(response)

@@ -43,7 +43,9 @@ class RawResponse:
     """A response body a handler encoded itself: bytes and file regions, in order."""
 
     parts: list[bytes | FileRegion]
-    remote_time_s: float = field(default=0.0, kw_only=True)  # waited in a purgatory (long-poll fetch): metrics
+    # For metrics: time waited in a purgatory (long-poll fetch), and for a Fetch whether a replica sent it.
+    remote_time_s: float = field(default=0.0, kw_only=True)
+    from_follower: bool | None = field(default=None, kw_only=True)
 
     @property
     def size(self) -> int:

@@ -18,6 +18,7 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable
 from operator import sub
+from typing import Any
 
 import kafka.errors as Errors
 
@@ -47,8 +48,15 @@ def error_name(code: int) -> str:
     return name
 
 
+# Kafka times a Fetch twice: as Fetch and as FetchConsumer or FetchFollower. Keys for the second names:
+FETCH_CONSUMER, FETCH_FOLLOWER = -2, -3
+_PSEUDO_APIS = {FETCH_CONSUMER: "FetchConsumer", FETCH_FOLLOWER: "FetchFollower"}
+
+
 def api_name(api_key: int) -> str:
     """Kafka's name of an API (ApiKeys.name): LIST_OFFSETS -> ListOffsets."""
+    if api_key in _PSEUDO_APIS:
+        return _PSEUDO_APIS[api_key]
     try:
         name = ApiKey(api_key).name
     except ValueError:
@@ -121,6 +129,16 @@ class RequestMetrics:
         pending.append((version, received, started, local_done, remote, done))
         if len(pending) >= FOLD_EVERY:
             self._fold(api_key)
+
+    def record_raw(self, api_key: int, version: int, received: float, started: float, local_done: float,
+                   response: Any, done: float) -> None:
+        """An answer the handler encoded itself (a Fetch), written at `done`; a long poll's purgatory wait
+        happened inside the handler, so local time ends that much before `local_done`."""
+        remote = response.remote_time_s
+        self.record(api_key, version, received, started, local_done - remote, remote, done)
+        if response.from_follower is not None:
+            self.record(FETCH_FOLLOWER if response.from_follower else FETCH_CONSUMER, version, received, started,
+                        local_done - remote, remote, done)
 
     def _fold(self, api_key: int) -> None:
         """One API's buffered requests into its counters. Sums come from column sums (the sum of b - a is

@@ -58,6 +58,7 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
     results = await ctx.replica_manager.fetch_messages(params) if params.partitions else []
     response = _encode(version, top_error, layout, unknown, results)
     response.remote_time_s = params.waited_s  # the long poll's wait is remote time, not local work
+    response.from_follower = params.is_from_follower  # metrics: FetchFollower or FetchConsumer
     return response
 
 
