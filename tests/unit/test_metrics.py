@@ -85,3 +85,10 @@ def test_a_snapshot_renders_every_family_in_the_text_format() -> None:
     assert s.get("kafka_coordinator_group_groupmetadatamanager_numgroupsstable") == 1
     assert s.get("kafka_server_delayedoperationpurgatory_numdelayedoperations", delayedoperation="Fetch") == 2
     assert s.types["kafka_network_requestmetrics_totaltimems"] == "histogram"
+
+
+def test_error_counting_ignores_what_is_not_a_message_struct() -> None:
+    m = RequestMetrics()
+    count_response_errors(m, ApiKey.METADATA, {"error_code": 3})
+    count_response_errors(m, ApiKey.METADATA, None)
+    assert m.snapshot() == []

@@ -104,8 +104,8 @@ class MetricsEndpoint:
                 return 200, b"ready\n", text, head_only
             return 503, b"not ready: starting or recovering logs\n", text, head_only
         if target == b"/metrics":
-            snapshot = self._collector.snapshot()
             try:
+                snapshot = self._collector.snapshot()
                 body = await asyncio.get_running_loop().run_in_executor(None, render, snapshot)
             except Exception:
                 log.exception("metrics endpoint: rendering metrics failed")

@@ -209,7 +209,8 @@ _PLANS: dict[type, tuple[bool, tuple[str, ...]]] = {}
 def _plan(cls: type) -> tuple[bool, tuple[str, ...]]:
     plan = _PLANS.get(cls)
     if plan is None:
-        fields = cls._struct._fields  # type: ignore[attr-defined]
+        struct = getattr(cls, "_struct", None)
+        fields = getattr(struct, "_fields", None) or ()  # not a message struct: nothing to count in it
         plan = _PLANS[cls] = (any(f.name == "error_code" for f in fields),
                               tuple(f.name for f in fields if f.is_struct() or f.is_struct_array()))
     return plan
@@ -224,7 +225,7 @@ def count_response_errors(metrics: RequestMetrics, api_key: int, response: objec
         has_error, children = _plan(type(obj))
         if has_error:
             code = getattr(obj, "error_code", 0)
-            if code:
+            if code and isinstance(code, int):
                 errors[code] = errors.get(code, 0) + 1
         for name in children:
             value = getattr(obj, name, None)
