@@ -705,7 +705,8 @@ def client_phases(bootstrap: str, port: int, pid: int, args: argparse.Namespace,
 def run_strom(args: argparse.Namespace, workdir: str, prof: Profiler) -> dict[str, Any]:
     """All phases against Strom; the raw fetch runs again on a restarted broker that copies instead of sendfile."""
     Path(workdir).mkdir(parents=True, exist_ok=True)
-    broker = BrokerProcess(workdir).start()
+    overrides = dict(o.split("=", 1) for o in args.override)
+    broker = BrokerProcess(workdir, overrides).start()
     res: dict[str, Any] = {"data_dir": "fresh temporary directory", "durable": "on disk (page cache, default flush)"}
     try:
         assert broker.pid is not None
@@ -736,7 +737,7 @@ def run_strom(args: argparse.Namespace, workdir: str, prof: Profiler) -> dict[st
         log(f"strom: raw small {res['raw_small_produce']['requests_s']} req/s")
     finally:
         broker.stop()
-    copier = BrokerProcess(workdir, env={"STROM_SENDFILE_MIN_BYTES": str(10**12)}).start()
+    copier = BrokerProcess(workdir, overrides, env={"STROM_SENDFILE_MIN_BYTES": str(10**12)}).start()
     try:
         assert copier.pid is not None
         for size in args.fetch_sizes:
@@ -838,6 +839,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--small-window", type=int, default=64, help="raw small requests in flight")
     ap.add_argument("--quick", action="store_true", help="100,000 records and 3 s timed phases")
     ap.add_argument("--no-peer", action="store_true", help="skip Tansu")
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="broker property for Strom (repeatable), e.g. metrics.listener=http://127.0.0.1:0")
     ap.add_argument("--profile", metavar="DIR", help="sample the broker with py-spy during produce/consume")
     ap.add_argument("--wait-quiet", type=float, default=0, metavar="S",
                     help="before each phase wait up to S seconds for other processes to go quiet")

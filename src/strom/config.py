@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strom.broker.listeners import EndPoint, ListenerError, parse_listeners, parse_protocol_map
+from strom.metrics.listener import validate_metrics_listener
 from strom.security.jaas import JaasConfig, JaasConfigError, parse_jaas_config
 
 __all__ = [
@@ -401,7 +402,8 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("quota.window.size.seconds", T.INT, 1, "Length of one quota sample.", at_least(1)),
     # -- metrics and health (Prometheus endpoint)
     ConfigDef("metrics.listener", T.STRING, "",
-              "http://host:port of the Prometheus /metrics, /healthz and /readyz endpoint; empty = off."),
+              "http://host:port of the Prometheus /metrics, /healthz and /readyz endpoint; empty = off.",
+              validate_metrics_listener),
 ]
 del T
 

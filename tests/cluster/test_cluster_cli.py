@@ -18,6 +18,7 @@ from kazoo.client import KazooClient
 
 from strom.cluster.zookeeper_server import four_letter_word, free_port
 from tests.support.cluster import pid_alive
+from tests.support.metrics import http_request
 
 
 def free_port_run(count: int) -> int:
@@ -108,9 +109,10 @@ def kill_leftovers(pids: dict[str, int]) -> list[str]:
 
 @pytest.mark.cluster
 def test_cluster_up_serves_and_stops_every_child_on_sigint(tmp_path: Path) -> None:
-    base, zk_port = free_port_run(2), free_port()
+    base, zk_port, metrics_base = free_port_run(2), free_port(), free_port_run(2)
     cli = CliProcess("--brokers", "2", "--data-dir", str(tmp_path), "--base-port", str(base),
-                     "--zookeeper-port", str(zk_port), "--startup-timeout", "90")
+                     "--zookeeper-port", str(zk_port), "--metrics-base-port", str(metrics_base),
+                     "--startup-timeout", "90")
     pids: dict[str, int] = {}
     try:
         pids = started_pids(cli, 60)
@@ -119,6 +121,10 @@ def test_cluster_up_serves_and_stops_every_child_on_sigint(tmp_path: Path) -> No
         assert dict(zip(pid_file[::2], map(int, pid_file[1::2]), strict=True)) == pids
         bootstrap = cli.wait_line(r"Bootstrap servers: (\S+)", 120).group(1)
         assert bootstrap == f"127.0.0.1:{base},127.0.0.1:{base + 1}"
+        metrics = cli.wait_line(r"Metrics: (.*)", 30).group(1)
+        for broker_id, port in ((1, metrics_base), (2, metrics_base + 1)):
+            assert f"broker {broker_id} http://127.0.0.1:{port}/metrics" in metrics
+            assert http_request(port, "/readyz").status == 200
         assert four_letter_word(zk_port, "ruok") == "imok"
         zk = KazooClient(hosts=f"127.0.0.1:{zk_port}/strom")
         zk.start(timeout=15)
@@ -146,7 +152,8 @@ def test_cluster_up_reports_a_broker_that_dies_and_stops_the_rest(tmp_path: Path
     # An unknown broker setting makes each broker exit at start-up, whatever cluster mode can do.
     base, zk_port = free_port_run(2), free_port()
     cli = CliProcess("--brokers", "2", "--data-dir", str(tmp_path), "--base-port", str(base),
-                     "--zookeeper-port", str(zk_port), "--override", "no.such.broker.setting=1")
+                     "--zookeeper-port", str(zk_port), "--metrics-base-port", "0",
+                     "--override", "no.such.broker.setting=1")
     pids: dict[str, int] = {}
     try:
         pids = started_pids(cli, 90)

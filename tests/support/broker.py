@@ -53,10 +53,13 @@ class BrokerProcess:
             cmd += ["--override", f"{k}={v}"]
         return cmd
 
-    def start(self, timeout: float = 30.0) -> BrokerProcess:
+    def start(self, timeout: float = 30.0, wait: bool = True) -> BrokerProcess:
+        """Start the process; with wait (the default) return once the Kafka port accepts connections."""
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT,
                                          env={**os.environ, **self.env}, preexec_fn=self._preexec())
+        if not wait:
+            return self
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -21,6 +21,7 @@ from strom.broker.quota.throttle import (
     with_throttle_time,
 )
 from strom.broker.request import CloseConnection, RawResponse, RequestContext
+from strom.metrics.request_metrics import RequestMetrics, count_response_errors
 from strom.protocol import codec
 from strom.protocol.api_keys import SUPPORTED_VERSIONS, ApiKey
 
@@ -50,6 +51,7 @@ class KafkaApis:
         self.supported_versions: dict[int, tuple[int, int]] = dict(SUPPORTED_VERSIONS)
         self._fail_apis = _injected_failure_apis()
         self.quotas: QuotaManagers | None = None  # set by the server; the request-time quota is enforced here
+        self.request_metrics: RequestMetrics | None = None  # error counts per API, when metrics are on
 
     def register(self, api_key: int, handler: Handler, versions: tuple[int, int] | None = None) -> None:
         self._handlers[api_key] = handler
@@ -95,6 +97,8 @@ class KafkaApis:
                 response = with_throttle_time(ctx, response)
             if response is None or isinstance(response, RawResponse | bytes):
                 return response
+            if self.request_metrics is not None:
+                count_response_errors(self.request_metrics, header.api_key, response)
             return codec.encode_response(header, response)  # inside: a response that cannot encode is a bug too
         except codec.MalformedRequest:
             raise
@@ -102,6 +106,8 @@ class KafkaApis:
             # As Kafka does: this request gets UNKNOWN_SERVER_ERROR, the connection stays open.
             log.exception("unexpected error handling %s v%d (correlation id %d) from %s",
                           ApiKey(header.api_key).name, header.api_version, header.correlation_id, ctx.client_host)
+            if self.request_metrics is not None:
+                self.request_metrics.record_error(header.api_key, UNKNOWN_SERVER_ERROR)
             if header.api_key == ApiKey.PRODUCE and request.acks == 0:
                 # No response to carry the error: closing is how an acks=0 producer learns of it.
                 raise CloseConnection("acks=0 produce failed") from None

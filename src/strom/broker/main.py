@@ -85,6 +85,9 @@ async def _serve(config: BrokerConfig) -> None:
               f"  produce:         strom console-producer --bootstrap-server {bootstrap} --topic demo\n"
               f"  consume:         strom console-consumer --bootstrap-server {bootstrap} --topic demo --from-beginning\n"
               f"  stop:            Ctrl-C", flush=True)
+        if server.metrics_endpoint is not None:
+            url = server.metrics_endpoint.url
+            print(f"  metrics:         {url}/metrics  (health: {url}/healthz, readiness: {url}/readyz)", flush=True)
         await server.run_until_stopped()
     finally:
         await server.shutdown()

@@ -40,6 +40,7 @@ from strom.broker.listeners import EndPoint
 from strom.broker.request import CloseConnection, DeferredResponse, FileRegion, RawResponse, RequestContext
 from strom.broker.session import Session
 from strom.config import ConfigError
+from strom.metrics.request_metrics import RequestMetrics
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
 from strom.security.authenticator import SaslListenerConfig, SaslServerAuthenticator
@@ -210,11 +211,13 @@ class SocketServer:
         self.tls_handshake_failures = 0  # since start (a metrics hook reads it)
         self._tls_failures_unlogged = 0
         self._tls_failure_logged_at = float("-inf")
-
-    @property
-    def failed_authentications(self) -> int:
-        """Failed SASL authentications since start (a metrics hook reads this counter)."""
-        return self.login_throttle.failed_total
+        # Metrics (read at scrape time). request_metrics is None when the metrics endpoint is off.
+        # Per listener name: connections opened and closed, and SASL authentications (the SASL code counts them).
+        self.request_metrics: RequestMetrics | None = server.request_metrics
+        self.connections_created: collections.Counter[str] = collections.Counter()
+        self.connections_closed: collections.Counter[str] = collections.Counter()
+        self.failed_authentications: collections.Counter[str] = collections.Counter()
+        self.successful_authentications: collections.Counter[str] = collections.Counter()
 
     @property
     def kafka_server(self) -> KafkaServer:
@@ -425,6 +428,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._big_held = 0  # pool bytes charged for the large frame's buffer
         self._held = 0  # pool bytes charged for frames queued or being handled
         self._frames: collections.deque[bytes | bytearray] = collections.deque()
+        self._metrics = socket_server.request_metrics
+        self._received: collections.deque[float] = collections.deque()  # when each queued frame arrived (metrics)
         self._last_frame: bytes | bytearray | None = None
         self._queued_bytes = 0
         self._queue_paused = False  # this client has too much queued
@@ -458,6 +463,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if not self.session.authenticated:
             self._auth_deadline = loop.call_later(self._socket_server.authentication_timeout_s,
                                                   self._authentication_timed_out)
+        self._socket_server.connections_created[self.endpoint.listener_name] += 1
         self._task = loop.create_task(self._request_loop())
 
     def _set_certificate_principal(self, transport: asyncio.Transport) -> bool:
@@ -487,6 +493,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._closed = True
         if self._auth_deadline is not None:
             self._auth_deadline.cancel()
+        if self in self._socket_server.connections:
+            self._socket_server.connections_closed[self.endpoint.listener_name] += 1
         self._socket_server.connections.discard(self)
         self._pool.forget(self)
         if self._big_held:
@@ -603,6 +611,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._pool.take(len(frame))
             self._held += len(frame)
         self._frames.append(frame)
+        if self._metrics is not None:
+            self._received.append(self._last_active)  # set when these bytes arrived
         self._queued_bytes += len(frame)
         if self._queued_bytes > MAX_QUEUED_BYTES or len(self._frames) > MAX_QUEUED_FRAMES:
             self._queue_paused = True
@@ -678,6 +688,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         deferred: collections.deque[bytes | asyncio.Future[bytes]] = collections.deque()
         frame: bytes | bytearray | None = None
         view: memoryview | None = None
+        metrics = self._metrics
+        received = started = local_done = 0.0  # monotonic times of the request in hand (metrics only)
+        clock = time.monotonic
         try:
             while not self._closed:
                 if deferred and _answer_ready(deferred[0]):
@@ -701,6 +714,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         await self._wakeup.wait()  # a new frame, or a waiting Produce completed
                     continue
                 frame = self._frames.popleft()
+                if metrics is not None:
+                    received = self._received.popleft()
                 # Held until the next request replaces it, as before: freeing a large frame as soon as it is
                 # handled lets malloc trim the heap and fault the pages in again for the next one.
                 # The sweep drops it once the connection is quiet.
@@ -729,10 +744,19 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         await self._write_deferred(deferred, wait=True)
                 elif len(deferred) >= MAX_DEFERRED_ANSWERS:
                     await self._write_deferred(deferred, wait=True)  # bound what a pipelining client holds
+                if metrics is not None:
+                    started = clock()
                 try:
                     response = await self._dispatch(header, view[body_pos:])
                 finally:
                     self._release(len(frame))  # handled: its bytes no longer count against the broker budget
+                if metrics is not None:
+                    local_done = clock()
+                    if coalesce and type(response) is bytes:  # gathered with the next answers: measured now
+                        metrics.record_quick(header.api_key, header.api_version, received, started, local_done)
+                    else:
+                        self._measure_handed_over(metrics, header, response, coalesce, received, started,
+                                                  local_done)
                 if response is None:
                     continue
                 if isinstance(response, RawResponse):
@@ -748,6 +772,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                         await self._write(pending)
                         pending, pending_bytes = [], 0
                     await self._send_raw(header, response)
+                    if metrics is not None:
+                        metrics.record_raw(header.api_key, header.api_version, received, started, local_done,
+                                           response, clock())
                     continue
                 if deferred:
                     deferred.append(response)
@@ -757,6 +784,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 if pending_bytes >= FLUSH_BYTES or not coalesce:
                     await self._write(pending)
                     pending, pending_bytes = [], 0
+                    if metrics is not None and not coalesce:
+                        metrics.record(header.api_key, header.api_version, received, started, local_done, 0.0,
+                                       clock())
         except _Close:
             if pending:
                 await self._write(pending)
@@ -768,6 +798,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._abort()
         finally:
             self._frames.clear()
+            self._received.clear()
             self._last_frame = None
             self._queued_bytes = 0
             self._release(self._held)
@@ -797,6 +828,23 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def _answer_done(self, _: asyncio.Future[bytes]) -> None:
         self._wakeup.set()
+
+    @staticmethod
+    def _measure_handed_over(metrics: RequestMetrics, header: codec.RequestHeader,
+                             response: bytes | RawResponse | None, coalesce: bool, received: float,
+                             started: float, local_done: float) -> None:
+        """Request metrics of answers not sent right away: none (acks=0), gathered (Produce: their shared
+        write is not split among them) or waiting for the ISR (remote time = until the answer is ready).
+        Answers written at once are measured after their write, by the request loop."""
+        api_key, version = header.api_key, header.api_version
+        if response is None or (coalesce and not isinstance(response, RawResponse)):
+            metrics.record_quick(api_key, version, received, started, local_done)
+        elif isinstance(response, DeferredResponse):
+            def ready(_: asyncio.Future[bytes]) -> None:
+                now = time.monotonic()
+                metrics.record(api_key, version, received, started, local_done, now - local_done, now)
+
+            response.ready.add_done_callback(ready)
 
     async def _write_deferred(self, deferred: collections.deque[bytes | asyncio.Future[bytes]], wait: bool) -> None:
         """Write queued answers in order: the ready ones at the head, or (wait) all of them."""
@@ -839,6 +887,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except CloseConnection as exc:
             raise _Close from exc
         if header.api_key in _SASL_APIS and session.authenticator is not None:
+            self._count_sasl_outcome()
             self._after_sasl_step()
             if session.authenticator.must_close:
                 if response is not None and not isinstance(response, RawResponse):
@@ -864,6 +913,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
                  session.client_port, session.listener_name, session.principal)
         raise _Close
 
+    def _count_sasl_outcome(self) -> None:
+        """Successful and failed authentications per listener, for the metrics endpoint."""
+        authenticator = self.session.authenticator
+        if authenticator is None or authenticator.outcome is None:
+            return
+        counts = (self._socket_server.successful_authentications if authenticator.outcome
+                  else self._socket_server.failed_authentications)
+        counts[self.endpoint.listener_name] += 1
+        authenticator.outcome = None
+
     def _after_sasl_step(self) -> None:
         """Authenticated: lift the pre-authentication frame cap and the authentication deadline."""
         if self.session.authenticated:
@@ -878,6 +937,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         authenticator = self.session.authenticator
         assert authenticator is not None
         result = await authenticator.authenticate(bytes(frame), 0)
+        self._count_sasl_outcome()
         if result.error_code:
             raise _Close
         self._after_sasl_step()

@@ -20,6 +20,7 @@ from strom.broker.handlers import error_code_of, error_message_of
 from strom.broker.partition import READ_COMMITTED, READ_UNCOMMITTED, IsrChangeSender, Partition
 from strom.cluster.metadata import ChangeKind, MetadataStore, PartitionState, TopicChange, TopicMetadata
 from strom.config import BrokerConfig
+from strom.metrics.topic_stats import BrokerTopicStats
 from strom.protocol.record_batch import build_control_batch
 from strom.server_common.purgatory import DelayedOperation, DelayedOperationPurgatory
 from strom.server_common.types import TopicPartition
@@ -33,6 +34,9 @@ log = logging.getLogger(__name__)
 
 # A full disk fails every produce: log it once per partition per interval, not once per request.
 STORAGE_ERROR_LOG_INTERVAL_S = 60.0
+# Append errors that refuse the records themselves: their bytes count as rejected (Kafka's BytesRejected).
+_REJECTED_RECORDS = (Errors.MessageSizeTooLargeError, Errors.RecordListTooLargeError, Errors.CorruptRecordError,
+                     Errors.InvalidRecordError, Errors.InvalidTimestampError)
 
 
 @dataclass(slots=True)
@@ -63,6 +67,7 @@ class FetchParams:
     isolation_level: int = READ_UNCOMMITTED  # 1 = read_committed: up to the LSO
     replica_id: int = -1  # a follower's broker id; -1 for consumers
     partitions: list[FetchPartitionRequest] = field(default_factory=list)
+    waited_s: float = 0.0  # time parked in the fetch purgatory (the request's remote time)
 
     @property
     def is_from_follower(self) -> bool:
@@ -126,11 +131,12 @@ class DelayedProduce(DelayedOperation):
     """An acks=all produce parked until every written partition's HW passed its records, or timeout_ms."""
 
     def __init__(self, timeout_ms: int, results: ProduceResults, lookup: Callable[[TopicPartition], Any],
-                 future: asyncio.Future[ProduceResults]) -> None:
+                 future: asyncio.Future[ProduceResults], stats: BrokerTopicStats | None = None) -> None:
         super().__init__(timeout_ms)
         self._results = results
         self._lookup = lookup
         self._future = future
+        self._stats = stats
 
     def try_complete(self) -> bool:
         pending = False
@@ -145,6 +151,8 @@ class DelayedProduce(DelayedOperation):
             if res.acks_pending:  # expired: the followers did not catch up in time
                 res.acks_pending = False
                 res.error_code = Errors.RequestTimedOutError.errno
+                if self._stats is not None:
+                    self._stats.record_produce_error(res.error_code)
         if not self._future.done():
             self._future.set_result(self._results)
 
@@ -198,6 +206,10 @@ class ReplicaManager:
         self.controller_epoch = 0
         self.fetcher_manager: FetcherManager | None = None
         self.isr_change_sender: IsrChangeSender | None = None
+        # Metrics: per-topic traffic when the metrics endpoint is on; ISR changes this leader made.
+        self.topic_stats: BrokerTopicStats | None = None
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     # -- partition lifecycle ---------------------------------------------------
     def log_config_for(self, topic: TopicMetadata) -> LogConfig:
@@ -285,6 +297,8 @@ class ReplicaManager:
         Returns how many partitions were tombstoned: any one of them records the deletion durably.
         """
         done = 0
+        if self.topic_stats is not None:
+            self.topic_stats.forget_topic(topic.name)
         for tp in sorted(tp for tp in set(self.partitions) | self.offline_partitions if tp[0] == topic.name):
             self.partitions.pop(tp, None)
             self.offline_partitions.discard(tp)
@@ -443,8 +457,14 @@ class ReplicaManager:
     def on_isr_committed(self, tp: TopicPartition, leader_epoch: int, isr: list[int] | None,
                          partition_epoch: int) -> None:
         part = self.partitions.get(tp)
+        before = len(part.isr) if part is not None else 0
         if part is not None and part.on_isr_committed(leader_epoch, isr, partition_epoch):
             self.fetch_purgatory.check_and_complete(tp)
+        if part is not None and len(part.isr) != before:
+            if len(part.isr) < before:
+                self.isr_shrinks += 1
+            else:
+                self.isr_expands += 1
         self.produce_purgatory.check_and_complete(tp)
 
     def append_as_follower(self, tp: TopicPartition, records: Any, leader_high_watermark: int,
@@ -455,6 +475,8 @@ class ReplicaManager:
             return  # the leadership moved while the fetch was in flight
         old_hw = part.high_watermark
         part.append_records_as_follower(records, leader_high_watermark, leader_log_start_offset)
+        if self.topic_stats is not None and records:
+            self.topic_stats.record_replication_in(len(records))
         if part.high_watermark != old_hw:
             self.fetch_purgatory.check_and_complete(tp)
 
@@ -488,6 +510,7 @@ class ReplicaManager:
         results: ProduceResults = {}
         waiting = False
         partitions = self.partitions
+        stats = self.topic_stats
         for tp, records in entries.items():
             res = results[tp] = ProducePartitionResult(tp[1])
             part = partitions.get(tp)
@@ -498,7 +521,12 @@ class ReplicaManager:
             except Exception as exc:
                 res.error_code = error_code_of(exc)
                 res.error_message = error_message_of(exc)
+                if stats is not None:
+                    stats.record_failed_append(tp[0], len(records) if records is not None else 0, res.error_code,
+                                               isinstance(exc, _REJECTED_RECORDS))
                 continue
+            if stats is not None:
+                stats.record_append(tp[0], len(records), info)
             res.base_offset = info.first_offset
             res.log_append_time_ms = info.log_append_time_ms
             res.log_start_offset = info.log_start_offset
@@ -510,7 +538,7 @@ class ReplicaManager:
         if not waiting:
             return results, None
         future: asyncio.Future[ProduceResults] = asyncio.get_running_loop().create_future()
-        op = DelayedProduce(timeout_ms, results, self.partitions.get, future)
+        op = DelayedProduce(timeout_ms, results, self.partitions.get, future, stats)
         self.produce_purgatory.try_complete_else_watch(op, [tp for tp, r in results.items() if r.acks_pending])
         return results, future
 
@@ -621,9 +649,16 @@ class ReplicaManager:
         results, total = self.read_from_local_log(params)
         if (params.max_wait_ms <= 0 or total >= params.min_bytes or not params.partitions
                 or any(r.error_code for r in results)):
+            if self.topic_stats is not None:
+                self.topic_stats.record_fetch(params, results)
             return results
         future: asyncio.Future[list[FetchPartitionResult]] = asyncio.get_running_loop().create_future()
         op = DelayedFetch(self, params, future)
         keys = [(r.topic, r.partition) for r in params.partitions]
+        parked = time.monotonic()
         self.fetch_purgatory.try_complete_else_watch(op, keys)
-        return await future
+        results = await future
+        params.waited_s = time.monotonic() - parked
+        if self.topic_stats is not None:
+            self.topic_stats.record_fetch(params, results)
+        return results

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from strom.broker.session import Session
@@ -46,6 +46,9 @@ class RawResponse:
     """A response body a handler encoded itself: bytes and file regions, in order."""
 
     parts: list[bytes | FileRegion]
+    # For metrics: time waited in a purgatory (long-poll fetch), and for a Fetch whether a replica sent it.
+    remote_time_s: float = field(default=0.0, kw_only=True)
+    from_follower: bool | None = field(default=None, kw_only=True)
 
     @property
     def size(self) -> int:

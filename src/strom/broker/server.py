@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -90,6 +91,11 @@ from strom.coordinator.group.group_coordinator import GroupCoordinator
 from strom.coordinator.group.startup import create_group_coordinator
 from strom.coordinator.transaction.startup import create_transaction_coordinator
 from strom.coordinator.transaction.transaction_coordinator import TransactionCoordinator
+from strom.metrics.collector import BrokerCollector, BrokerState
+from strom.metrics.endpoint import MetricsEndpoint
+from strom.metrics.listener import parse_metrics_listener
+from strom.metrics.request_metrics import RequestMetrics
+from strom.metrics.topic_stats import BrokerTopicStats
 from strom.protocol.inter_broker import ControlledShutdownRequest
 from strom.security.authorizer import AclAuthorizer, create_authorizer
 from strom.security.client_security import ClientSecurity
@@ -110,6 +116,9 @@ from strom.storage.log_manager import LogManager
 log = logging.getLogger(__name__)
 
 METADATA_RETRY_INTERVAL_MS = 5_000
+# Test hook: log loading (recovery) waits while the file this names exists, so a test can see the
+# broker during recovery (/readyz 503) deterministically. Unset in production.
+HOLD_RECOVERY_ENV = "STROM_TEST_HOLD_LOG_RECOVERY"
 
 # Broker keys that feed topic defaults: a dynamic change of one reconfigures every hosted log.
 _TOPIC_DEFAULT_KEYS = frozenset(key for d in TOPIC_CONFIGS.values() for key in d.synonyms)
@@ -166,6 +175,13 @@ class KafkaServer:
         # How this broker reaches the others: the inter-broker listener's protocol, mechanism and identity.
         self.inter_broker_security = ClientSecurity()
         self.quotas: QuotaManagers
+        # Metrics and health (metrics.listener): per-request counters only when the endpoint is on.
+        metrics_address = parse_metrics_listener(config.get("metrics.listener"))
+        self.request_metrics = RequestMetrics() if metrics_address else None
+        self.metrics_endpoint = (MetricsEndpoint(*metrics_address, BrokerCollector(self), lambda: self.ready)
+                                 if metrics_address else None)
+        self.broker_state = BrokerState.NOT_RUNNING
+        self.ready = False  # listeners open and logs recovered (/readyz)
 
     @property
     def port(self) -> int:
@@ -176,6 +192,9 @@ class KafkaServer:
         cfg = self.config
         loop = asyncio.get_running_loop()
         started = time.monotonic()
+        self.broker_state = BrokerState.STARTING
+        if self.metrics_endpoint is not None:
+            await self.metrics_endpoint.start()  # first: /healthz answers during a long recovery
         log_dirs, failed_dirs = cfg.check_log_dirs()
         # Before anything reads or writes a log dir: one broker per dir, held until the process exits.
         self._log_dir_locks = lock_log_dirs(log_dirs)
@@ -195,8 +214,11 @@ class KafkaServer:
             }
             expected = {(t.name, p): t.topic_id for t in self.metadata.topics().values()
                         for p, state in t.partitions.items() if self.broker_id in state.replicas}
+        self.broker_state = BrokerState.RECOVERY
+        await _hold_for_test(os.environ.get(HOLD_RECOVERY_ENV))
         await loop.run_in_executor(None, self.log_manager.load_logs, topic_configs, None, expected)
         log.info("loaded logs in %.2f s", time.monotonic() - started)
+        self.broker_state = BrokerState.STARTING
         timer = Timer(tick_ms=1, wheel_size=20)
         self._timer_driver = TimerDriver(timer, loop)
         self._timer_driver.start()
@@ -204,6 +226,9 @@ class KafkaServer:
         produce_purgatory = DelayedOperationPurgatory("Produce", timer)  # acks=all waiting for the ISR
         self.replica_manager = ReplicaManager(cfg, self.log_manager, self.metadata, fetch_purgatory,
                                               produce_purgatory)
+        if self.request_metrics is not None:
+            self.replica_manager.topic_stats = BrokerTopicStats(self.request_metrics)
+            self.apis.request_metrics = self.request_metrics
         # In a cluster the controller creates and deletes replicas (LeaderAndIsr, StopReplica), not the admin path.
         self.admin_manager = AdminManager(cfg, self.metadata, None if self.clustered else self.replica_manager)
         self.producer_id_manager = ProducerIdManager(self.metadata)
@@ -265,6 +290,8 @@ class KafkaServer:
         if cfg.get("log.cleaner.enable"):
             # The pause is read before every pass: log.cleaner.backoff.ms is dynamic.
             self._schedule("log-cleaner", lambda: cleaner_backoff_ms(cfg), self._clean_logs)
+        self.broker_state = BrokerState.RUNNING
+        self.ready = True
 
     def _start_quotas(self) -> QuotaManagers:
         """Client quotas from the entity configs, re-read whenever any broker changes one (no restart)."""
@@ -513,8 +540,11 @@ class KafkaServer:
                 log.exception("shutdown step %s failed; continuing", name)
 
         loop = asyncio.get_running_loop()
+        self.ready = False
+        self.broker_state = BrokerState.PENDING_CONTROLLED_SHUTDOWN
         if self.clustered and hasattr(self, "controller") and self.config.get("controlled.shutdown.enable"):
             await step("controlled shutdown", self._controlled_shutdown)
+        self.broker_state = BrokerState.SHUTTING_DOWN
         if hasattr(self, "socket_server"):
             await step("socket server", self.socket_server.stop)
         for task in self._tasks:
@@ -538,4 +568,16 @@ class KafkaServer:
             if self.metadata.save_pending:
                 await step("metadata write", self.metadata.retry_pending_save)
             await step("metadata store", self.metadata.close)
+        self.broker_state = BrokerState.NOT_RUNNING
+        if self.metrics_endpoint is not None:
+            await step("metrics endpoint", self.metrics_endpoint.stop)
         log.info("shut down" if failed else "shut down cleanly")
+
+
+async def _hold_for_test(path: str | None) -> None:
+    """HOLD_RECOVERY_ENV: wait while the named file exists (tests only)."""
+    if not path or not os.path.exists(path):
+        return
+    log.warning("%s is set: holding log recovery while %s exists", HOLD_RECOVERY_ENV, path)
+    while os.path.exists(path):
+        await asyncio.sleep(0.05)

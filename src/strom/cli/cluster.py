@@ -56,9 +56,10 @@ class LocalBroker:
     """One broker child process: `python -m strom.broker.main --override ...`, output to its own log file."""
 
     def __init__(self, broker_id: int, port: int, data_dir: Path, zookeeper_connect: str,
-                 overrides: dict[str, str]) -> None:
+                 overrides: dict[str, str], metrics_port: int | None = None) -> None:
         self.broker_id = broker_id
         self.port = port
+        self.metrics_port = metrics_port  # its /metrics, /healthz, /readyz endpoint; None = off
         self.dir = data_dir / f"broker-{broker_id}"
         self.log_path = self.dir / "broker.log"
         self.zookeeper_connect = zookeeper_connect
@@ -75,6 +76,7 @@ class LocalBroker:
             "listeners": f"PLAINTEXT://{self.address}",
             "log.dirs": self.dir / "data",
             "zookeeper.connect": self.zookeeper_connect,
+            **({"metrics.listener": f"http://{HOST}:{self.metrics_port}"} if self.metrics_port else {}),
             **self.overrides,
         }
         cmd = [sys.executable, "-m", "strom.broker.main"]
@@ -153,6 +155,11 @@ def up(
         int, typer.Option("--base-port", min=1, max=65535, help="Port of broker 1; broker N listens on base+N-1.")
     ] = 9092,
     zookeeper_port: Annotated[int, typer.Option("--zookeeper-port", min=1, max=65535)] = 2181,
+    metrics_base_port: Annotated[
+        int, typer.Option("--metrics-base-port", min=0, max=65535,
+                          help="Metrics endpoint (/metrics, /healthz, /readyz) of broker 1; broker N uses "
+                               "base+N-1; 0 = no metrics endpoints.")
+    ] = 9308,
     override: Annotated[
         list[str] | None,
         typer.Option("--override", help="Broker property for every broker, key=value (repeatable)."),
@@ -172,7 +179,14 @@ def up(
         ports = [base_port + i for i in range(brokers)]
         if ports[-1] > 65535:
             fail(f"--base-port {base_port} leaves no room for {brokers} brokers.")
-        for port in [zookeeper_port, *ports]:
+        metrics_ports: list[int | None] = [None] * brokers
+        if metrics_base_port and "metrics.listener" not in overrides:
+            metrics_ports = [metrics_base_port + i for i in range(brokers)]
+            if metrics_ports[-1] > 65535:
+                fail(f"--metrics-base-port {metrics_base_port} leaves no room for {brokers} brokers.")
+            if set(metrics_ports) & {zookeeper_port, *ports}:
+                fail(f"--metrics-base-port {metrics_base_port} collides with a broker or ZooKeeper port.")
+        for port in [zookeeper_port, *ports, *(p for p in metrics_ports if p)]:
             if _port_open(port):
                 fail(f"Port {port} on {HOST} is already in use.")
         if zookeeper_port in ports:
@@ -188,7 +202,8 @@ def up(
         overrides.setdefault("offsets.topic.replication.factor", str(min(3, brokers)))
         zookeeper = ZooKeeperServer(data_dir / "zookeeper", zookeeper_port)
         zookeeper_connect = f"{zookeeper.connect_string}{CHROOT}"
-        members = [LocalBroker(i + 1, port, data_dir, zookeeper_connect, overrides) for i, port in enumerate(ports)]
+        members = [LocalBroker(i + 1, port, data_dir, zookeeper_connect, overrides, metrics_ports[i])
+                   for i, port in enumerate(ports)]
         code = _run(zookeeper, ZooKeeperServerError, members, data_dir, startup_timeout, stop_timeout)
         if code:
             raise typer.Exit(code)
@@ -231,6 +246,10 @@ def _run(zookeeper, zookeeper_error: type[Exception], members: list[LocalBroker]
             return code
         bootstrap = ",".join(m.address for m in members)
         typer.echo(_how_to(bootstrap, len(members), data_dir, f"{zookeeper.connect_string}{CHROOT}"), nl=True)
+        if any(m.metrics_port for m in members):
+            typer.echo("Metrics: " + ", ".join(f"broker {m.broker_id} http://{HOST}:{m.metrics_port}/metrics"
+                                               for m in members if m.metrics_port)
+                       + " (and /healthz, /readyz)")
         sys.stdout.flush()
         code = _supervise(zookeeper, members, stop_requested)
         return code

@@ -97,6 +97,10 @@ def demo(
     rate: Annotated[float, typer.Option("--rate", help="Click events per second.")] = 50.0,
     master: Annotated[str | None, typer.Option("--master", help="Spark master URL.")] = None,
     port: Annotated[int, typer.Option("--port", help="Port of the broker the demo starts.")] = 9092,
+    metrics_port: Annotated[
+        int, typer.Option("--metrics-port", help="Port of the started broker's /metrics, /healthz and /readyz "
+                                                 "endpoint; 0 = none.")
+    ] = 9308,
     duration: Annotated[
         float | None, typer.Option("--duration", help="Stop by itself after this many seconds.")
     ] = None,
@@ -106,9 +110,6 @@ def demo(
     console_port: Annotated[
         int, typer.Option("--console-port", help="Port of the web console on 127.0.0.1 (0: no console).")
     ] = 8080,
-    metrics_port: Annotated[
-        int, typer.Option("--metrics-port", help="Prometheus port of the broker the demo starts (0: none).")
-    ] = 9308,
 ) -> None:
     """Run the click-stream demo: broker + generator + PySpark Structured Streaming job."""
     pipelines = _pipelines_dir()
@@ -138,9 +139,13 @@ def demo(
             if Path("config/server.properties").is_file():
                 cmd.append("config/server.properties")
             cmd += ["--override", f"listeners=PLAINTEXT://127.0.0.1:{port}", "--override", f"log.dirs={data_dir}"]
-            if metrics_port and not _port_open("127.0.0.1", metrics_port):
-                cmd += ["--override", f"metrics.listener=http://127.0.0.1:{metrics_port}"]
-                metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+            if metrics_port and _port_open("127.0.0.1", metrics_port):
+                typer.echo(f"demo: port {metrics_port} is in use; the broker runs without its metrics endpoint "
+                           "(--metrics-port chooses another)", err=True)
+                metrics_port = 0
+            metrics = f"http://127.0.0.1:{metrics_port}" if metrics_port else ""
+            cmd += ["--override", f"metrics.listener={metrics}"]
+            metrics_url = f"{metrics}/metrics" if metrics else None
             log = open(output_dir / "broker.log", "ab")  # noqa: SIM115 - handed to the child
             broker = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
             log.close()
@@ -151,6 +156,9 @@ def demo(
                 time.sleep(0.1)
             bootstrap_server = f"127.0.0.1:{port}"
             typer.echo(f"demo: Strom broker on {bootstrap_server} (data in {data_dir}, pid {broker.pid})")
+            if metrics:
+                typer.echo(f"demo: broker metrics on {metrics}/metrics (health: {metrics}/healthz, "
+                           f"readiness: {metrics}/readyz)")
         if console_port:
             console = _start_console(bootstrap_server, console_port, metrics_url, output_dir)
         gen_log = open(output_dir / "generator.log", "ab")  # noqa: SIM115 - handed to the child

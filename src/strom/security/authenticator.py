@@ -62,6 +62,7 @@ class SaslServerAuthenticator:
         self._server: SaslServer | None = None
         self.raw_tokens = False  # SaslHandshake v0: the next frames are bare tokens
         self.must_close = False  # the last answer was a failure: close once it is written
+        self.outcome: bool | None = None  # the last exchange ended: True logged in, False refused (metrics read it)
         self._authenticate_version = 0
 
     # -- SaslHandshake ------------------------------------------------------------------------------------------
@@ -96,6 +97,7 @@ class SaslServerAuthenticator:
         if throttle.blocked(self.session.client_host):
             throttle.refused()
             self.must_close = True
+            self.outcome = False
             log.info("refused authentication with %s:%d on listener %s: too many failed authentications from this "
                      "host", self.session.client_host, self.session.client_port, self.session.listener_name)
             return AuthenticateResult(SASL_AUTHENTICATION_FAILED, "Too many failed authentications from this host; "
@@ -114,6 +116,7 @@ class SaslServerAuthenticator:
         session = self.session
         if session.authenticated and session.principal != principal:
             self.must_close = True
+            self.outcome = False
             log.info("closing connection from %s on listener %s: re-authentication as %s, not %s",
                      session.client_host, session.listener_name, principal, session.principal)
             return AuthenticateResult(SASL_AUTHENTICATION_FAILED,
@@ -123,6 +126,7 @@ class SaslServerAuthenticator:
         session.sasl_mechanism = server.mechanism
         session.expires_at = time.monotonic() + lifetime_ms / 1000 if lifetime_ms > 0 else 0.0
         session.authenticated = True
+        self.outcome = True
         self.raw_tokens = False
         self._authenticate_version = version
         log.debug("authenticated %s with %s from %s on listener %s", principal, server.mechanism,
@@ -131,6 +135,7 @@ class SaslServerAuthenticator:
 
     async def _failed(self, mechanism: str, reason: str) -> AuthenticateResult:
         self.must_close = True
+        self.outcome = False
         session = self.session
         delay = self.config.throttle.failure_delay(session.client_host)
         log.info("failed authentication with %s:%d on listener %s (%s: %s)", session.client_host,

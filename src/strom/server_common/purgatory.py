@@ -202,6 +202,10 @@ class DelayedOperationPurgatory:
         """Operations still waiting on the timer."""
         return self.timer.size
 
+    def pending(self) -> int:
+        """Operations of this purgatory not completed yet, each counted once (the timer may be shared)."""
+        return len({id(op) for ops in self._watchers.values() for op in ops if not op.is_completed})
+
     def watch_keys(self) -> list[Hashable]:
         return list(self._watchers)
 

@@ -84,7 +84,10 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
             fetch_quota.unrecord(user, client_id, size)
             ctx.throttle_time_ms = throttle
             return _encode(version, top_error, [], [], [])
-    return _encode(version, top_error, layout, failed, results)
+    response = _encode(version, top_error, layout, failed, results)
+    response.remote_time_s = params.waited_s  # the long poll's wait is remote time, not local work
+    response.from_follower = params.is_from_follower  # metrics: FetchFollower or FetchConsumer
+    return response
 
 
 def with_throttle_time(response: RawResponse, ms: int) -> RawResponse:
