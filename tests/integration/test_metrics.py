@@ -275,3 +275,37 @@ def _status(port: int, path: str) -> int | None:
         return http_request(port, path, timeout=2).status
     except OSError:
         return None
+
+
+def test_authentications_and_connections_are_counted_per_listener(tmp_path: Path) -> None:
+    """A wrong password and a good login on a SASL listener show in the authentication counters of that
+    listener, and the connections it opened show in its connection counters."""
+    from tests.integration.test_sasl import PLAIN_JAAS
+
+    plain_port, sasl_port, mport = free_port(), free_port(), free_port()
+    broker = BrokerProcess(tmp_path, {
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain_port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+        "metrics.listener": f"http://127.0.0.1:{mport}",
+    }, port=plain_port)
+    broker.start()
+    try:
+        def admin(password: str) -> AdminClient:
+            return AdminClient({"bootstrap.servers": f"127.0.0.1:{sasl_port}", "security.protocol": "SASL_PLAINTEXT",
+                                "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": password})
+
+        admin("alice-secret").list_topics(timeout=15)
+        with pytest.raises(Exception):  # noqa: B017 - librdkafka's error type varies; the counter is the point
+            admin("wrong").list_topics(timeout=5)
+        wait_until(lambda: (scrape(mport).get("kafka_server_socket_server_metrics_failed_authentication_total",
+                                              listener="SASL_PLAINTEXT") or 0) >= 1, 15, "a failed login counted")
+        m = scrape(mport)
+        assert (m.get("kafka_server_socket_server_metrics_successful_authentication_total",
+                      listener="SASL_PLAINTEXT") or 0) >= 1
+        assert (m.get("kafka_server_socket_server_metrics_failed_authentication_total", listener="PLAINTEXT")
+                or 0) == 0
+        assert (m.get("kafka_server_socket_server_metrics_connection_creation_total", listener="SASL_PLAINTEXT")
+                or 0) >= 2
+    finally:
+        broker.close()
