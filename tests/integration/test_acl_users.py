@@ -253,3 +253,24 @@ def test_scram_credential_apis_need_describe_and_alter_on_the_cluster(broker: Br
     assert result.error_code == 0
     users = sasl_call(broker.bootstrap, "admin", "admin-secret", describe, 0).results
     assert "carol" in [u.user for u in users]
+
+
+def test_client_quota_apis_need_describe_configs_and_alter_configs_on_the_cluster(broker: BrokerProcess) -> None:
+    from kafka.protocol.admin import AlterClientQuotasRequest, DescribeClientQuotasRequest
+
+    describe = build(DescribeClientQuotasRequest, strict=False, components=[
+        {"entity_type": "client-id", "match_type": 2, "match": None}])
+    alter = build(AlterClientQuotasRequest, validate_only=False, entries=[{
+        "entity": [{"entity_type": "client-id", "entity_name": "acl-quota-app"}],
+        "ops": [{"key": "producer_byte_rate", "value": 1024.0, "remove": False}]}])
+    assert sasl_call(broker.bootstrap, "alice", "alice-secret", describe, 1).error_code == 31
+    [entry] = sasl_call(broker.bootstrap, "alice", "alice-secret", alter, 1).entries
+    assert entry.error_code == 31
+    found = sasl_call(broker.bootstrap, "admin", "admin-secret", describe, 1)
+    assert found.error_code == 0 and not found.entries  # nothing was stored
+    grant(broker, acl("User:alice", ResourceType.BROKER, "kafka-cluster", Op.ALTER_CONFIGS))
+    [entry] = sasl_call(broker.bootstrap, "alice", "alice-secret", alter, 1).entries
+    assert entry.error_code == 0
+    found = sasl_call(broker.bootstrap, "alice", "alice-secret", describe, 1)  # AlterConfigs implies Describe
+    assert found.error_code == 0
+    assert [(e.entity[0].entity_name, e.values[0].value) for e in found.entries] == [("acl-quota-app", 1024.0)]

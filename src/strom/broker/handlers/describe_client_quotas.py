@@ -9,13 +9,19 @@ from kafka.protocol.admin import DescribeClientQuotasResponse
 from strom.broker.quota.admin import INVALID_REQUEST, QuotaFilter, QuotaRequestError, describe_client_quotas
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
+from strom.security.acl import AclOperation
 
 API_KEY = ApiKey.DESCRIBE_CLIENT_QUOTAS
 
 Entry = DescribeClientQuotasResponse.EntryData
+CLUSTER_AUTHORIZATION_FAILED = 31
 
 
 async def handle(ctx: RequestContext, request: Any) -> DescribeClientQuotasResponse:
+    if not ctx.authorize_cluster(AclOperation.DESCRIBE_CONFIGS):  # as Kafka: quotas are cluster configs
+        return DescribeClientQuotasResponse(throttle_time_ms=0, error_code=CLUSTER_AUTHORIZATION_FAILED,
+                                            error_message="Not authorized to describe client quotas "
+                                                          "(DescribeConfigs on the cluster)", entries=None)
     quota_filter = QuotaFilter([(c.entity_type, c.match_type, c.match) for c in request.components], request.strict)
     try:
         found = describe_client_quotas(ctx.metadata, quota_filter)
