@@ -309,3 +309,20 @@ def test_authentications_and_connections_are_counted_per_listener(tmp_path: Path
                 or 0) >= 2
     finally:
         broker.close()
+
+
+def test_quota_throttling_is_counted(metered: BrokerProcess) -> None:
+    """A producer over a tiny client-id quota: the Produce throttle counters move, the Fetch ones stay."""
+    from tests.support.quotas import set_quotas
+
+    port = metrics_port(metered)
+    client_id = f"throttled-{uuid.uuid4().hex[:6]}"
+    set_quotas(metered, [("client-id", client_id)], {"producer_byte_rate": 1024})
+    topic = f"quota-metrics-{uuid.uuid4().hex[:6]}"
+    create_topic(metered.bootstrap, topic)
+    errors = produce(metered.bootstrap, topic, 20, 1000, **{"client.id": client_id})
+    assert errors == [None] * 20
+    m = scrape(port)
+    assert (m.get("kafka_server_quota_throttled_requests_total", quota="Produce") or 0) >= 1
+    assert (m.get("kafka_server_quota_throttle_time_ms_total", quota="Produce") or 0) > 0
+    assert (m.get("kafka_server_quota_throttled_requests_total", quota="Fetch") or 0) == 0

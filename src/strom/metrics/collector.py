@@ -72,6 +72,8 @@ class Snapshot:
     failed_authentications: dict[str, int] = field(default_factory=dict)
     successful_authentications: dict[str, int] = field(default_factory=dict)
     purgatories: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (watched, delayed)
+    # quota kind (Produce, Fetch, Request) -> (throttled responses, throttle time in ms), since start
+    quota_throttles: dict[str, tuple[int, int]] = field(default_factory=dict)
     partitions: list[PartitionSnapshot] = field(default_factory=list)
     offline_replicas: int = 0
     isr_shrinks: int = 0
@@ -113,6 +115,10 @@ class BrokerCollector:
             snap.connections_closed = dict(sock.connections_closed)
             snap.failed_authentications = dict(sock.failed_authentications)
             snap.successful_authentications = dict(sock.successful_authentications)
+        quotas = getattr(srv, "quotas", None)
+        if quotas is not None:
+            for kind, manager in (("Produce", quotas.produce), ("Fetch", quotas.fetch), ("Request", quotas.request)):
+                snap.quota_throttles[kind] = (manager.throttled_requests, manager.throttle_time_ms_total)
         self._controller(snap, srv)
         gc = getattr(srv, "group_coordinator", None)
         if gc is not None:
@@ -281,6 +287,12 @@ def _network_families(snap: Snapshot) -> list[Metric]:
         _labelled(prefix + "successful_authentication_total", "Successful SASL authentications per listener.",
                   ["listener"], (([k], v) for k, v in sorted(snap.successful_authentications.items())),
                   CounterMetricFamily),
+        _labelled("kafka_server_quota_throttled_requests_total",
+                  "Responses throttled by a client quota, per quota kind (Produce, Fetch, Request).", ["quota"],
+                  (([k], v[0]) for k, v in sorted(snap.quota_throttles.items())), CounterMetricFamily),
+        _labelled("kafka_server_quota_throttle_time_ms_total",
+                  "Throttle time given to clients by a client quota, in ms, per quota kind.", ["quota"],
+                  (([k], v[1]) for k, v in sorted(snap.quota_throttles.items())), CounterMetricFamily),
         _labelled("kafka_server_delayedoperationpurgatory_purgatorysize",
                   "Watch-list entries of a purgatory (PurgatorySize).", ["delayedoperation"],
                   (([k], v[0]) for k, v in sorted(snap.purgatories.items()))),
