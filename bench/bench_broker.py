@@ -305,19 +305,21 @@ def consumer_conf(bootstrap: str) -> dict[str, Any]:
 
 def public_conf(conf: dict[str, Any]) -> dict[str, Any]:
     """Settings for the JSON report: drop addresses and callables."""
-    return {k: v for k, v in conf.items() if k != "bootstrap.servers" and not callable(v)}
+    return {k: v for k, v in conf.items()
+            if k not in ("bootstrap.servers", "sasl.password") and not callable(v)}
 
 
 def produce_confluent(bootstrap: str, pid: int, topic: str, n: int, size: int, prof: Profiler,
-                      name: str) -> dict[str, Any]:
-    """Produce n records of `size` bytes as fast as librdkafka takes them."""
+                      name: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Produce n records of `size` bytes as fast as librdkafka takes them (extra: e.g. security settings)."""
     errors: list[Any] = []
 
     def on_delivery(err: Any, _msg: Any) -> None:
         if err is not None:
             errors.append(err)
 
-    conf = producer_conf(bootstrap, **{"delivery.report.only.error": True, "on_delivery": on_delivery})
+    conf = producer_conf(bootstrap, **{"delivery.report.only.error": True, "on_delivery": on_delivery,
+                                       **(extra or {})})
     p = Producer(conf)
     p.list_topics(topic, timeout=10)
     value = os.urandom(size)
@@ -344,9 +346,9 @@ def produce_confluent(bootstrap: str, pid: int, topic: str, n: int, size: int, p
 
 
 def consume_confluent(bootstrap: str, pid: int, topic: str, partitions: int, n: int, prof: Profiler,
-                      name: str) -> dict[str, Any]:
+                      name: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Consume n records from offset 0 of every partition (assign, no group membership)."""
-    conf = consumer_conf(bootstrap)
+    conf = {**consumer_conf(bootstrap), **(extra or {})}
     c = Consumer(conf)
     count = nbytes = errs = 0
     prof.start(pid, f"{name}-consume")

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +27,12 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.support.broker import BrokerProcess, free_port  # noqa: E402
 from tests.support.certs import CertificateAuthority  # noqa: E402
 
 import bench_broker  # noqa: E402
-from bench_broker import Meter, consumer_conf, log, producer_conf  # noqa: E402
+from bench_broker import Profiler, consume_confluent, log, produce_confluent  # noqa: E402
 
 LISTENERS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
 USER, PASSWORD = "bench", "bench-secret"
@@ -65,47 +62,6 @@ def client_conf(listener: str, port: int, ca_file: str) -> dict[str, Any]:
     return conf
 
 
-def produce(conf: dict[str, Any], pid: int, topic: str, n: int, size: int) -> dict[str, Any]:
-    errors: list[Any] = []
-    p = Producer(producer_conf(conf["bootstrap.servers"], **conf, **{
-        "delivery.report.only.error": True, "on_delivery": lambda err, _m: err and errors.append(err)}))
-    p.list_topics(topic, timeout=15)
-    value = os.urandom(size)
-    meter = Meter(pid).start()
-    for i in range(n):
-        while True:
-            try:
-                p.produce(topic, value)
-                break
-            except BufferError:
-                p.poll(0.005)
-        if not i & 0x3FFF:
-            p.poll(0)
-    left = p.flush(120)
-    out = meter.figures(n * size, n)
-    out["errors"] = len(errors) + left
-    return out
-
-
-def consume(conf: dict[str, Any], pid: int, topic: str, n: int) -> dict[str, Any]:
-    c = Consumer({**consumer_conf(conf["bootstrap.servers"]), **conf, "group.id": f"bench-{topic}"})
-    count = nbytes = errs = 0
-    meter = Meter(pid).start()
-    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    deadline = time.monotonic() + 300
-    while count < n and time.monotonic() < deadline:
-        msgs = c.consume(num_messages=min(50_000, n - count), timeout=1.0)
-        bad = len(msgs) - list(map(Message.error, msgs)).count(None)
-        errs += bad
-        count += len(msgs) - bad
-        nbytes += sum(map(len, msgs))
-    out = meter.figures(nbytes, count)
-    c.close()
-    out["errors"] = errs
-    out["complete"] = count >= n
-    return out
-
-
 def best(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return max(rounds, key=lambda r: r["mb_s"])
 
@@ -121,6 +77,7 @@ def main() -> None:
         broker, ports, ca_file = start_broker(Path(d))
         try:
             pid = broker.pid or 0
+            no_profile = Profiler(None)
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
             from confluent_kafka.admin import (
                 ScramCredentialInfo,
@@ -131,6 +88,11 @@ def main() -> None:
             for f in admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
                     USER, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), PASSWORD.encode())]).values():
                 f.result(15)
+            # Untimed warm-up (page cache, the broker's first appends and fetches), so round 1 is not penalised.
+            warm = client_conf("PLAINTEXT", ports["PLAINTEXT"], ca_file)
+            admin.create_topics([NewTopic("warm-up", PARTITIONS, 1)])["warm-up"].result(15)
+            produce_confluent(broker.bootstrap, pid, "warm-up", 20_000, args.record_size, no_profile, "warm", warm)
+            consume_confluent(broker.bootstrap, pid, "warm-up", PARTITIONS, 20_000, no_profile, "warm", warm)
             for r in range(args.rounds):
                 for name in LISTENERS:
                     topic = f"sec-{name.lower()}-{r}"
@@ -138,10 +100,13 @@ def main() -> None:
                     conf = client_conf(name, ports[name], ca_file)
                     bench_broker.settle()
                     log(f"round {r + 1}: {name} produce {args.records} x {args.record_size} B")
-                    runs[name]["produce"].append(produce(conf, pid, topic, args.records, args.record_size))
+                    runs[name]["produce"].append(produce_confluent(
+                        conf["bootstrap.servers"], pid, topic, args.records, args.record_size, no_profile, name,
+                        conf))
                     bench_broker.settle()
                     log(f"round {r + 1}: {name} consume")
-                    runs[name]["consume"].append(consume(conf, pid, topic, args.records))
+                    runs[name]["consume"].append(consume_confluent(
+                        conf["bootstrap.servers"], pid, topic, PARTITIONS, args.records, no_profile, name, conf))
         finally:
             broker.close()
     result: dict[str, Any] = {"records": args.records, "record_size": args.record_size, "rounds": args.rounds,
