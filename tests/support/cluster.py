@@ -172,7 +172,28 @@ class ClusterProcess:
         return self
 
     def _all_registered_with_controller(self) -> bool:
-        return set(self.registered_brokers()) == set(self.broker_ids) and self.controller_id() is not None
+        return (set(self.registered_brokers()) == set(self.broker_ids) and self.controller_id() is not None
+                and all(self._metadata_names_controller(b) for b in self.broker_ids))
+
+    def _metadata_names_controller(self, broker_id: int) -> bool:
+        """The broker's own Metadata answer names the controller and every broker: the controller's
+        UpdateMetadata reached it. Until then an admin client that asks it finds no controller (librdkafka
+        then waits for its next metadata refresh, up to a minute)."""
+        from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+        from tests.support.raw_client import RawClient, decode
+
+        try:
+            client = RawClient(self._brokers[broker_id])
+        except OSError:
+            return False
+        try:
+            answer = decode(MetadataResponse, client.request(MetadataRequest(topics=[]), 1), 1, False)
+        except (OSError, ConnectionError):
+            return False
+        finally:
+            client.close()
+        return answer.controller_id >= 0 and {b.node_id for b in answer.brokers} >= set(self.broker_ids)
 
     def start_broker(self, broker_id: int, timeout: float = 60.0, wait_registered: bool = True) -> BrokerProcess:
         """(Re)start one broker with its old data; by default wait until it is registered again."""
