@@ -20,6 +20,7 @@ from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 from tests.integration.test_sasl import PLAIN_JAAS, authenticate, handshake
 from tests.support.broker import BrokerProcess, free_port
 from tests.support.raw_client import RawClient
+from tests.support.security import start_sasl_broker
 
 # Tokens a fuzzer mutates: right shape, wrong secrets (no mutation of these can log in).
 SEED_TOKENS = [b"\0alice\0wrong-password", b"n,,n=alice,r=abcdefgh", b"c=biws,r=abcdefgh,p=AAAA",
@@ -28,16 +29,10 @@ SEED_TOKENS = [b"\0alice\0wrong-password", b"n,,n=alice,r=abcdefgh", b"c=biws,r=
 
 @pytest.fixture(scope="module")
 def fuzz_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    plain, sasl = free_port(), free_port()
-    broker = BrokerProcess(tmp_path_factory.mktemp("fuzz"), {
-        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
+    broker = start_sasl_broker(tmp_path_factory.mktemp("fuzz"), PLAIN_JAAS, {
         "connection.failed.authentication.delay.ms": 0,  # fuzz at full speed; the delay has its own test
         "connection.authentication.timeout.ms": 1000,
-    }, port=plain)
-    broker.sasl_port = sasl  # type: ignore[attr-defined]
-    broker.start()
+    })
     try:
         yield broker
     finally:

@@ -19,7 +19,7 @@ from kafka.protocol.sasl import (
 
 from tests.support.broker import BrokerProcess, free_port
 from tests.support.raw_client import RawClient, decode
-from tests.support.security import ROUND_TRIPS, ClientAuth, create_topic
+from tests.support.security import ROUND_TRIPS, ClientAuth, create_topic, start_sasl_broker
 
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
               'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
@@ -28,14 +28,7 @@ SASL_AUTHENTICATION_FAILED = 58
 
 @pytest.fixture(scope="module")
 def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    plain, sasl = free_port(), free_port()
-    broker = BrokerProcess(tmp_path_factory.mktemp("sasl"), {
-        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
-    }, port=plain)
-    broker.sasl_port = sasl  # type: ignore[attr-defined]
-    broker.start()
+    broker = start_sasl_broker(tmp_path_factory.mktemp("sasl"), PLAIN_JAAS)
     try:
         yield broker
     finally:

@@ -18,21 +18,14 @@ from kafka.protocol.admin import (
 from strom.security.scram import ScramFormatter
 from tests.integration.test_cli import strom
 from tests.integration.test_sasl import PLAIN_JAAS, auth_errors
-from tests.support.broker import BrokerProcess, free_port
+from tests.support.broker import BrokerProcess
 from tests.support.raw_client import RawClient, decode
-from tests.support.security import ROUND_TRIPS, ClientAuth, create_topic
+from tests.support.security import ROUND_TRIPS, ClientAuth, create_topic, start_sasl_broker
 
 
 @pytest.fixture(scope="module")
 def scram_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    plain, sasl = free_port(), free_port()
-    broker = BrokerProcess(tmp_path_factory.mktemp("scram"), {
-        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": PLAIN_JAAS,
-    }, port=plain)
-    broker.sasl_port = sasl  # type: ignore[attr-defined]
-    broker.start()
+    broker = start_sasl_broker(tmp_path_factory.mktemp("scram"), PLAIN_JAAS)
     try:
         yield broker
     finally:

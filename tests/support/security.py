@@ -11,6 +11,7 @@ import ssl
 import subprocess
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer
@@ -171,3 +172,20 @@ def round_trip_kcat(auth: ClientAuth, topic: str, n: int = 5) -> list[bytes]:
 
 ROUND_TRIPS = {"confluent-kafka": round_trip_confluent, "kafka-python": round_trip_kafka_python,
                "aiokafka": round_trip_aiokafka, "kcat": round_trip_kcat}
+
+
+def start_sasl_broker(directory: Path, jaas: str, extra: dict[str, object] | None = None) -> Any:
+    """A started broker with a PLAINTEXT listener (its `port`) and a SASL_PLAINTEXT one (`sasl_port`) offering
+    PLAIN (users from `jaas`) and both SCRAM mechanisms."""
+    from tests.support.broker import BrokerProcess, free_port
+
+    plain, sasl = free_port(), free_port()
+    broker = BrokerProcess(directory, {
+        "listeners": f"PLAINTEXT://127.0.0.1:{plain},SASL_PLAINTEXT://127.0.0.1:{sasl}",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+        **(extra or {}),
+    }, port=plain)
+    broker.sasl_port = sasl  # type: ignore[attr-defined]
+    broker.start()
+    return broker
