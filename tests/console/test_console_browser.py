@@ -8,9 +8,11 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from playwright.sync_api import expect
+
+from tests.support.console import first_message
 
 pytestmark = pytest.mark.slow
 
@@ -100,14 +102,7 @@ def test_produce_in_the_browser_and_read_back(page, console_process, broker, adm
     page.click("#produce button[type=submit]")
     expect(page.locator(".flash.ok")).to_contain_text("Produced a message to partition 0 at offset 0.")
     expect(page.locator("#messages tbody tr td.value")).to_have_text("hello from the browser")
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "ui-readback",
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    message = None
-    deadline = time.monotonic() + 15
-    while message is None and time.monotonic() < deadline:
-        message = consumer.poll(1)
-    consumer.close()
+    message = first_message(broker.bootstrap, topic, 0, "ui-readback")
     assert message is not None and message.error() is None
     assert (message.key(), message.value(), message.headers()) == (
         b"from-ui", b"hello from the browser", [("via", b"console")])

@@ -9,13 +9,14 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from starlette.testclient import TestClient
 
 from strom.console.app import ConsoleSettings, create_app
 from strom.console.sessions import COOKIE_NAME
 from tests.support.broker import free_port
+from tests.support.console import first_message
 
 
 @pytest.fixture(scope="module")
@@ -210,14 +211,7 @@ def test_produce_from_the_console_and_read_back(client: TestClient, broker, admi
         "csrf": token, "partition": "1", "key": "user-1", "value": '{"hello": "world"}',
         "headers": '{"source": "console", "empty": null}'})
     assert response.status_code == 303, error_text(response.text)
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "route-check",
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 1, 0)])
-    message = None
-    deadline = time.monotonic() + 15
-    while message is None and time.monotonic() < deadline:
-        message = consumer.poll(1)
-    consumer.close()
+    message = first_message(broker.bootstrap, topic, 1, "route-check")
     assert message is not None and message.error() is None
     assert (message.key(), message.value()) == (b"user-1", b'{"hello": "world"}')
     assert message.headers() == [("source", b"console"), ("empty", None)]

@@ -75,3 +75,17 @@ class ConsoleProcess:
 def launch_chromium(playwright: Any) -> Any:
     """Debian's Chromium, headless, with nothing that reaches beyond loopback."""
     return playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+
+
+def first_message(bootstrap: str, topic: str, partition: int, group: str, timeout_s: float = 15) -> Any:
+    """The record at offset 0 of one partition, read with a plain confluent-kafka consumer (None if none came)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, partition, 0)])
+    message = None
+    deadline = time.monotonic() + timeout_s
+    while message is None and time.monotonic() < deadline:
+        message = consumer.poll(1)
+    consumer.close()
+    return message
