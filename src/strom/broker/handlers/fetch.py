@@ -77,14 +77,16 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
                 p.current_leader_epoch if version >= CURRENT_LEADER_EPOCH_FROM else NO_LEADER_EPOCH))
         layout.append((key, name, [p.partition for p in t.partitions]))
     results = await ctx.replica_manager.fetch_messages(params) if params.partitions else []
+    response = None
     if fetch_quota is not None:
         size = sum(r.size for r in results if r.records is not None)
         throttle = fetch_quota.record_and_get_throttle_time_ms(user, client_id, size)
         if throttle:
             fetch_quota.unrecord(user, client_id, size)
             ctx.throttle_time_ms = throttle
-            return _encode(version, top_error, [], [], [])
-    response = _encode(version, top_error, layout, failed, results)
+            response = _encode(version, top_error, [], [], [])
+    if response is None:
+        response = _encode(version, top_error, layout, failed, results)
     response.remote_time_s = params.waited_s  # the long poll's wait is remote time, not local work
     response.from_follower = params.is_from_follower  # metrics: FetchFollower or FetchConsumer
     return response
