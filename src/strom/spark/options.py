@@ -311,6 +311,10 @@ class SinkOptions:
             "queue.buffering.max.kbytes": 256 * 1024,
             "queue.buffering.max.messages": 500_000,
             "delivery.report.only.error": True,
+            # Kafka's default partitioner (murmur2 of the key), as Java clients and the
+            # at-least-once path (strom.spark.batch_encode) use: a keyed row lands in the same
+            # partition whichever delivery wrote it. Null keys: random (librdkafka's choice).
+            "partitioner": "murmur2_random",
         }
         if self.exactly_once:
             # Long enough for a big task; a task killed mid-transaction is aborted sooner than

@@ -3,8 +3,9 @@
 How rows reach the broker is a ``Delivery`` strategy:
 
 * at least once (default, like Spark's Kafka sink): a task retried after a failure, or a
-  micro-batch replayed after a crash, writes its rows again. The idempotent producer
-  removes only the duplicates librdkafka's own retries would create inside one task.
+  micro-batch replayed after a crash, writes its rows again. The rows go straight from Arrow
+  into record batches (strom.spark.batch_encode) sent by the task's own idempotent producer
+  (strom.spark.producer), which removes the duplicates its retries would create inside one task.
 * exactly once (``delivery=exactly-once``): each task writes its rows in one Kafka
   transaction and commits, in the same transaction, a marker "batch B of partition P is
   written" as the offset of a sink-private consumer group. A retried or replayed task
@@ -94,27 +95,12 @@ class Delivery(Protocol):
     def abort(self, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None: ...
 
 
-_PRODUCERS: dict[tuple[tuple[str, str], ...], Any] = {}
 _DELIVERY_ERRORS: list[str] = []
 
 
 def _on_delivery(err: Any, msg: Any) -> None:
     if err is not None:
         _DELIVERY_ERRORS.append(f"{msg.topic()}[{msg.partition()}]: {err}")
-
-
-def _producer(opts: SinkOptions) -> Any:
-    """One producer per configuration per Python worker; Spark reuses workers across tasks."""
-    from confluent_kafka import Producer
-
-    conf = opts.producer_config()
-    key = tuple(sorted((k, str(v)) for k, v in conf.items()))
-    producer = _PRODUCERS.get(key)
-    if producer is None:
-        conf["on_delivery"] = _on_delivery
-        producer = Producer(conf)
-        _PRODUCERS[key] = producer
-    return producer
 
 
 def _col(batch: pa.RecordBatch, name: str) -> list[Any] | None:
@@ -258,19 +244,30 @@ def _maybe_hold_for_testing(opts: SinkOptions, scope: TaskScope) -> None:
 
 
 class AtLeastOnceDelivery:
-    """Produce every row directly; flush before the task reports success."""
+    """Encode the rows into record batches and send them with an idempotent producer; flush
+    before the task reports success (strom.spark.batch_encode, strom.spark.producer)."""
 
     def __init__(self, opts: SinkOptions) -> None:
         self.opts = opts
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        producer = _producer(self.opts)
-        _DELIVERY_ERRORS.clear()
-        rows, _ = _produce_batches(producer, self.opts, batches)
-        remaining = producer.flush(120)
-        _raise_delivery_errors()
-        if remaining:
-            raise TimeoutError(f"{remaining} records were still unacknowledged after 120 s.")
+        from strom.spark.batch_encode import DEFAULT_BATCH_SIZE, BatchEncoder
+        from strom.spark.client import task_client
+        from strom.spark.producer import IdempotentProducer
+
+        conf = self.opts.producer_config()
+        client = task_client(_task_client_conf(self.opts))
+        producer = IdempotentProducer(client, conf)
+        encoder = BatchEncoder(
+            int(conf.get("batch.size", DEFAULT_BATCH_SIZE)),
+            str(conf.get("compression.type", conf.get("compression.codec", "none"))).strip().lower(),
+        )
+        rows = 0
+        for batch in batches:
+            for topic, partition, encoded in encoder.encode(batch, self.opts.topic, producer.partition_count):
+                producer.send(topic, partition, encoded)
+            rows += batch.num_rows
+        producer.flush()
         if self.opts.fail_after_write is not None:
             _maybe_fail_for_testing(self.opts, TaskScope.current())
         return SinkCommitMessage(rows=rows)
@@ -301,6 +298,14 @@ def _connection_conf(opts: SinkOptions) -> dict[str, str]:
         for k, v in opts.client.items()
         if k in ("bootstrap.servers", "client.id") or k.startswith(("security.", "sasl.", "ssl.", "socket.", "broker."))
     }
+
+
+def _task_client_conf(opts: SinkOptions) -> dict[str, str]:
+    """What the task's protocol client needs: connection and security settings, request time-out."""
+    conf = _connection_conf(opts)
+    if "request.timeout.ms" in opts.client:
+        conf["request.timeout.ms"] = opts.client["request.timeout.ms"]
+    return conf
 
 
 def _admin(opts: SinkOptions) -> Any:
