@@ -22,6 +22,7 @@ client's loop thread, then collects answers; ``flush`` waits for all of them.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import random
 import struct
 import time
@@ -33,8 +34,10 @@ from typing import Any
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
 from strom.spark.batch_encode import EncodedBatch
-from strom.spark.client import RETRIABLE, KafkaProtocolError, TaskClient, error_name
+from strom.spark.client import RETRIABLE, KafkaProtocolError, TaskClient
 from strom.spark.options import StromOptionError
+
+log = logging.getLogger("strom.spark")
 
 PRODUCE_VERSION = 8
 INIT_PRODUCER_ID_VERSION = 1
@@ -47,6 +50,19 @@ DUPLICATE_SEQUENCE_NUMBER = 46
 MESSAGE_TOO_LARGE = 10
 # Answers worth a retry when InitProducerId goes to a broker that is starting or electing.
 _INIT_RETRIABLE = RETRIABLE | {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
+
+
+# Codes kafka-python still calls by their old names.
+_RENAMED = {6: "NOT_LEADER_OR_FOLLOWER", 10: "MESSAGE_TOO_LARGE"}
+
+
+def error_name(code: int) -> str:
+    """Kafka's name for an error code (MESSAGE_TOO_LARGE, NOT_LEADER_OR_FOLLOWER, ...)."""
+    from kafka.errors import for_code
+
+    if code in _RENAMED:
+        return _RENAMED[code]
+    return str(getattr(for_code(code), "message", code)) if code else "NONE"
 
 
 class DeliveryError(RuntimeError):
@@ -118,6 +134,8 @@ class IdempotentProducer:
         self.partitions: dict[tuple[str, int], _Partition] = {}
         self.buffered = 0
         self.rows_acknowledged = 0
+        self.retries = 0  # partitions resent from their first unacknowledged batch
+        self.duplicates = 0  # batches answered DUPLICATE_SEQUENCE_NUMBER (written by an earlier try)
         self.producer_id, self.producer_epoch = self._init_producer_id() if self.idempotent else (-1, -1)
 
     # -- set-up --------------------------------------------------------------------------
@@ -233,6 +251,9 @@ class IdempotentProducer:
             raise DeliveryError(
                 f"Rows for {state.name} were not acknowledged within delivery.timeout.ms "
                 f"({self.delivery_timeout_s:.0f} s); last error: {error}")
+        log.info("strom sink: resending %s from sequence %s in %.1f s after %s", state.name,
+                 state.entries[0].base_sequence if state.entries else "-", state.backoff, error)
+        self.retries += 1
         state.last_error = error
         state.retry_at = now + state.backoff
         state.backoff = min(1.0, state.backoff * 2)
@@ -288,7 +309,10 @@ class IdempotentProducer:
         resp = codec.response_class(ApiKey.PRODUCE).decode(body, version=PRODUCE_VERSION)
         part = resp.responses[0].partition_responses[0]
         code = part.error_code
-        if code == 0 or code == DUPLICATE_SEQUENCE_NUMBER:
+        if code == DUPLICATE_SEQUENCE_NUMBER:
+            self.duplicates += 1
+            return None
+        if code == 0:
             return None
         if code in RETRIABLE:
             return f"{error_name(code)} (error {code})"
