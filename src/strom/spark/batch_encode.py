@@ -186,15 +186,19 @@ class EncodedBatch:
     def size(self) -> int:
         return HEADER_SIZE + len(self.records)
 
-    def wire(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
-        """The batch as sent: 61-byte header (CRC-32C over bytes 21..end) + records."""
+    def header(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+        """The 61-byte header for these records, CRC-32C (over bytes 21..end) included."""
         header = bytearray(HEADER.pack(
             0, HEADER_SIZE - LOG_OVERHEAD + len(self.records), NO_PARTITION_LEADER_EPOCH, MAGIC_V2, 0,
             self.attributes, self.count - 1, self.timestamp_ms, self.timestamp_ms, producer_id, producer_epoch,
             base_sequence, self.count))
         crc = crc32c.crc32c(self.records, crc32c.crc32c(memoryview(header)[CRC_START:]))
         _U32.pack_into(header, CRC_POS, crc)
-        return b"".join((header, self.records))
+        return bytes(header)
+
+    def wire(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+        """The batch as sent: header + records."""
+        return b"".join((self.header(producer_id, producer_epoch, base_sequence), self.records))
 
 
 def compress(records: bytes | pa.Buffer, compression: int) -> bytes | pa.Buffer:

@@ -90,7 +90,8 @@ def _ms(conf: Mapping[str, Any], names: tuple[str, ...], default: int) -> int:
 class _Entry:
     """One batch of one partition, with its request while in flight."""
 
-    wire: bytes
+    body: bytes  # the whole Produce request body: fixed once, a resend repeats it byte for byte
+    size: int  # of the record batch
     base_sequence: int
     count: int
     future: concurrent.futures.Future[Any] | None = None
@@ -197,11 +198,12 @@ class IdempotentProducer:
         if state is None:
             state = self.partitions[(topic, partition)] = _Partition(topic, partition)
         sequence = state.next_sequence if self.idempotent else -1
-        wire = batch.wire(self.producer_id, self.producer_epoch, sequence)
+        body = self._produce_body(state, batch.header(self.producer_id, self.producer_epoch, sequence),
+                                  batch.records)
         if self.idempotent:
             state.next_sequence = (state.next_sequence + batch.count) & 0x7FFFFFFF
-        state.entries.append(_Entry(wire, sequence, batch.count))
-        self.buffered += len(wire)
+        state.entries.append(_Entry(body, batch.size, sequence, batch.count))
+        self.buffered += batch.size
         self._pump(state)
         self._collect(block=False)
         while self.buffered > self.buffer_limit:
@@ -229,17 +231,16 @@ class IdempotentProducer:
         connection = self.client.connection(node)
         while state.sent < len(state.entries) and state.sent < self.max_in_flight:
             entry = state.entries[state.sent]
-            body = self._produce_body(state, entry)
-            entry.future = self.client.submit(connection.send_raw(ApiKey.PRODUCE, PRODUCE_VERSION, body))
+            entry.future = self.client.submit(connection.send_raw(ApiKey.PRODUCE, PRODUCE_VERSION, entry.body))
             state.sent += 1
 
-    def _produce_body(self, state: _Partition, entry: _Entry) -> bytes:
+    def _produce_body(self, state: _Partition, header: bytes, records: Any) -> bytes:
         """Produce v8 with one topic, one partition and one batch (v3+ allows one batch per partition)."""
         topic = state.topic.encode()
         return b"".join((
             struct.pack(">hhii", -1, self.acks, self.request_timeout_ms, 1),  # null transactional id
             struct.pack(">h", len(topic)), topic,
-            struct.pack(">iii", 1, state.partition, len(entry.wire)), entry.wire,
+            struct.pack(">iii", 1, state.partition, len(header) + len(records)), header, records,
         ))
 
     def _retry_later(self, state: _Partition, error: str) -> None:
@@ -281,7 +282,7 @@ class IdempotentProducer:
             if error is None:
                 state.entries.popleft()
                 state.sent -= 1
-                self.buffered -= len(entry.wire)
+                self.buffered -= entry.size
                 self.rows_acknowledged += entry.count
                 state.backoff = 0.1
                 state.last_error = ""
@@ -319,6 +320,6 @@ class IdempotentProducer:
         detail = f": {part.error_message}" if getattr(part, "error_message", None) else ""
         hint = ""
         if code == MESSAGE_TOO_LARGE:
-            hint = (f" A batch of {len(entry.wire)} bytes holding {entry.count} row(s) is larger than the topic's "
+            hint = (f" A batch of {entry.size} bytes holding {entry.count} row(s) is larger than the topic's "
                     "max.message.bytes (rows are never split; batches follow kafka.batch.size).")
         raise DeliveryError(f"Produce to {state.name} failed: {error_name(code)} (error {code}){detail}.{hint}")
