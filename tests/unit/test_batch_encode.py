@@ -32,9 +32,16 @@ headers = st.one_of(st.none(), st.lists(st.tuples(st.text(max_size=8), blobs), m
 rows = st.lists(st.tuples(blobs, blobs, headers, st.one_of(st.none(), st.integers(0, 4))), min_size=1, max_size=60)
 
 
-def arrow_batch(data: list[tuple[Any, ...]], *, strings: bool, with_parts: bool, slice_from: int) -> Any:
-    """The rows as the sink receives them; ``slice_from`` leading rows are sliced off (array offsets)."""
-    kind = pa.string() if strings else pa.binary()
+def arrow_batch(data: list[tuple[Any, ...]], *, strings: bool, with_parts: bool, slice_from: int,
+                large: bool = False) -> Any:
+    """The rows as the sink receives them; ``slice_from`` leading rows are sliced off (array offsets);
+    ``large``: 64-bit offsets, as Spark sends with spark.sql.execution.arrow.useLargeVarTypes."""
+    if large:
+        kind = pa.large_string() if strings else pa.large_binary()
+        header_type = pa.large_list(pa.struct([("key", pa.large_string()), ("value", pa.large_binary())]))
+    else:
+        kind = pa.string() if strings else pa.binary()
+        header_type = HEADERS
 
     def conv(b: bytes | None) -> Any:
         return None if b is None else (b.decode("latin-1") if strings else b)
@@ -45,7 +52,7 @@ def arrow_batch(data: list[tuple[Any, ...]], *, strings: bool, with_parts: bool,
         "key": pa.array([conv(k) for k, _, _, _ in full], kind),
         "value": pa.array([conv(v) for _, v, _, _ in full], kind),
         "headers": pa.array([None if h is None else [{"key": hk, "value": hv} for hk, hv in h]
-                             for _, _, h, _ in full], HEADERS),
+                             for _, _, h, _ in full], header_type),
     }
     if with_parts:
         cols["partition"] = pa.array([p for _, _, _, p in full], pa.int32())
@@ -63,10 +70,11 @@ def as_bytes(v: Any, strings: bool) -> bytes | None:
 
 @needs_native
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(rows, st.booleans(), st.booleans(), st.integers(0, 3), st.sampled_from([HEADER_SIZE + 1, 200, 1_000_000]))
+@given(rows, st.booleans(), st.booleans(), st.integers(0, 3), st.sampled_from([HEADER_SIZE + 1, 200, 1_000_000]),
+       st.booleans())
 def test_native_equals_python_and_kafka_decodes_it(data: list[tuple[Any, ...]], strings: bool, with_parts: bool,
-                                                   slice_from: int, batch_size: int) -> None:
-    batch = arrow_batch(data, strings=strings, with_parts=with_parts, slice_from=slice_from)
+                                                   slice_from: int, batch_size: int, large: bool) -> None:
+    batch = arrow_batch(data, strings=strings, with_parts=with_parts, slice_from=slice_from, large=large)
     native = encode(batch, native=True, batch_size=batch_size)
     python = encode(batch, native=False, batch_size=batch_size)
     assert native == python
