@@ -110,7 +110,14 @@ def test_row_larger_than_max_message_bytes_fails_the_task_clearly(broker: Broker
         write(broker.bootstrap, topic, [batch])
 
 
-def test_unknown_topic_fails_clearly(broker: BrokerProcess) -> None:
+def test_unknown_topic_is_created_by_a_broker_that_allows_it(broker: BrokerProcess) -> None:
+    topic = f"auto-created-{uuid.uuid4().hex[:6]}"
+    assert write(broker.bootstrap, topic, [pa.record_batch({"value": pa.array([b"v"] * 10)})]) == 10
+    assert len(read_all(broker.bootstrap, topic, 1)) == 10
+
+
+def test_unknown_topic_fails_clearly_without_auto_creation(broker_factory: Any) -> None:
+    broker = broker_factory({"auto.create.topics.enable": "false"})
     with pytest.raises(DeliveryError, match="Topic no-such-topic-.* not found: UNKNOWN_TOPIC_OR_PARTITION"):
         write(broker.bootstrap, f"no-such-topic-{uuid.uuid4().hex[:6]}", [pa.record_batch({"value": pa.array([b"v"])})])
 

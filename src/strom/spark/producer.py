@@ -175,8 +175,12 @@ class IdempotentProducer:
             return count
         start = time.monotonic()
         backoff = 0.1
+        asked_creation = False
         while True:
             try:
+                if not asked_creation:
+                    self._allow_auto_creation(topic)
+                    asked_creation = True
                 count = self.client.partitions(topic, refresh=True)
             except (ConnectionError, TimeoutError, OSError) as exc:
                 if time.monotonic() - start >= self.delivery_timeout_s:
@@ -187,9 +191,24 @@ class IdempotentProducer:
                 if time.monotonic() - start >= UNKNOWN_TOPIC_WAIT_S:
                     raise DeliveryError(
                         f"Topic {topic} not found: UNKNOWN_TOPIC_OR_PARTITION after waiting "
-                        f"{UNKNOWN_TOPIC_WAIT_S:.0f} s for it to appear in metadata (the sink does not create topics).")
+                        f"{UNKNOWN_TOPIC_WAIT_S:.0f} s for it to appear in metadata "
+                        "(and the brokers do not create topics: auto.create.topics.enable=false).")
             time.sleep(backoff)
             backoff = min(1.0, backoff * 2)
+
+    def _allow_auto_creation(self, topic: str) -> None:
+        """A Metadata request that lets the broker create the topic (auto.create.topics.enable), as a
+        producer's does; the answer is read by the refresh that follows."""
+        from kafka.protocol.metadata import MetadataRequest
+
+        from strom.spark.client import METADATA_VERSION
+
+        request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                  allow_auto_topic_creation=True, include_topic_authorized_operations=False,
+                                  include_cluster_authorized_operations=False)
+        if not self.client.nodes:
+            self.client.refresh_metadata([])
+        self.client.send(random.choice(list(self.client.nodes)), request, METADATA_VERSION)
 
     # -- sending -------------------------------------------------------------------------
     def send(self, topic: str, partition: int, batch: EncodedBatch) -> None:
