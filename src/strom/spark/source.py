@@ -32,7 +32,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from strom.spark.arrow import arrow_schema, messages_to_batch, source_schema
+from strom.protocol import replica_fetch
+from strom.protocol.api_keys import ApiKey
+from strom.spark.arrow import arrow_schema, constant_int32, constant_string, source_schema
+from strom.spark.batch_decode import decode_run, select_batches
+from strom.spark.client import RETRIABLE, KafkaProtocolError, task_client
 from strom.spark.offsets import (
     OffsetResolver,
     PartitionOffsets,
@@ -43,7 +47,7 @@ from strom.spark.offsets import (
     to_json,
 )
 from strom.spark.options import SourceOptions, StromOptionError, parse_sink_options, parse_source_options
-from strom.spark.retry import LEADER_CHANGE_TIMEOUT_S, attempts, is_leader_change, refresh_metadata
+from strom.spark.retry import LEADER_CHANGE_TIMEOUT_S, attempts
 
 log = logging.getLogger("strom.spark")
 
@@ -63,157 +67,148 @@ class OffsetRange(InputPartition):
 # Read path (executor side)
 # ---------------------------------------------------------------------------------------
 
-_CONSUMERS: dict[tuple[tuple[str, str], ...], Any] = {}
+# Fetch sizes: a task reads one partition, so one answer can fill a whole Arrow batch.
+FETCH_MAX_WAIT_MS = 500
+PARTITION_MAX_BYTES = 8 * 1024 * 1024
+OFFSET_OUT_OF_RANGE = 1
+UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
-def _consumer(opts: SourceOptions) -> Any:
-    """A consumer per distinct configuration, reused by later tasks in this Python worker."""
-    from confluent_kafka import Consumer
+class _RangeReader:
+    """Fetches one partition's records [start, end) as raw batches and decodes them to Arrow.
 
-    conf = opts.consumer_config()
-    key = tuple(sorted((k, str(v)) for k, v in conf.items()))
-    consumer = _CONSUMERS.get(key)
-    if consumer is None:
-        consumer = Consumer(conf)
-        _CONSUMERS[key] = consumer
-    return consumer
-
-
-def _watermarks(consumer: Any, tp: Any) -> tuple[int, int] | None:
-    """The partition's (low, high) watermarks from its leader; None if the partition does not exist.
-
-    Asking the leader fails while it is being replaced (a killed broker, NOT_LEADER_OR_FOLLOWER,
-    time-outs): that is retried after a metadata refresh, bounded like Kafka's clients (see
-    strom.spark.retry), instead of failing the task, which fails a local-mode query outright.
-    An unknown partition is retried a few times too: the driver saw it when planning, and a
-    reused consumer's metadata may simply be older (new partition or topic).
+    The next Fetch is sent before the current answer is decoded (its offset is known from the
+    batch headers), so the broker's sendfile and the decoding overlap.
     """
-    from confluent_kafka import KafkaError, KafkaException
 
-    unknown = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION)
-    last: BaseException | str | None = None
-    for attempt in attempts():
-        try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=15, cached=False)
-        except KafkaException as exc:
-            if exc.args[0].code() in unknown:
-                if attempt >= 8:
-                    return None
-            elif not is_leader_change(exc):
-                raise
-            last = exc
-        else:
-            if low >= 0 and high >= 0:
-                return low, high
-            last = f"invalid watermarks ({low}, {high})"
-        refresh_metadata(consumer, tp.topic)
-    raise TimeoutError(
-        f"Could not get the offsets of {tp.topic}-{tp.partition} from its leader within "
-        f"{LEADER_CHANGE_TIMEOUT_S:g} s: {last}"
-    )
+    def __init__(self, opts: SourceOptions, rng: OffsetRange) -> None:
+        self.opts = opts
+        self.topic, self.partition = rng.topic, rng.partition
+        self.client = task_client(opts.client)
+        self.schema = arrow_schema(opts.include_headers)
+        self.header_type = self.schema.field("headers").type if opts.include_headers else None
+        self.isolation = 1 if opts.read_committed else 0
+
+    def _request(self, offset: int) -> bytes:
+        return replica_fetch.encode_request(-1, FETCH_MAX_WAIT_MS, 1, PARTITION_MAX_BYTES, {
+            self.topic: [replica_fetch.FetchPartition(self.partition, -1, offset, -1, -1, PARTITION_MAX_BYTES)]},
+            self.isolation)
+
+    def fetch(self, offset: int) -> Any:
+        """Start a Fetch at ``offset`` on the current leader; a concurrent future of the raw answer."""
+        node = self.client.leader(self.topic, self.partition)
+        conn = self.client.connection(node)
+        return self.client.submit(conn.send_raw(ApiKey.FETCH, replica_fetch.FETCH_VERSION, self._request(offset)))
+
+    def answer(self, future: Any) -> replica_fetch.FetchedPartition:
+        _, parts = replica_fetch.decode_response(future.result(), keep_aborted=self.isolation == 1)
+        for p in parts:
+            if p.topic == self.topic and p.partition == self.partition:
+                return p
+        raise KafkaProtocolError(UNKNOWN_TOPIC_OR_PARTITION, f"Fetch {self.topic}-{self.partition}")
+
+    def batch(self, cols: Any) -> pa.RecordBatch:
+        n = len(cols)
+        columns = [cols.keys, cols.values, constant_string(self.topic, n), constant_int32(self.partition, n),
+                   cols.offsets, cols.timestamps, cols.timestamp_types]
+        if self.opts.include_headers:
+            columns.append(cols.headers)
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
 
 
 def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
     """Yield exactly the records with offsets in [start, end) of one partition.
 
-    librdkafka may deliver records before ``start`` (a compressed batch is fetched whole)
-    and offsets may have gaps (compaction, transaction markers), so offsets are filtered
-    explicitly and the end is detected by offset *or* by reaching the partition end.
+    Fetched batches may start before ``start`` and offsets may have gaps (compaction,
+    transaction markers), so records are filtered by offset and the end is reached by offset
+    *or* by the partition's end (high watermark, or LSO under read_committed) being at or past
+    ``end`` with nothing more to read. A leader change (NOT_LEADER_OR_FOLLOWER, a lost
+    connection) refreshes metadata and fetches again from the same offset, for up to 60 s.
     """
-    from confluent_kafka import KafkaError, KafkaException, TopicPartition
-
     topic, part, start, end = rng.topic, rng.partition, rng.start, rng.end
     if end <= start:
         return
-    schema = arrow_schema(opts.include_headers)
-    consumer = _consumer(opts)
-    tp = TopicPartition(topic, part)
-    marks = _watermarks(consumer, tp)
-    if marks is None:
-        report_data_loss(opts.fail_on_data_loss, f"Topic-partition {topic}-{part} no longer exists.")
-        return
-    low, _ = marks
-    if low > start:
-        report_data_loss(
-            opts.fail_on_data_loss,
-            f"Cannot fetch offset {start} of {topic}-{part}: the earliest available offset is {low}.",
-        )
-        start = low
-        if start >= end:
-            return
-    consumer.assign([TopicPartition(topic, part, start)])
-    try:
-        nxt = start
-        deadline = time.monotonic() + opts.poll_timeout_ms / 1000
-        while nxt < end:
-            # consume() blocks until it has *all* the messages asked for or the timeout
-            # expires, so never ask for more than the range still holds: a full batch at the
-            # tail of every range used to stall each task for the whole timeout.
-            msgs = consumer.consume(min(opts.fetch_batch, end - nxt), timeout=0.1)
-            if not msgs:
-                good: list[Any] = []
-                offsets: list[int] = []
-                eof = False
-            elif not [m for m in msgs if m.error() is not None] and msgs[0].offset() >= nxt and msgs[-1].offset() < end:
-                # Fast path: one partition is assigned, so offsets ascend; nothing to filter.
-                good, offsets, eof = msgs, [m.offset() for m in msgs], False
-            else:
-                good, offsets, eof, reset = [], [], False, False
-                for m in msgs:
-                    err = m.error()
-                    if err is not None:
-                        if m.topic() != topic or m.partition() != part:
-                            continue
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            eof = True
-                            continue
-                        if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
-                            reset = True
-                            break
-                        if not is_leader_change(KafkaException(err)):
-                            raise KafkaException(err)
-                        continue
-                    off = m.offset()
-                    if off < nxt or off >= end or m.partition() != part or m.topic() != topic:
-                        continue
-                    good.append(m)
-                    offsets.append(off)
-                if reset:
-                    marks = _watermarks(consumer, tp)
-                    if marks is None:
-                        report_data_loss(opts.fail_on_data_loss, f"Topic-partition {topic}-{part} vanished.")
-                        return
-                    low = marks[0]
+    reader = _RangeReader(opts, rng)
+    client = reader.client
+    nxt = start
+    deadline = time.monotonic() + opts.poll_timeout_ms / 1000
+    retry: Iterator[int] | None = None
+    unknown = 0
+    pending = None
+    while nxt < end:
+        try:
+            fut = pending if pending is not None else reader.fetch(nxt)
+            pending = None
+            p = reader.answer(fut)
+            if p.error_code:
+                raise KafkaProtocolError(p.error_code, f"Fetch {topic}-{part} at offset {nxt}")
+        except (KafkaProtocolError, ConnectionError, TimeoutError, OSError) as exc:
+            code = getattr(exc, "code", None)
+            if code == OFFSET_OUT_OF_RANGE:
+                low = client.list_offset(topic, part, -2)
+                high = client.list_offset(topic, part, -1, read_committed=opts.read_committed)
+                if nxt < low:
                     report_data_loss(
                         opts.fail_on_data_loss,
-                        f"Offset {nxt} of {topic}-{part} went out of range while reading; "
-                        f"the earliest available offset is now {low}.",
+                        f"Cannot fetch offset {nxt} of {topic}-{part}: the earliest available offset is {low}.",
                     )
-                    nxt = max(nxt, low)
-                    consumer.assign([TopicPartition(topic, part, nxt)])
-                    good, offsets = [], []
-            if good:
-                nxt = offsets[-1] + 1
-                deadline = time.monotonic() + opts.poll_timeout_ms / 1000
-                yield messages_to_batch(good, topic, part, schema, opts.include_headers, offsets)
-            if nxt >= end:
-                break
-            if eof:
-                # Everything up to the partition end has been seen; if that end is at or past
-                # our range end, the missing offsets are gaps (compaction, control records).
-                marks = _watermarks(consumer, tp)
-                if marks is None:
-                    report_data_loss(opts.fail_on_data_loss, f"Topic-partition {topic}-{part} vanished.")
+                    nxt = low
+                    continue
+                if nxt >= high and high < end:
+                    report_data_loss(
+                        opts.fail_on_data_loss,
+                        f"Offsets [{nxt}, {end}) of {topic}-{part} no longer exist: the log ends at {high} "
+                        "(truncated after a leader change?).",
+                    )
                     return
-                if marks[1] >= end:
-                    break
+            if code == UNKNOWN_TOPIC_OR_PARTITION:
+                unknown += 1
+                if unknown > 8:
+                    report_data_loss(opts.fail_on_data_loss, f"Topic-partition {topic}-{part} no longer exists.")
+                    return
+            elif code is not None and code not in RETRIABLE and code != OFFSET_OUT_OF_RANGE:
+                raise
+            if retry is None:
+                retry = attempts()
+            if next(retry, None) is None:
+                raise TimeoutError(f"Could not read {topic}-{part} at offset {nxt} from its leader within "
+                                   f"{LEADER_CHANGE_TIMEOUT_S:g} s: {exc}") from exc
+            try:
+                client.refresh_metadata([topic])
+            except (ConnectionError, TimeoutError, OSError):
+                pass
+            continue
+        retry, unknown = None, 0
+        if p.records is None or not len(p.records):
+            limit = p.last_stable_offset if opts.read_committed else p.high_watermark
+            if limit >= end or (p.log_start_offset > nxt and p.log_start_offset >= end):
+                break  # everything up to the end was seen; the missing offsets are gaps
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"Timed out reading {topic}-{part} offsets [{nxt}, {end}) after "
                     f"{opts.poll_timeout_ms} ms (option kafkaConsumer.pollTimeoutMs)."
                 )
-    finally:
-        consumer.unassign()
+            continue
+        sel = select_batches(p.records, nxt, end, p.aborted, opts.read_committed)
+        if sel.next_offset < end and sel.next_offset > nxt:
+            pending = reader.fetch(sel.next_offset)  # in flight while this answer is decoded
+        for run in sel.runs:
+            cols = decode_run(run, nxt, end, opts.include_headers, reader.header_type)
+            if len(cols):
+                yield reader.batch(cols)
+        if sel.next_offset > nxt:
+            nxt = sel.next_offset
+            deadline = time.monotonic() + opts.poll_timeout_ms / 1000
+        elif time.monotonic() > deadline:
+            raise TimeoutError(
+                f"Timed out reading {topic}-{part} offsets [{nxt}, {end}) after "
+                f"{opts.poll_timeout_ms} ms (option kafkaConsumer.pollTimeoutMs)."
+            )
+    if pending is not None:
+        try:
+            pending.result()  # keep the connection's answers in order for the next task
+        except Exception:  # noqa: BLE001 - the next task reconnects if this one broke the connection
+            pass
 
 
 # ---------------------------------------------------------------------------------------
