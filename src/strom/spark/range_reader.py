@@ -43,10 +43,14 @@ class _RangeReader:
         self.schema = arrow_schema(opts.include_headers)
         self.header_type = self.schema.field("headers").type if opts.include_headers else None
         self.isolation = 1 if opts.read_committed else 0
+        # The consumer's own keys still apply (the Java client's names, which librdkafka shares).
+        self.max_bytes = int(opts.client.get("max.partition.fetch.bytes", PARTITION_MAX_BYTES))
+        self.max_wait_ms = int(opts.client.get("fetch.max.wait.ms", opts.client.get("fetch.wait.max.ms",
+                                                                                     FETCH_MAX_WAIT_MS)))
 
     def _request(self, offset: int) -> bytes:
-        return replica_fetch.encode_request(-1, FETCH_MAX_WAIT_MS, 1, PARTITION_MAX_BYTES, {
-            self.topic: [replica_fetch.FetchPartition(self.partition, -1, offset, -1, -1, PARTITION_MAX_BYTES)]},
+        return replica_fetch.encode_request(-1, self.max_wait_ms, 1, self.max_bytes, {
+            self.topic: [replica_fetch.FetchPartition(self.partition, -1, offset, -1, -1, self.max_bytes)]},
             self.isolation)
 
     def fetch(self, offset: int) -> Any:
