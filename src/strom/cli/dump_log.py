@@ -7,7 +7,6 @@ data: every length is bounds-checked, a bad CRC is reported and the dump goes on
 
 from __future__ import annotations
 
-import gzip
 import mmap
 import struct
 import sys
@@ -19,6 +18,7 @@ from typing import Annotated, TextIO
 import typer
 
 from strom.cli.common import cli_errors, print_error
+from strom.protocol.compression import decompress
 from strom.protocol.record_batch import read_varint
 
 # v2 RecordBatch header: baseOffset, batchLength, partitionLeaderEpoch, magic, crc,
@@ -33,7 +33,6 @@ TXN_INDEX_ENTRY = struct.Struct(">hqqqq")
 
 CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER", 4: "SNAPSHOT_FOOTER"}
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _INT32_MAX = 2**31 - 1
 
 
@@ -172,30 +171,6 @@ def scan_log(data: bytes | memoryview | mmap.mmap, keep_bodies: bool = False) ->
     return LogScan(entries, pos, size, problem)
 
 
-def _decompress(codec: int, payload: bytes) -> bytes:
-    """Undo the batch compression; snappy may be raw (librdkafka) or xerial-framed (Java)."""
-    import cramjam
-
-    if codec == 0:
-        return payload
-    if codec == 1:
-        return gzip.decompress(payload)
-    if codec == 2:
-        if payload.startswith(_XERIAL_MAGIC):
-            out = bytearray()
-            pos = 16  # magic (8) + version (4) + compatible version (4)
-            while pos + 4 <= len(payload):
-                (chunk,) = struct.unpack_from(">i", payload, pos)
-                pos += 4
-                out += bytes(cramjam.snappy.decompress_raw(payload[pos : pos + chunk]))
-                pos += chunk
-            return bytes(out)
-        return bytes(cramjam.snappy.decompress_raw(payload))
-    if codec == 3:
-        return bytes(cramjam.lz4.decompress(payload))
-    if codec == 4:
-        return bytes(cramjam.zstd.decompress(payload))
-    raise ValueError(f"unknown compression codec {codec}")
 
 
 def _bytes_field(buf: bytes, pos: int) -> tuple[bytes | None, int]:
@@ -209,7 +184,7 @@ def _bytes_field(buf: bytes, pos: int) -> tuple[bytes | None, int]:
 
 def decode_records(batch: Batch) -> list[Record]:
     """Decode (and decompress) the records of a batch read with keep_bodies=True."""
-    data = _decompress(batch.codec, batch.body)
+    data = decompress(batch.codec, batch.body)
     records: list[Record] = []
     pos = 0
     for _ in range(max(batch.count, 0)):

@@ -1,12 +1,13 @@
-"""Fetch v12 as a follower speaks it, encoded and decoded by hand.
+"""Fetch v12 as a follower (or the Spark source) speaks it, encoded and decoded by hand.
 
 Every acks=all produce waits for a follower round trip, so the replica fetcher's request and
 response sit on the replication latency path of every record. The generic codec builds one
 object per field (and copies the records out of the frame); here the request is packed straight
 into bytes and the response is read into plain tuples whose records are views into the frame.
-Only what a follower needs is decoded: the last stable offset, aborted transactions and the
-tagged fields (diverging epoch, current leader, snapshot id) are skipped; a follower learns
-about divergence through OffsetForLeaderEpoch and about leaders from the controller.
+The tagged fields (diverging epoch, current leader, snapshot id) are skipped; a follower learns
+about divergence through OffsetForLeaderEpoch and about leaders from the controller. The last
+stable offset and aborted transactions matter only to read_committed consumers, so the aborted
+list is kept only when asked for.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ _REQUEST_PARTITION = struct.Struct(">iiqiqi")  # partition .. partition_max_byte
 _RESPONSE_HEAD = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
 _RESPONSE_PARTITION = struct.Struct(">ihqqq")  # partition, error, high watermark, last stable, log start
 _INT32 = struct.Struct(">i")
-_ABORTED_TXN_BYTES = 16  # producer_id int64 + first_offset int64 (plus its own tagged fields)
+_ABORTED_TXN = struct.Struct(">qq")  # producer_id, first_offset (plus its own tagged fields)
 
 
 class FetchPartition(NamedTuple):
@@ -47,12 +48,14 @@ class FetchedPartition(NamedTuple):
     high_watermark: int
     log_start_offset: int
     records: memoryview | None
+    last_stable_offset: int = -1
+    aborted: list[tuple[int, int]] | None = None  # (producer id, first offset), with keep_aborted
 
 
 def encode_request(replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
-                   topics: dict[str, list[FetchPartition]]) -> bytes:
-    """A full (sessionless) Fetch v12 request body from a follower."""
-    out = bytearray(_REQUEST_HEAD.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, 0, -1))
+                   topics: dict[str, list[FetchPartition]], isolation_level: int = 0) -> bytes:
+    """A full (sessionless) Fetch v12 request body; replica_id -1 for a consumer."""
+    out = bytearray(_REQUEST_HEAD.pack(replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, 0, -1))
     out += uvarint(len(topics) + 1)
     for topic, partitions in topics.items():
         name = topic.encode()
@@ -69,16 +72,17 @@ def encode_request(replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes:
     return bytes(out)
 
 
-def decode_response(body: bytes | bytearray | memoryview) -> tuple[int, list[FetchedPartition]]:
+def decode_response(body: bytes | bytearray | memoryview,
+                    keep_aborted: bool = False) -> tuple[int, list[FetchedPartition]]:
     """(top-level error code, partitions) of a Fetch v12 response body (after the response header)."""
     view = body if isinstance(body, memoryview) else memoryview(body)
     try:
-        return _decode(view)
+        return _decode(view, keep_aborted)
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise MalformedRequest(f"cannot decode a Fetch v12 response: {exc!r}") from exc
 
 
-def _decode(view: memoryview) -> tuple[int, list[FetchedPartition]]:
+def _decode(view: memoryview, keep_aborted: bool) -> tuple[int, list[FetchedPartition]]:
     _, error_code, _ = _RESPONSE_HEAD.unpack_from(view, 0)
     pos = _RESPONSE_HEAD.size
     out: list[FetchedPartition] = []
@@ -89,11 +93,14 @@ def _decode(view: memoryview) -> tuple[int, list[FetchedPartition]]:
         pos += n - 1
         n_parts, pos = read_uvarint(view, pos)
         for _ in range(n_parts - 1):
-            partition, err, hw, _, log_start = _RESPONSE_PARTITION.unpack_from(view, pos)
+            partition, err, hw, lso, log_start = _RESPONSE_PARTITION.unpack_from(view, pos)
             pos += _RESPONSE_PARTITION.size
             n_aborted, pos = read_uvarint(view, pos)  # 0 = null
+            aborted = [] if keep_aborted else None
             for _ in range(n_aborted - 1):
-                pos = skip_tagged_fields(view, pos + _ABORTED_TXN_BYTES)
+                if aborted is not None:
+                    aborted.append(_ABORTED_TXN.unpack_from(view, pos))
+                pos = skip_tagged_fields(view, pos + _ABORTED_TXN.size)
             pos += _INT32.size  # preferred_read_replica
             size, pos = read_uvarint(view, pos)  # 0 = null, else length + 1
             records = None
@@ -104,6 +111,6 @@ def _decode(view: memoryview) -> tuple[int, list[FetchedPartition]]:
                 records = view[pos:end]
                 pos = end
             pos = skip_tagged_fields(view, pos)
-            out.append(FetchedPartition(topic, partition, err, hw, log_start, records))
+            out.append(FetchedPartition(topic, partition, err, hw, log_start, records, lso, aborted))
         pos = skip_tagged_fields(view, pos)
     return error_code, out

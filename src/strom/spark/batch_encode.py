@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from strom import native
+from strom.protocol.compression import compress
 from strom.protocol.record_batch import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -201,27 +202,6 @@ class EncodedBatch:
         return b"".join((self.header(producer_id, producer_epoch, base_sequence), self.records))
 
 
-def compress(records: bytes | pa.Buffer, compression: int) -> bytes | pa.Buffer:
-    """The records section compressed as Kafka clients do: snappy raw (as librdkafka for v2),
-    lz4 frame, zstd frame, gzip."""
-    if compression == COMPRESSION_NONE:
-        return records
-    import cramjam
-
-    data = memoryview(records)
-    if compression == COMPRESSION_GZIP:
-        out = cramjam.gzip.compress(data)
-    elif compression == COMPRESSION_SNAPPY:
-        out = cramjam.snappy.compress_raw(data)
-    elif compression == COMPRESSION_LZ4:
-        out = cramjam.lz4.compress(data)
-    elif compression == COMPRESSION_ZSTD:
-        out = cramjam.zstd.compress(data)
-    else:
-        raise ValueError(f"unknown compression {compression}")
-    return bytes(out)
-
-
 # --- column access --------------------------------------------------------------------------
 
 
@@ -314,8 +294,9 @@ class BatchEncoder:
             groups = self._group_python(topic, cols, n, num_partitions, null_key)
         for partition, rows in groups:
             for records, count in self._encode_rows(cols, rows):
-                yield topic, partition, EncodedBatch(compress(records, self.compression), count,
-                                                     self.compression, timestamp)
+                if self.compression != COMPRESSION_NONE:
+                    records = compress(self.compression, memoryview(records))
+                yield topic, partition, EncodedBatch(records, count, self.compression, timestamp)
 
     # partitioning
 

@@ -2,7 +2,8 @@
 
 Where the code runs (see docs/spark.md): offset planning (``initialOffset``,
 ``latestOffset``, ``partitions``) runs on the driver; ``read()`` runs in executor tasks,
-one or more per topic-partition range, so data never funnels through the driver.
+one or more per topic-partition range (strom.spark.range_reader), so data never funnels
+through the driver.
 Readers are pickled to the tasks, so clients are created lazily and cached per Python
 worker process (Spark reuses workers across tasks and micro-batches).
 """
@@ -12,9 +13,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from strom.spark.arrow import arrow_schema, messages_to_batch, source_schema
+from strom.spark.arrow import source_schema
 from strom.spark.offsets import (
     OffsetResolver,
     PartitionOffsets,
@@ -43,7 +43,9 @@ from strom.spark.offsets import (
     to_json,
 )
 from strom.spark.options import SourceOptions, StromOptionError, parse_sink_options, parse_source_options
-from strom.spark.retry import LEADER_CHANGE_TIMEOUT_S, attempts, is_leader_change, refresh_metadata
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("strom.spark")
 
@@ -62,159 +64,6 @@ class OffsetRange(InputPartition):
 # ---------------------------------------------------------------------------------------
 # Read path (executor side)
 # ---------------------------------------------------------------------------------------
-
-_CONSUMERS: dict[tuple[tuple[str, str], ...], Any] = {}
-
-
-def _consumer(opts: SourceOptions) -> Any:
-    """A consumer per distinct configuration, reused by later tasks in this Python worker."""
-    from confluent_kafka import Consumer
-
-    conf = opts.consumer_config()
-    key = tuple(sorted((k, str(v)) for k, v in conf.items()))
-    consumer = _CONSUMERS.get(key)
-    if consumer is None:
-        consumer = Consumer(conf)
-        _CONSUMERS[key] = consumer
-    return consumer
-
-
-def _watermarks(consumer: Any, tp: Any) -> tuple[int, int] | None:
-    """The partition's (low, high) watermarks from its leader; None if the partition does not exist.
-
-    Asking the leader fails while it is being replaced (a killed broker, NOT_LEADER_OR_FOLLOWER,
-    time-outs): that is retried after a metadata refresh, bounded like Kafka's clients (see
-    strom.spark.retry), instead of failing the task, which fails a local-mode query outright.
-    An unknown partition is retried a few times too: the driver saw it when planning, and a
-    reused consumer's metadata may simply be older (new partition or topic).
-    """
-    from confluent_kafka import KafkaError, KafkaException
-
-    unknown = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION)
-    last: BaseException | str | None = None
-    for attempt in attempts():
-        try:
-            low, high = consumer.get_watermark_offsets(tp, timeout=15, cached=False)
-        except KafkaException as exc:
-            if exc.args[0].code() in unknown:
-                if attempt >= 8:
-                    return None
-            elif not is_leader_change(exc):
-                raise
-            last = exc
-        else:
-            if low >= 0 and high >= 0:
-                return low, high
-            last = f"invalid watermarks ({low}, {high})"
-        refresh_metadata(consumer, tp.topic)
-    raise TimeoutError(
-        f"Could not get the offsets of {tp.topic}-{tp.partition} from its leader within "
-        f"{LEADER_CHANGE_TIMEOUT_S:g} s: {last}"
-    )
-
-
-def read_range(opts: SourceOptions, rng: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """Yield exactly the records with offsets in [start, end) of one partition.
-
-    librdkafka may deliver records before ``start`` (a compressed batch is fetched whole)
-    and offsets may have gaps (compaction, transaction markers), so offsets are filtered
-    explicitly and the end is detected by offset *or* by reaching the partition end.
-    """
-    from confluent_kafka import KafkaError, KafkaException, TopicPartition
-
-    topic, part, start, end = rng.topic, rng.partition, rng.start, rng.end
-    if end <= start:
-        return
-    schema = arrow_schema(opts.include_headers)
-    consumer = _consumer(opts)
-    tp = TopicPartition(topic, part)
-    marks = _watermarks(consumer, tp)
-    if marks is None:
-        report_data_loss(opts.fail_on_data_loss, f"Topic-partition {topic}-{part} no longer exists.")
-        return
-    low, _ = marks
-    if low > start:
-        report_data_loss(
-            opts.fail_on_data_loss,
-            f"Cannot fetch offset {start} of {topic}-{part}: the earliest available offset is {low}.",
-        )
-        start = low
-        if start >= end:
-            return
-    consumer.assign([TopicPartition(topic, part, start)])
-    try:
-        nxt = start
-        deadline = time.monotonic() + opts.poll_timeout_ms / 1000
-        while nxt < end:
-            # consume() blocks until it has *all* the messages asked for or the timeout
-            # expires, so never ask for more than the range still holds: a full batch at the
-            # tail of every range used to stall each task for the whole timeout.
-            msgs = consumer.consume(min(opts.fetch_batch, end - nxt), timeout=0.1)
-            if not msgs:
-                good: list[Any] = []
-                offsets: list[int] = []
-                eof = False
-            elif not [m for m in msgs if m.error() is not None] and msgs[0].offset() >= nxt and msgs[-1].offset() < end:
-                # Fast path: one partition is assigned, so offsets ascend; nothing to filter.
-                good, offsets, eof = msgs, [m.offset() for m in msgs], False
-            else:
-                good, offsets, eof, reset = [], [], False, False
-                for m in msgs:
-                    err = m.error()
-                    if err is not None:
-                        if m.topic() != topic or m.partition() != part:
-                            continue
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            eof = True
-                            continue
-                        if err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
-                            reset = True
-                            break
-                        if not is_leader_change(KafkaException(err)):
-                            raise KafkaException(err)
-                        continue
-                    off = m.offset()
-                    if off < nxt or off >= end or m.partition() != part or m.topic() != topic:
-                        continue
-                    good.append(m)
-                    offsets.append(off)
-                if reset:
-                    marks = _watermarks(consumer, tp)
-                    if marks is None:
-                        report_data_loss(opts.fail_on_data_loss, f"Topic-partition {topic}-{part} vanished.")
-                        return
-                    low = marks[0]
-                    report_data_loss(
-                        opts.fail_on_data_loss,
-                        f"Offset {nxt} of {topic}-{part} went out of range while reading; "
-                        f"the earliest available offset is now {low}.",
-                    )
-                    nxt = max(nxt, low)
-                    consumer.assign([TopicPartition(topic, part, nxt)])
-                    good, offsets = [], []
-            if good:
-                nxt = offsets[-1] + 1
-                deadline = time.monotonic() + opts.poll_timeout_ms / 1000
-                yield messages_to_batch(good, topic, part, schema, opts.include_headers, offsets)
-            if nxt >= end:
-                break
-            if eof:
-                # Everything up to the partition end has been seen; if that end is at or past
-                # our range end, the missing offsets are gaps (compaction, control records).
-                marks = _watermarks(consumer, tp)
-                if marks is None:
-                    report_data_loss(opts.fail_on_data_loss, f"Topic-partition {topic}-{part} vanished.")
-                    return
-                if marks[1] >= end:
-                    break
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"Timed out reading {topic}-{part} offsets [{nxt}, {end}) after "
-                    f"{opts.poll_timeout_ms} ms (option kafkaConsumer.pollTimeoutMs)."
-                )
-    finally:
-        consumer.unassign()
-
 
 # ---------------------------------------------------------------------------------------
 # Batch reader
@@ -253,6 +102,8 @@ class StromBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, OffsetRange):  # Spark reads one dummy partition when none were planned
+            from strom.spark.range_reader import read_range
+
             yield from read_range(self.options, partition)
 
 
@@ -346,6 +197,8 @@ class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, OffsetRange):  # Spark reads one dummy partition when none were planned
+            from strom.spark.range_reader import read_range
+
             yield from read_range(self.options, partition)
 
     def commit(self, end: dict) -> None:
