@@ -110,6 +110,8 @@ def decode_native(buf: pa.Buffer, header_pos: Sequence[int], records_end: Sequen
     if rc < 0:
         raise CorruptFetchError(f"malformed record at position {-rc - 1} of a fetched batch")
     n, kb, vb, h, hkb, hvb = sizes
+    if max(kb, vb, hkb, hvb) >= 2**31:
+        raise CorruptFetchError("a fetched batch holds more than 2 GiB of keys or values; lower max.partition.fetch.bytes")
     offsets, ts, ts_type = _alloc(8 * n), _alloc(8 * n), _alloc(4 * n)
     key_off, key_data, key_valid = _alloc(4 * (n + 1)), _alloc(kb), _alloc(_bitmap_bytes(n), zero=True)
     val_off, val_data, val_valid = _alloc(4 * (n + 1)), _alloc(vb), _alloc(_bitmap_bytes(n), zero=True)
