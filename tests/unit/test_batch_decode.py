@@ -11,7 +11,6 @@ kernels must never read past the buffer (it is placed right before an unreadable
 from __future__ import annotations
 
 import ctypes
-import gzip
 import json
 import mmap
 import os
@@ -22,22 +21,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import cramjam
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from kafka.record.default_records import DefaultRecordBatch
+from tests.support.record_batches import CODEC_IDS, CODECS, Record, compressed, fix_crc, producer_batch
 
-from strom.protocol.compression import XERIAL_MAGIC
 from strom.protocol.record_batch import (
     ATTRIBUTES_POS,
-    CRC_POS,
     HEADER_SIZE,
     LAST_OFFSET_DELTA_POS,
     LOG_OVERHEAD,
     build_control_batch,
-    compute_crc,
     set_base_offset,
     set_log_append_time,
 )
@@ -58,68 +54,14 @@ needs_native = pytest.mark.skipif(
 
 EXAMPLES = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-# Codec numbers as in the batch attributes; snappy comes raw (librdkafka) or xerial-framed (Java).
-NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
-CODECS = ["none", "gzip", "snappy", "snappy-xerial", "lz4", "zstd"]
-CODEC_IDS = {"none": NONE, "gzip": GZIP, "snappy": SNAPPY, "snappy-xerial": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
 PRODUCERS = (4000, 4001, 4002)
 
-_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_U32 = struct.Struct(">I")
-
-Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
 
 
 # ---------------------------------------------------------------------------------------
 # Building fetch answers
 # ---------------------------------------------------------------------------------------
-
-
-def _fix_crc(buf: bytearray) -> None:
-    _U32.pack_into(buf, CRC_POS, compute_crc(buf, 0, len(buf)))
-
-
-def compress_body(codec: str, body: bytes) -> bytes:
-    if codec == "gzip":
-        return gzip.compress(body)
-    if codec == "snappy":
-        return bytes(cramjam.snappy.compress_raw(body))
-    if codec == "snappy-xerial":
-        out = bytearray(XERIAL_MAGIC + struct.pack(">ii", 1, 1))
-        for i in range(0, len(body), 1024):
-            chunk = bytes(cramjam.snappy.compress_raw(body[i : i + 1024]))
-            out += _I32.pack(len(chunk)) + chunk
-        return bytes(out)
-    if codec == "lz4":
-        return bytes(cramjam.lz4.compress(body))
-    if codec == "zstd":
-        return bytes(cramjam.zstd.compress(body))
-    raise AssertionError(codec)
-
-
-def compressed(raw: bytes, codec: str) -> bytes:
-    """The same batch with its records section compressed (kafka-python only has gzip here)."""
-    if codec == "none":
-        return raw
-    out = bytearray(raw[:HEADER_SIZE]) + compress_body(codec, raw[HEADER_SIZE:])
-    _I32.pack_into(out, 8, len(out) - LOG_OVERHEAD)
-    (attributes,) = _I16.unpack_from(out, ATTRIBUTES_POS)
-    _I16.pack_into(out, ATTRIBUTES_POS, attributes | CODEC_IDS[codec])
-    _fix_crc(out)
-    return bytes(out)
-
-
-def producer_batch(records: list[Record], deltas: list[int], *, producer_id: int = -1,
-                   transactional: bool = False) -> tuple[bytes, list[int]]:
-    """An uncompressed batch from kafka-python's builder, and the end position of every record."""
-    builder = DefaultRecordBatchBuilder(2, 0, transactional, producer_id, 0 if producer_id >= 0 else -1,
-                                        0 if producer_id >= 0 else -1, 2**31 - 1)
-    ends = []
-    for delta, (key, value, headers, ts) in zip(deltas, records, strict=True):
-        builder.append(delta, ts, key, value, headers)
-        ends.append(builder.size())
-    return bytes(builder.build()), ends
 
 
 @dataclass
@@ -202,7 +144,7 @@ def fetched(draw: st.DrawFn) -> Fetched:
         last = offset + deltas[-1] + tail
         if tail:
             _I32.pack_into(buf, LAST_OFFSET_DELTA_POS, deltas[-1] + tail)
-            _fix_crc(buf)
+            fix_crc(buf)
         if draw(st.integers(0, 4)) == 0:
             set_log_append_time(buf, 0, draw(st.integers(0, 2**42)))
         codec = draw(st.sampled_from(CODECS))
