@@ -55,6 +55,7 @@ needs_native = pytest.mark.skipif(
 EXAMPLES = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 PRODUCERS = (4000, 4001, 4002)
+RECORDS_COUNT_POS = 57
 
 _I32 = struct.Struct(">i")
 
@@ -114,8 +115,8 @@ def fetched(draw: st.DrawFn) -> Fetched:
     batches: list[Batch] = []
     for _ in range(draw(st.integers(1, 7))):
         offset += draw(st.sampled_from([0, 0, 0, 1, 3, 1000]))  # gaps: compaction, deleted markers
-        kind = draw(st.sampled_from(["plain", "idempotent", "txn", "marker"] if open_txns else
-                                    ["plain", "idempotent", "txn"]))
+        kinds = ["plain", "idempotent", "txn", "emptied"]
+        kind = draw(st.sampled_from([*kinds, "marker"] if open_txns else kinds))
         if kind == "marker":
             pid = draw(st.sampled_from(sorted(open_txns)))
             first, abort = open_txns.pop(pid)
@@ -127,6 +128,18 @@ def fetched(draw: st.DrawFn) -> Fetched:
             if abort:
                 aborted.append((pid, first, offset))
             offset += 1
+            continue
+        if kind == "emptied":  # compaction removed every record but kept the batch (producer state)
+            raw, _ = producer_batch([(None, None, [], 0)], [0], producer_id=3998)
+            buf = bytearray(raw[:HEADER_SIZE])
+            _I32.pack_into(buf, 8, HEADER_SIZE - LOG_OVERHEAD)
+            last = offset + draw(st.integers(0, 3))
+            _I32.pack_into(buf, LAST_OFFSET_DELTA_POS, last - offset)
+            _I32.pack_into(buf, RECORDS_COUNT_POS, 0)
+            set_base_offset(buf, 0, offset)
+            fix_crc(buf)
+            batches.append(Batch(bytes(buf), bytes(buf), offset, last))
+            offset = last + 1
             continue
         records, deltas = draw(record_lists())
         pid = -1
