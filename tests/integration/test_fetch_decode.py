@@ -102,8 +102,9 @@ def consumer_rows(broker: BrokerProcess, topic: str, lo: int, hi: int,
     return rows
 
 
-def end_offset(broker: BrokerProcess, topic: str) -> int:
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "watermarks"})
+def end_offset(broker: BrokerProcess, topic: str, isolation: str = "read_uncommitted") -> int:
+    """The high watermark, or under read_committed the last stable offset."""
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "watermarks", "isolation.level": isolation})
     try:
         return c.get_watermark_offsets(TopicPartition(topic, 0), TIMEOUT)[1]
     finally:
@@ -268,3 +269,44 @@ def test_read_uncommitted_returns_aborted_records_but_never_markers(
         assert read_rows(opts, topic, 0, end) == expected
     for lo in range(end + 1):
         assert read_rows(opts, topic, lo, end) == [r for r in expected if r[0] >= lo], lo
+
+
+def test_an_open_transaction_ends_read_committed_ranges_at_the_last_stable_offset(broker: BrokerProcess) -> None:
+    """Records after an open transaction's first one are past the last stable offset: a read_committed
+    range ends there (as Spark plans it), and reads on once the transaction is aborted."""
+    topic = new_topic(broker)
+    plain = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    txn = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"open-{uuid.uuid4().hex[:6]}"})
+    txn.init_transactions(TIMEOUT)
+    txn.begin_transaction()
+    txn.produce(topic, b"committed")
+    txn.commit_transaction(TIMEOUT)
+    for value in (b"p0", b"p1"):
+        plain.produce(topic, value)
+    assert plain.flush(TIMEOUT) == 0
+    txn.begin_transaction()
+    for value in (b"open0", b"open1"):
+        txn.produce(topic, value)
+    assert txn.flush(TIMEOUT) == 0
+    for value in (b"p2", b"p3"):
+        plain.produce(topic, value)
+    assert plain.flush(TIMEOUT) == 0
+
+    high = end_offset(broker, topic)
+    stable = end_offset(broker, topic, "read_committed")
+    assert (stable, high) == (4, 8)  # committed, its marker, p0, p1 | open0, open1, p2, p3
+    committed = source_options(broker, topic, **{"kafka.isolation.level": "read_committed"})
+    expected = consumer_rows(broker, topic, 0, high, "read_committed")
+    assert [r[2] for r in expected] == [b"committed", b"p0", b"p1"]
+    assert read_rows(committed, topic, 0, stable) == expected
+    uncommitted = consumer_rows(broker, topic, 0, high)
+    assert [r[2] for r in uncommitted] == [b"committed", b"p0", b"p1", b"open0", b"open1", b"p2", b"p3"]
+    assert read_rows(source_options(broker, topic), topic, 0, high) == uncommitted
+
+    txn.abort_transaction(TIMEOUT)
+    end = end_offset(broker, topic)
+    assert end == high + 1  # the abort marker
+    expected = consumer_rows(broker, topic, 0, end, "read_committed")
+    assert [r[2] for r in expected] == [b"committed", b"p0", b"p1", b"p2", b"p3"]
+    for lo in range(end + 1):
+        assert read_rows(committed, topic, lo, end) == [r for r in expected if r[0] >= lo], lo
