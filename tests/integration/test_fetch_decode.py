@@ -174,7 +174,7 @@ def test_read_range_returns_what_the_consumer_returns(broker: BrokerProcess, par
     lo = data.draw(st.integers(0, end), label="lo")
     hi = data.draw(st.integers(lo, end), label="hi")
     opts = source_options(broker, topic)
-    # A small fetch size cuts answers inside batches (the broker still returns one whole first batch).
+    # A small fetch size spreads a range over many answers (the broker still returns one whole first batch).
     with mock.patch.object(source, "PARTITION_MAX_BYTES", max_bytes):
         for a, b in ((0, end), (lo, hi)):
             expected = consumer_rows(broker, topic, a, b)
@@ -249,7 +249,7 @@ def test_read_committed_returns_what_a_read_committed_consumer_returns(
         assert read_rows(opts, topic, lo, end) == [r for r in expected if r[0] >= lo], lo
     for hi in range(end + 1):
         assert read_rows(opts, topic, 0, hi) == [r for r in expected if r[0] < hi], hi
-    # Fetch answers cut after a few bytes: the aborted list of each answer must still apply.
+    # One or two batches per answer: the aborted list of each answer must still apply.
     with mock.patch.object(source, "PARTITION_MAX_BYTES", 100):
         for lo in range(0, end + 1, 3):
             assert read_rows(opts, topic, lo, end) == [r for r in expected if r[0] >= lo], lo
