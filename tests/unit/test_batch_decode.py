@@ -586,3 +586,18 @@ def test_strom_native_0_uses_the_python_decoder() -> None:
     default = _child(None, raw)
     assert default["native"] is NATIVE
     assert {k: v for k, v in default.items() if k != "native"} == {k: v for k, v in forced.items() if k != "native"}
+
+
+def test_the_guard_page_really_stops_reads_past_the_buffer() -> None:
+    """What makes the out-of-bounds checks above meaningful: one byte past a GuardedBuffer is a SIGSEGV."""
+    child = ("import ctypes, sys; sys.path[:0] = sys.argv[1:]\n"
+             "from tests.unit.test_batch_decode import GuardedBuffer\n"
+             "g = GuardedBuffer(b'abc')\n"
+             "assert ctypes.string_at(g.buffer.address, 3) == b'abc'\n"
+             "print('read', flush=True)\n"
+             "ctypes.string_at(g.buffer.address + 3, 1)\n")
+    root = str(Path(__file__).resolve().parents[2])
+    src = str(Path(batch_decode.__file__).resolve().parents[2])
+    proc = subprocess.run([sys.executable, "-c", child, root, src], capture_output=True, text=True, timeout=120)
+    assert proc.stdout == "read\n"
+    assert proc.returncode == -11, proc.stderr
