@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: install zookeeper run broker test test-fast test-spark test-cluster lint bench clean
+.PHONY: install native zookeeper run broker test test-fast test-spark test-cluster lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -11,7 +11,12 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q -e '.[dev,spark]'
 	touch $@
 
-install: $(VENV)/.installed zookeeper
+install: $(VENV)/.installed zookeeper native
+
+## The C kernels of the Spark source and sink (strom/native/*.c), built once per source version;
+## without a C compiler Strom falls back to pure Python.
+native: $(VENV)/.installed
+	@$(PY) -m strom.native >/dev/null
 
 ## Debian's ZooKeeper package (cluster tests, `strom cluster up`); installed only when missing.
 zookeeper:

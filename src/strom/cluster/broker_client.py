@@ -1,17 +1,20 @@
 """BrokerClient: one pipelined Kafka-protocol connection from this broker to another.
 
-The controller sends LeaderAndIsr/UpdateMetadata/StopReplica through it and replica
-fetchers send Fetch. Requests are written as soon as they are made (pipelined) and answers
-are matched by correlation id; the peer answers one connection's requests in order.
+The controller sends LeaderAndIsr/UpdateMetadata/StopReplica through it, replica fetchers and
+the Spark source send Fetch, the Spark sink sends Produce. Requests are written as soon as they
+are made (pipelined) and answers are matched by correlation id; the peer answers one
+connection's requests in order. Answers are received with a BufferedProtocol straight into one
+buffer per frame: a fetch answer of megabytes is copied once from the socket, not three times
+as with a StreamReader.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import struct
 import time
+from collections.abc import Callable
 
 from kafka.protocol.api_message import ApiMessage
 
@@ -20,8 +23,118 @@ from strom.protocol.api_keys import ApiKey
 from strom.security.client_security import ClientSecurity, sasl_authenticate
 from strom.security.sasl import AuthenticationFailed
 
+# An answer bigger than this is a corrupt stream, not an answer (Kafka clients cap it too).
+MAX_RESPONSE_BYTES = 1 << 30
+_STAGING_BYTES = 64 * 1024
+_SIZE = struct.Struct(">i")
+
 # A SASL session is renewed (KIP-368 re-authentication on the same connection) after this share of its lifetime.
 REAUTHENTICATE_AT = 0.85
+
+
+class _Connection(asyncio.BufferedProtocol):
+    """One socket's framing: answers are read into a staging buffer, or straight into their own
+    frame buffer once their size is known and they do not fit; writes honour flow control."""
+
+    def __init__(self, on_frame: Callable[[_Connection, bytearray], None],
+                 on_lost: Callable[[_Connection, Exception | None], None]) -> None:
+        self._on_frame = on_frame
+        self._on_lost = on_lost
+        self.transport: asyncio.Transport | None = None
+        self._staging = bytearray(_STAGING_BYTES)
+        self._filled = 0  # bytes of _staging holding unparsed data
+        self._frame: bytearray | None = None  # a large frame being received directly
+        self._frame_pos = 0
+        self._paused = False
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self.closed = False
+
+    # -- reading -----------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return memoryview(self._frame)[self._frame_pos:]
+        return memoryview(self._staging)[self._filled:]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._frame is not None:
+            self._frame_pos += nbytes
+            if self._frame_pos == len(self._frame):
+                frame, self._frame = self._frame, None
+                self._on_frame(self, frame)
+            return
+        self._filled += nbytes
+        self._parse_staging()
+
+    def _parse_staging(self) -> None:
+        view = memoryview(self._staging)
+        pos = 0
+        try:
+            while self._filled - pos >= 4 and not self.closed:
+                (size,) = _SIZE.unpack_from(self._staging, pos)
+                if size < 4 or size > MAX_RESPONSE_BYTES:
+                    raise ConnectionError(f"invalid response size {size}")
+                have = self._filled - pos - 4
+                if have >= size:
+                    self._on_frame(self, bytearray(view[pos + 4 : pos + 4 + size]))
+                    pos += 4 + size
+                    continue
+                if size > len(self._staging) - 4:
+                    # Too big for staging: receive the rest straight into the frame's own buffer.
+                    frame = bytearray(size)
+                    frame[:have] = view[pos + 4 : self._filled]
+                    self._frame, self._frame_pos = frame, have
+                    pos = self._filled
+                break
+        finally:
+            view.release()
+        rest = self._filled - pos
+        if rest and pos:
+            self._staging[:rest] = self._staging[pos : self._filled]
+        self._filled = rest
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport; connection_lost reports it
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_exception(ConnectionError("connection lost"))
+        self._drain_waiters.clear()
+        self._on_lost(self, exc)
+
+    # -- writing -----------------------------------------------------------------------
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        for waiter in self._drain_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._drain_waiters.clear()
+
+    def write(self, data: bytes) -> None:
+        if self.closed or self.transport is None or self.transport.is_closing():
+            raise ConnectionError("connection closed")
+        self.transport.write(data)
+
+    async def drain(self) -> None:
+        if self.closed:
+            raise ConnectionError("connection lost")
+        if self._paused:
+            waiter = asyncio.get_running_loop().create_future()
+            self._drain_waiters.append(waiter)
+            await waiter
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
 
 
 class BrokerClient:
@@ -40,8 +153,7 @@ class BrokerClient:
         self.connect_timeout_s = connect_timeout_s
         self._client_id = client_id.encode()
         self._correlation = itertools.count(1)
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
+        self._conn: _Connection | None = None
         # correlation id -> (future for the response body, response header is flexible)
         self._pending: dict[int, tuple[asyncio.Future[bytes], bool]] = {}
         self._connect_lock = asyncio.Lock()
@@ -50,7 +162,7 @@ class BrokerClient:
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None
+        return self._conn is not None
 
     async def send(self, request: ApiMessage, version: int) -> ApiMessage:
         """Send `request` at `version` and return the decoded response."""
@@ -67,12 +179,12 @@ class BrokerClient:
         the other pending requests with ConnectionError): the peer answers in order, so
         everything queued behind the stuck request is stuck too.
         """
-        writer = await self._connect()
+        conn = await self._connect()
         if self._reauthenticate_at and time.monotonic() >= self._reauthenticate_at:
-            writer = await self._reauthenticate(writer)
-        return await self._send_on(writer, api_key, version, body)
+            conn = await self._reauthenticate(conn)
+        return await self._send_on(conn, api_key, version, body)
 
-    async def _send_on(self, writer: asyncio.StreamWriter, api_key: int, version: int,
+    async def _send_on(self, conn: _Connection, api_key: int, version: int,
                        body: bytes | bytearray | memoryview) -> memoryview:
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         flexible = codec.is_flexible(api_key, version)
@@ -84,91 +196,86 @@ class BrokerClient:
         # The reader removes the entry when the answer arrives, even for an abandoned request.
         self._pending[correlation_id] = (future, flexible and api_key != ApiKey.API_VERSIONS)
         try:
-            writer.write(struct.pack(">i", len(header) + len(body)) + header + bytes(body))
-            await writer.drain()
+            conn.write(struct.pack(">i", len(header) + len(body)) + header + bytes(body))
+            await conn.drain()
         except (OSError, RuntimeError) as exc:  # RuntimeError: the transport is already closed
             self._pending.pop(correlation_id, None)
             future.cancel()
-            self._drop(writer, ConnectionError(f"connection to {self.host}:{self.port} lost: {exc!r}"))
+            self._drop(conn, ConnectionError(f"connection to {self.host}:{self.port} lost: {exc!r}"))
             raise ConnectionError(f"connection to {self.host}:{self.port} lost") from exc
         try:
             return await asyncio.wait_for(future, self.request_timeout_s)
         except TimeoutError:
-            self._drop(writer, ConnectionError(f"dropped after a request to {self.host}:{self.port} timed out"))
+            self._drop(conn, ConnectionError(f"dropped after a request to {self.host}:{self.port} timed out"))
             raise
 
     async def close(self) -> None:
-        if self._writer is not None:
-            self._drop(self._writer, ConnectionError("client closed"))
-        if self._reader_task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader_task
-            self._reader_task = None
+        if self._conn is not None:
+            self._drop(self._conn, ConnectionError("client closed"))
 
-    async def _connect(self) -> asyncio.StreamWriter:
+    async def _connect(self) -> _Connection:
         async with self._connect_lock:
-            if self._writer is None:
+            if self._conn is None:
                 context = self.security.ssl_context
                 try:
-                    reader, writer = await asyncio.wait_for(
-                        asyncio.open_connection(self.host, self.port, ssl=context,
-                                                server_hostname=self.host if context is not None else None),
+                    _, conn = await asyncio.wait_for(
+                        asyncio.get_running_loop().create_connection(
+                            lambda: _Connection(self._on_frame, self._on_lost), self.host, self.port, ssl=context,
+                            server_hostname=self.host if context is not None else None),
                         self.connect_timeout_s)
                 except (OSError, TimeoutError) as exc:
                     raise ConnectionError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
-                self._writer = writer
-                self._reader_task = asyncio.create_task(self._read_responses(reader, writer))
+                self._conn = conn
                 if self.security.uses_sasl:
-                    await self._authenticate(writer)
-            return self._writer
+                    await self._authenticate(conn)
+            return self._conn
 
-    async def _authenticate(self, writer: asyncio.StreamWriter) -> None:
+    async def _authenticate(self, conn: _Connection) -> None:
         async def send(request: ApiMessage, version: int) -> ApiMessage:
-            body = await self._send_on(writer, request.API_KEY, version, request.encode(version=version))
+            body = await self._send_on(conn, request.API_KEY, version, request.encode(version=version))
             return codec.response_class(request.API_KEY).decode(body, version=version)
 
         try:
             lifetime_ms = await asyncio.wait_for(sasl_authenticate(send, self.security), self.request_timeout_s)
         except (AuthenticationFailed, TimeoutError, ConnectionError) as exc:
-            self._drop(writer, ConnectionError(f"authentication with {self.host}:{self.port} failed: {exc}"))
+            self._drop(conn, ConnectionError(f"authentication with {self.host}:{self.port} failed: {exc}"))
             raise ConnectionError(f"authentication with {self.host}:{self.port} failed: {exc}") from exc
         self._reauthenticate_at = time.monotonic() + lifetime_ms / 1000 * REAUTHENTICATE_AT if lifetime_ms else 0.0
 
-    async def _reauthenticate(self, writer: asyncio.StreamWriter) -> asyncio.StreamWriter:
+    async def _reauthenticate(self, conn: _Connection) -> _Connection:
         """Renew the SASL session in line: the broker answers in order, so requests already sent are unaffected."""
         async with self._connect_lock:
-            if self._writer is writer and self._reauthenticate_at and time.monotonic() >= self._reauthenticate_at:
-                await self._authenticate(writer)
+            if self._conn is conn and self._reauthenticate_at and time.monotonic() >= self._reauthenticate_at:
+                await self._authenticate(conn)
         return await self._connect()
 
-    async def _read_responses(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        error = ConnectionError(f"connection to {self.host}:{self.port} closed")
-        try:
-            while True:
-                (size,) = struct.unpack(">i", await reader.readexactly(4))
-                frame = await reader.readexactly(size)
-                (correlation_id,) = struct.unpack_from(">i", frame)
-                entry = self._pending.pop(correlation_id, None)
-                if entry is None:
-                    error = ConnectionError(f"unexpected correlation id {correlation_id} from {self.host}:{self.port}")
-                    break
-                future, flexible = entry
-                pos = codec.skip_tagged_fields(memoryview(frame), 4) if flexible else 4
-                if not future.done():
-                    future.set_result(memoryview(frame)[pos:])  # no copy: a follower's fetch answer can be large
-        except (OSError, asyncio.IncompleteReadError, codec.MalformedRequest, struct.error) as exc:
-            error = ConnectionError(f"connection to {self.host}:{self.port} lost: {exc!r}")
-        self._drop(writer, error)
-
-    def _drop(self, writer: asyncio.StreamWriter, error: ConnectionError) -> None:
-        """Close `writer` (if still current) and fail every request waiting on it."""
-        if self._writer is not writer:
+    def _on_frame(self, conn: _Connection, frame: bytearray) -> None:
+        if conn is not self._conn:
             return
-        self._writer = None
-        writer.close()
-        task = self._reader_task
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
+        try:
+            (correlation_id,) = struct.unpack_from(">i", frame)
+            entry = self._pending.pop(correlation_id, None)
+            if entry is None:
+                raise ConnectionError(f"unexpected correlation id {correlation_id} from {self.host}:{self.port}")
+            future, flexible = entry
+            pos = codec.skip_tagged_fields(memoryview(frame), 4) if flexible else 4
+        except (ConnectionError, codec.MalformedRequest, struct.error) as exc:
+            self._drop(conn, exc if isinstance(exc, ConnectionError)
+                       else ConnectionError(f"connection to {self.host}:{self.port} lost: {exc!r}"))
+            return
+        if not future.done():
+            future.set_result(memoryview(frame)[pos:])  # no copy: a follower's fetch answer can be large
+
+    def _on_lost(self, conn: _Connection, exc: Exception | None) -> None:
+        reason = f": {exc!r}" if exc is not None else ""
+        self._drop(conn, ConnectionError(f"connection to {self.host}:{self.port} closed{reason}"))
+
+    def _drop(self, conn: _Connection, error: ConnectionError) -> None:
+        """Close `conn` (if still current) and fail every request waiting on it."""
+        if self._conn is not conn:
+            return
+        self._conn = None
+        conn.close()
         for future, _ in self._pending.values():
             if not future.done():
                 future.set_exception(error)

@@ -48,11 +48,23 @@ def arrow_schema(include_headers: bool) -> pa.Schema:
     return to_arrow_schema(source_schema(include_headers), timezone="UTC")
 
 
+_REPEAT_OFFSETS: dict[int, pa.Buffer] = {}
+
+
+def _repeat_offsets(width: int, n: int) -> pa.Buffer:
+    """Offsets 0, width, 2*width, ... (n + 1 of them), from a per-width buffer grown as needed."""
+    buf = _REPEAT_OFFSETS.get(width)
+    if buf is None or buf.size < 4 * (n + 1):
+        count = max(n + 1, 2 * (buf.size // 4) if buf is not None else 0, 1024)
+        values = array("i", range(0, count * width, width)) if width else array("i", bytes(4 * count))
+        buf = _REPEAT_OFFSETS[width] = pa.py_buffer(values)
+    return buf.slice(0, 4 * (n + 1))
+
+
 def constant_string(value: str, n: int) -> pa.Array:
     """A string column holding one value n times, built from buffers instead of n objects."""
     raw = value.encode()
-    offsets = array("i", range(0, (n + 1) * len(raw), len(raw))) if raw else array("i", bytes(4 * (n + 1)))
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)])
+    return pa.Array.from_buffers(pa.string(), n, [None, _repeat_offsets(len(raw), n), pa.py_buffer(raw * n)])
 
 
 def constant_int32(value: int, n: int) -> pa.Array:

@@ -136,38 +136,10 @@ class SourceOptions:
     min_partitions: int | None = None
     include_headers: bool = False
     poll_timeout_ms: int = 120_000
-    fetch_batch: int = 10_000
 
     @property
     def read_committed(self) -> bool:
         return self.client.get("isolation.level", "read_uncommitted") == "read_committed"
-
-    def consumer_config(self) -> dict[str, str | bool | int]:
-        """librdkafka consumer settings for assign()-only reading; no offsets are ever committed."""
-        conf: dict[str, Any] = {
-            # Never joined or committed (Strom tracks no groups for Spark); librdkafka wants one.
-            "group.id": "strom-spark-reader",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "error",
-            "enable.partition.eof": True,
-            "fetch.max.bytes": 64 * 1024 * 1024,
-            "max.partition.fetch.bytes": 16 * 1024 * 1024,
-            "queued.max.messages.kbytes": 256 * 1024,
-            # Short broker-side wait: a fetch left parked at the end of one range delays the
-            # first fetch of the next task on this consumer by up to this long.
-            "fetch.wait.max.ms": 10,
-            # librdkafka stops prefetching once queued.min.messages (100k) are buffered and by
-            # default retries only after 1 s, so a task reading a big range idles in 1 s gaps.
-            "fetch.queue.backoff.ms": 10,
-            "topic.metadata.refresh.interval.ms": 30_000,
-            # Spark's Kafka source (the Java client) reads uncommitted by default; librdkafka's own
-            # default is read_committed, which planned ranges ending at the high watermark (not
-            # the LSO) would wait on. kafka.isolation.level=read_committed switches both.
-            "isolation.level": "read_uncommitted",
-        }
-        conf.update(self.client)
-        return conf
 
 
 def parse_source_options(raw: Mapping[str, str], *, streaming: bool) -> SourceOptions:
