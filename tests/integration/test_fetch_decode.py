@@ -23,10 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
-from strom.spark import batch_decode, source
+from strom.spark import batch_decode
 from strom.spark.arrow import arrow_schema
 from strom.spark.options import parse_source_options
-from strom.spark.source import OffsetRange, read_range
+from strom.spark.range_reader import PARTITION_MAX_BYTES, read_range
+from strom.spark.source import OffsetRange
 from tests.support.broker import BrokerProcess
 from tests.support.raw_client import RawClient, decode
 from tests.support.record_batches import CODECS, compressed, producer_batch
@@ -163,7 +164,7 @@ def produce_chunks(broker: BrokerProcess, topic: str, parts: list[tuple[str, Any
 @settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
 @given(parts=chunks, codec=st.sampled_from(["none", "gzip", "snappy", "lz4", "zstd"]),
        linger_ms=st.sampled_from([0, 20]), log_append_time=st.booleans(),
-       max_bytes=st.sampled_from([source.PARTITION_MAX_BYTES, 1, 300, 2000]), data=st.data())
+       max_bytes=st.sampled_from([PARTITION_MAX_BYTES, 1, 300, 2000]), data=st.data())
 def test_read_range_returns_what_the_consumer_returns(broker: BrokerProcess, parts: list[tuple[str, Any]],
                                                       codec: str, linger_ms: int, log_append_time: bool,
                                                       max_bytes: int, data: st.DataObject) -> None:
@@ -173,16 +174,15 @@ def test_read_range_returns_what_the_consumer_returns(broker: BrokerProcess, par
     assert end == sum(len(p) if k == "client" else len(p[1]) for k, p in parts)
     lo = data.draw(st.integers(0, end), label="lo")
     hi = data.draw(st.integers(lo, end), label="hi")
-    opts = source_options(broker, topic)
     # A small fetch size spreads a range over many answers (the broker still returns one whole first batch).
-    with mock.patch.object(source, "PARTITION_MAX_BYTES", max_bytes):
-        for a, b in ((0, end), (lo, hi)):
-            expected = consumer_rows(broker, topic, a, b)
-            assert [r[0] for r in expected] == list(range(a, b))
-            if batch_decode.native_available():
-                assert read_rows(opts, topic, a, b) == expected
-            with python_decoder():
-                assert read_rows(opts, topic, a, b) == expected
+    opts = source_options(broker, topic, **{"kafka.max.partition.fetch.bytes": str(max_bytes)})
+    for a, b in ((0, end), (lo, hi)):
+        expected = consumer_rows(broker, topic, a, b)
+        assert [r[0] for r in expected] == list(range(a, b))
+        if batch_decode.native_available():
+            assert read_rows(opts, topic, a, b) == expected
+        with python_decoder():
+            assert read_rows(opts, topic, a, b) == expected
 
 
 # ---------------------------------------------------------------------------------------
@@ -250,9 +250,10 @@ def test_read_committed_returns_what_a_read_committed_consumer_returns(
     for hi in range(end + 1):
         assert read_rows(opts, topic, 0, hi) == [r for r in expected if r[0] < hi], hi
     # One or two batches per answer: the aborted list of each answer must still apply.
-    with mock.patch.object(source, "PARTITION_MAX_BYTES", 100):
-        for lo in range(0, end + 1, 3):
-            assert read_rows(opts, topic, lo, end) == [r for r in expected if r[0] >= lo], lo
+    small = source_options(broker, topic, **{"kafka.isolation.level": "read_committed",
+                                             "kafka.max.partition.fetch.bytes": "100"})
+    for lo in range(0, end + 1, 3):
+        assert read_rows(small, topic, lo, end) == [r for r in expected if r[0] >= lo], lo
 
 
 def test_read_uncommitted_returns_aborted_records_but_never_markers(
