@@ -9,6 +9,7 @@ exactly what a read_committed consumer does, read_uncommitted everything but the
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -311,3 +312,22 @@ def test_an_open_transaction_ends_read_committed_ranges_at_the_last_stable_offse
     assert [r[2] for r in expected] == [b"committed", b"p0", b"p1", b"p2", b"p3"]
     for lo in range(end + 1):
         assert read_rows(committed, topic, lo, end) == [r for r in expected if r[0] >= lo], lo
+
+
+def test_megabyte_answers_read_like_the_consumer(broker: BrokerProcess) -> None:
+    """Answers of megabytes (received straight into their own frame buffer) and many batches per answer."""
+    topic = new_topic(broker)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": "lz4", "linger.ms": 50})
+    rng = random.Random(11)
+    for i in range(3000):
+        producer.produce(topic, value=rng.randbytes(2000), key=str(i).encode() if i % 2 else None,
+                         headers=[("i", str(i).encode())] if i % 3 else None, timestamp=1_700_000_000_000 + i)
+    assert producer.flush(TIMEOUT) == 0
+    end = end_offset(broker, topic)
+    expected = consumer_rows(broker, topic, 0, end)
+    assert len(expected) == end == 3000
+    for max_bytes in ("8388608", "1048576"):
+        opts = source_options(broker, topic, **{"kafka.max.partition.fetch.bytes": max_bytes})
+        assert read_rows(opts, topic, 0, end) == expected
+        with python_decoder():
+            assert read_rows(opts, topic, 1234, end) == expected[1234:]
