@@ -108,7 +108,7 @@ def record_lists(draw: st.DrawFn) -> tuple[list[Record], list[int]]:
 
 
 @st.composite
-def fetched(draw: st.DrawFn) -> Fetched:
+def fetched(draw: st.DrawFn, transactions: bool = False) -> Fetched:
     """A random Fetch answer: producer batches, transactions with their markers, gaps, a cut tail."""
     offset = draw(st.integers(0, 2**40))
     open_txns: dict[int, tuple[int, bool]] = {}  # producer id -> (first offset, will abort)
@@ -117,7 +117,7 @@ def fetched(draw: st.DrawFn) -> Fetched:
     batches: list[Batch] = []
     for _ in range(draw(st.integers(1, 7))):
         offset += draw(st.sampled_from([0, 0, 0, 1, 3, 1000]))  # gaps: compaction, deleted markers
-        kinds = ["plain", "idempotent", "txn", "emptied"]
+        kinds = ["txn", "txn", "plain"] if transactions else ["plain", "idempotent", "txn", "txn", "emptied"]
         kind = draw(st.sampled_from([*kinds, "marker"] if open_txns else kinds))
         if kind == "marker":
             pid = draw(st.sampled_from(sorted(open_txns)))
@@ -268,12 +268,15 @@ def decode_both(buffer: Any, spans: list[tuple[int, int]], lo: int, hi: int, wit
 
 
 @st.composite
-def fetch_cases(draw: st.DrawFn) -> tuple[Fetched, int, int, bool]:
-    f = draw(fetched())
+def fetch_cases(draw: st.DrawFn, transactions: bool = False) -> tuple[Fetched, int, int, bool]:
+    f = draw(fetched(transactions))
     first, last = f.batches[0].base_offset, f.batches[-1].last_offset
-    lo = draw(st.integers(first - 2, last + 2))
-    hi = draw(st.one_of(st.integers(lo, last + 3), st.just(2**63 - 1)))
-    return f, lo, hi, draw(st.booleans())
+    edges = sorted({b.base_offset + d for b in f.batches for d in (-1, 0, 1)}
+                   | {b.last_offset + d for b in f.batches for d in (0, 1)})
+    lo = draw(st.one_of(st.just(first), st.sampled_from(edges), st.integers(first - 2, last + 2)))
+    hi = draw(st.one_of(st.just(2**63 - 1), st.sampled_from([e for e in edges if e >= lo] or [lo]),
+                        st.integers(lo, last + 3)))
+    return f, lo, hi, transactions or draw(st.booleans())
 
 
 DECODERS = [pytest.param(True, id="native", marks=needs_native), pytest.param(False, id="python")]
@@ -293,6 +296,16 @@ def test_decoders_match_kafka_python(native: bool, case: tuple[Fetched, int, int
     bare = [decode_both(run.buffer, run.spans, lo, hi, False, native) for run in sel.runs]
     assert all(c.headers is None for c in bare)
     assert rows_of(bare) == [(*r[:5], None) for r in expected]
+
+
+@EXAMPLES
+@given(case=fetch_cases(transactions=True))
+def test_read_committed_fetches_match_kafka_python(case: tuple[Fetched, int, int, bool]) -> None:
+    """Transaction-heavy answers under read_committed: several producers, aborts and commits, answers
+    starting inside transactions."""
+    f, lo, hi, read_committed = case
+    cols, nxt = decode_fetched(f.data, lo, hi, with_headers=True, aborted=f.aborted, read_committed=read_committed)
+    assert (rows_of(cols), nxt) == oracle(f, lo, hi, read_committed)
 
 
 @EXAMPLES
