@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 from tests.support.record_batches import CODEC_IDS, CODECS, Record, compressed, fix_crc, producer_batch
@@ -53,8 +53,6 @@ needs_native = pytest.mark.skipif(
     not NATIVE, reason="native decode kernels unavailable (no C compiler, or STROM_NATIVE=0): Python path only")
 
 EXAMPLES = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-# For the known failures (xfail): stop at the first failing example instead of shrinking it.
-UNTIL_FAILURE = settings(EXAMPLES, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 
 PRODUCERS = (4000, 4001, 4002)
 RECORDS_COUNT_POS = 57
@@ -396,10 +394,7 @@ def flipped(draw: st.DrawFn) -> tuple[bytes, bool]:
 
 
 @needs_native
-@pytest.mark.xfail(strict=True, reason="the decoders disagree on malformed records: negative lengths below -1, "
-                   "fields running past their record's length, non-UTF-8 header keys, timestamps past "
-                   "the int64 microsecond range (see the focused tests below)")
-@UNTIL_FAILURE
+@EXAMPLES
 @given(case=flipped())
 def test_flipped_record_bytes_give_the_same_outcome_from_both_decoders(case: tuple[bytes, bool]) -> None:
     data, with_headers = case
@@ -465,8 +460,6 @@ def _both_outcomes(data: bytes | bytearray, with_headers: bool = True) -> tuple[
 
 
 @needs_native
-@pytest.mark.xfail(strict=True, reason="a key length of -2 (zig-zag byte 0x03): decode_native raises "
-                   "CorruptFetchError, decode_python returns a null key")
 def test_key_length_below_minus_one_is_read_the_same_by_both() -> None:
     buf = _one_record_batch(key=None)
     # record: length, attributes, timestamp delta 0, offset delta 0, key length -1 (0x01)
@@ -477,8 +470,6 @@ def test_key_length_below_minus_one_is_read_the_same_by_both() -> None:
 
 
 @needs_native
-@pytest.mark.xfail(strict=True, reason="a header key that is not UTF-8: decode_native copies the bytes into an "
-                   "Arrow string array that fails validation, decode_python replaces them with U+FFFD")
 def test_a_non_utf8_header_key_is_read_the_same_by_both() -> None:
     buf = _one_record_batch(headers=[("ab", b"x")])
     at = bytes(buf).index(b"ab")
@@ -488,9 +479,6 @@ def test_a_non_utf8_header_key_is_read_the_same_by_both() -> None:
 
 
 @needs_native
-@pytest.mark.xfail(strict=True, reason="a record whose length ends before its header count: decode_native "
-                   "raises CorruptFetchError, decode_python reads the count from the next record's bytes and "
-                   "accepts the record")
 def test_a_record_shorter_than_its_fields_is_corrupt_for_both() -> None:
     raw, _ = producer_batch([(None, None, [], 1000), (None, None, [], 1000)], [0, 0])
     buf = bytearray(raw)
@@ -505,9 +493,6 @@ def test_a_record_shorter_than_its_fields_is_corrupt_for_both() -> None:
 
 
 @needs_native
-@pytest.mark.xfail(strict=True, reason="a key length written as a 10-byte varint with bits past 64 "
-                   "(80 x9, 02): decode_native drops the high bits and reads an empty key, decode_python "
-                   "reads 2**63 and raises CorruptFetchError")
 def test_an_overlong_length_varint_is_corrupt_for_both() -> None:
     buf = _one_record_batch(key=b"")
     # record: length 7 (0x0e), attributes, timestamp delta 0, offset delta 0, key length 0, value...
@@ -521,17 +506,12 @@ def test_an_overlong_length_varint_is_corrupt_for_both() -> None:
 
 
 @needs_native
-@pytest.mark.xfail(strict=True, reason="a timestamp past the int64 microsecond range: decode_python raises "
-                   "OverflowError, decode_native silently wraps it")
 def test_a_timestamp_out_of_the_microsecond_range_is_read_the_same_by_both() -> None:
     buf = _one_record_batch(ts=2**62)
     native, python = _both_outcomes(buf)
     assert native == python
 
 
-@pytest.mark.xfail(strict=True, reason="a corrupt compressed batch raises the codec's own error (BadGzipFile, "
-                   "zlib.error, EOFError, cramjam.DecompressionError), and codecs 5-7 a ValueError, not "
-                   "CorruptFetchError")
 @pytest.mark.parametrize("codec", [*CODECS[1:], "unknown"])
 def test_a_corrupt_compressed_batch_raises_corrupt_fetch_error(codec: str) -> None:
     raw, _ = producer_batch([(b"k", b"abc" * 50, [], 1000 + i) for i in range(4)], [0, 1, 2, 3])
@@ -545,9 +525,7 @@ def test_a_corrupt_compressed_batch_raises_corrupt_fetch_error(codec: str) -> No
         decode_fetched(bytes(data), 0, 10, with_headers=True)
 
 
-@pytest.mark.xfail(strict=True, reason="flipped bits in fetched batches (headers included) raise codec errors, "
-                   "ValueError or give invalid Arrow strings (see the focused tests above)")
-@UNTIL_FAILURE
+@EXAMPLES
 @given(case=fetch_cases(), data=st.data())
 def test_flipped_bits_anywhere_in_a_fetch_give_columns_or_corrupt_fetch_error(
         case: tuple[Fetched, int, int, bool], data: st.DataObject) -> None:
