@@ -11,6 +11,7 @@
 
 #define HEADER_SIZE 61
 #define TIMESTAMP_TYPE_MASK 0x08
+#define MAX_TIMESTAMP_MS (INT64_MAX / 1000) /* larger ones do not fit Spark's microseconds */
 
 static inline int64_t be64(const uint8_t *p) {
     uint64_t v = 0;
@@ -29,6 +30,7 @@ static inline int varlong(const uint8_t **pp, const uint8_t *end, int64_t *out) 
     for (int shift = 0; shift < 70; shift += 7) {
         if (p >= end) return 0;
         uint8_t b = *p++;
+        if (shift == 63 && (b & 0x7E)) return 0; /* bits past 64 */
         raw |= (uint64_t)(b & 0x7F) << shift;
         if (!(b & 0x80)) {
             *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
@@ -58,29 +60,34 @@ static int parse_record(const uint8_t **pp, const uint8_t *limit, int64_t base_o
     if (p >= end) return 0;
     p++; /* attributes */
     if (!varlong(&p, end, &ts_delta) || !varlong(&p, end, &offset_delta)) return 0;
-    if (!varlong(&p, end, &r->key_len) || r->key_len < -1 || r->key_len > end - p) return 0;
+    /* Any negative length is null, as Kafka's DefaultRecord reads it. */
+    if (!varlong(&p, end, &r->key_len) || r->key_len > end - p) return 0;
+    if (r->key_len < 0) r->key_len = -1;
     r->key = p;
     if (r->key_len > 0) p += r->key_len;
-    if (!varlong(&p, end, &r->value_len) || r->value_len < -1 || r->value_len > end - p) return 0;
+    if (!varlong(&p, end, &r->value_len) || r->value_len > end - p) return 0;
+    if (r->value_len < 0) r->value_len = -1;
     r->value = p;
     if (r->value_len > 0) p += r->value_len;
     if (!varlong(&p, end, &r->header_count) || r->header_count < 0) return 0;
     r->headers = p;
-    r->offset = base_offset + offset_delta;
-    r->timestamp_ms = base_ts + ts_delta;
+    /* Java's long arithmetic: wrap, never undefined behaviour */
+    r->offset = (int64_t)((uint64_t)base_offset + (uint64_t)offset_delta);
+    r->timestamp_ms = (int64_t)((uint64_t)base_ts + (uint64_t)ts_delta);
     r->end = end;
     *pp = end;
     return 1;
 }
 
-/* Walk one header: key (string, never null), value (bytes or null). */
+/* Walk one header: key (never null: a negative length is corrupt), value (bytes or null). */
 static int parse_header(const uint8_t **pp, const uint8_t *end, const uint8_t **k, int64_t *klen,
                         const uint8_t **v, int64_t *vlen) {
     const uint8_t *p = *pp;
     if (!varlong(&p, end, klen) || *klen < 0 || *klen > end - p) return 0;
     *k = p;
     p += *klen;
-    if (!varlong(&p, end, vlen) || *vlen < -1 || *vlen > end - p) return 0;
+    if (!varlong(&p, end, vlen) || *vlen > end - p) return 0;
+    if (*vlen < 0) *vlen = -1; /* null header value */
     *v = p;
     if (*vlen > 0) p += *vlen;
     *pp = p;
@@ -94,14 +101,17 @@ int64_t strom_scan(const uint8_t *buf, const int64_t *header_pos, const int64_t 
     for (int64_t b = 0; b < batches; b++) {
         const uint8_t *hdr = buf + header_pos[b];
         int64_t base_offset = be64(hdr);
+        int log_append = (hdr[22] & TIMESTAMP_TYPE_MASK) != 0;
+        int64_t base_ts = be64(hdr + 27), max_ts = be64(hdr + 35);
         int32_t count = be32(hdr + 57);
         const uint8_t *p = hdr + HEADER_SIZE, *end = buf + records_end[b];
         for (int32_t i = 0; i < count && p < end; i++) {
             record r;
             const uint8_t *at = p;
-            if (!parse_record(&p, end, base_offset, 0, &r)) return -(at - buf) - 1;
+            if (!parse_record(&p, end, base_offset, base_ts, &r)) return -(at - buf) - 1;
             if (r.offset < lo) continue;
             if (r.offset >= hi) break;
+            if ((log_append ? max_ts : r.timestamp_ms) > MAX_TIMESTAMP_MS) return -(at - buf) - 1;
             n++;
             if (r.key_len > 0) kb += r.key_len;
             if (r.value_len > 0) vb += r.value_len;
@@ -148,6 +158,7 @@ int64_t strom_fill(const uint8_t *buf, const int64_t *header_pos, const int64_t 
             if (r.offset < lo) continue;
             if (r.offset >= hi) break;
             int64_t ts = log_append ? max_ts : r.timestamp_ms;
+            if (ts > MAX_TIMESTAMP_MS) return -(at - buf) - 1;
             offsets[n] = r.offset;
             timestamps_us[n] = (ts > 0 ? ts : 0) * 1000;
             timestamp_types[n] = log_append;

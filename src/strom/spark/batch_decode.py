@@ -110,6 +110,8 @@ def decode_native(buf: pa.Buffer, header_pos: Sequence[int], records_end: Sequen
     if rc < 0:
         raise CorruptFetchError(f"malformed record at position {-rc - 1} of a fetched batch")
     n, kb, vb, h, hkb, hvb = sizes
+    if max(kb, vb, hkb, hvb) >= 2**31:
+        raise CorruptFetchError("a fetched batch holds more than 2 GiB of keys or values; lower max.partition.fetch.bytes")
     offsets, ts, ts_type = _alloc(8 * n), _alloc(8 * n), _alloc(4 * n)
     key_off, key_data, key_valid = _alloc(4 * (n + 1)), _alloc(kb), _alloc(_bitmap_bytes(n), zero=True)
     val_off, val_data, val_valid = _alloc(4 * (n + 1)), _alloc(vb), _alloc(_bitmap_bytes(n), zero=True)
@@ -128,7 +130,7 @@ def decode_native(buf: pa.Buffer, header_pos: Sequence[int], records_end: Sequen
         raise CorruptFetchError(f"malformed record at position {-rc - 1} of a fetched batch")
     headers = None
     if with_headers:
-        hkeys = pa.Array.from_buffers(pa.string(), h, [None, hk_off, hk_data])
+        hkeys = _utf8(pa.Array.from_buffers(pa.binary(), h, [None, hk_off, hk_data]))
         hvals = pa.Array.from_buffers(pa.binary(), h, [hv_valid, hv_off, hv_data])
         headers = _header_lists(n, list_off, hkeys, hvals, header_type)
     return Columns(
@@ -139,6 +141,14 @@ def decode_native(buf: pa.Buffer, header_pos: Sequence[int], records_end: Sequen
         values=_binary(pa.binary(), n, val_valid, val_off, val_data),
         headers=headers,
     )
+
+
+def _utf8(raw: pa.Array) -> pa.Array:
+    """Header keys as strings; invalid UTF-8 becomes U+FFFD, as Java's consumer decodes them."""
+    try:
+        return raw.cast(pa.string())  # validates, no copy
+    except pa.ArrowInvalid:
+        return pa.array([None if v is None else v.decode("utf-8", "replace") for v in raw.to_pylist()], pa.string())
 
 
 def _header_lists(n: int, list_offsets: pa.Buffer | pa.Array, keys: pa.Array, values: pa.Array,
@@ -177,23 +187,28 @@ def decode_python(buf: bytes | bytearray | memoryview, header_pos: Sequence[int]
                 rec_end = pos + length
                 if length < 0 or rec_end > end:
                     raise ValueError("record runs past its batch")
+                rec = view[:rec_end]  # every field is bounded by its record
+                if pos >= rec_end:
+                    raise ValueError("empty record")
                 pos += 1  # attributes
-                ts_delta, pos = read_varint(view, pos)
-                offset_delta, pos = read_varint(view, pos)
-                key, pos = _read_bytes(view, pos, rec_end)
-                value, pos = _read_bytes(view, pos, rec_end)
-                header_count, pos = read_varint(view, pos)
+                ts_delta, pos = read_varint(rec, pos)
+                offset_delta, pos = read_varint(rec, pos)
+                key, pos = _read_bytes(rec, pos, rec_end)
+                value, pos = _read_bytes(rec, pos, rec_end)
+                header_count, pos = read_varint(rec, pos)
                 if header_count < 0:
                     raise ValueError("negative header count")
             except ValueError as exc:
                 raise CorruptFetchError(f"malformed record at position {at} of a fetched batch: {exc}") from None
-            offset = base_offset + offset_delta
+            offset = _wrap64(base_offset + offset_delta)
             if offset < lo:
                 pos = rec_end
                 continue
             if offset >= hi:
                 break
-            ts = max_ts if log_append else base_ts + ts_delta
+            ts = max_ts if log_append else _wrap64(base_ts + ts_delta)
+            if ts > MAX_TIMESTAMP_MS:
+                raise CorruptFetchError(f"record at position {at} has timestamp {ts} ms, past what microseconds hold")
             offsets.append(offset)
             timestamps.append(max(ts, 0) * 1000)
             types.append(1 if log_append else 0)
@@ -202,10 +217,10 @@ def decode_python(buf: bytes | bytearray | memoryview, header_pos: Sequence[int]
             if with_headers:
                 try:
                     for _ in range(header_count):
-                        hkey, pos = _read_bytes(view, pos, rec_end)
-                        hval, pos = _read_bytes(view, pos, rec_end)
+                        hkey, pos = _read_bytes(rec, pos, rec_end)
+                        hval, pos = _read_bytes(rec, pos, rec_end)
                         if hkey is None:
-                            raise ValueError("null header key")
+                            raise ValueError("negative header key length")
                         hkeys.append(hkey.decode("utf-8", "replace"))
                         hvals.append(hval)
                 except ValueError as exc:
@@ -225,6 +240,14 @@ def decode_python(buf: bytes | bytearray | memoryview, header_pos: Sequence[int]
         values=pa.array(values, pa.binary()),
         headers=headers,
     )
+
+
+MAX_TIMESTAMP_MS = (2**63 - 1) // 1000  # larger ones do not fit Spark's microseconds
+
+
+def _wrap64(value: int) -> int:
+    """Java's long arithmetic, as the broker and Kafka's clients compute offsets and timestamps."""
+    return (value + 2**63) % 2**64 - 2**63
 
 
 def _read_bytes(view: memoryview, pos: int, end: int) -> tuple[bytes | None, int]:
@@ -312,7 +335,11 @@ def select_batches(records: memoryview, lo: int, hi: int,
                 runs.append(Run(records, []))
             runs[-1].spans.append((header_at, end))
         else:
-            payload = decompress(codec, records[header_at + HEADER_SIZE : end])
+            try:
+                payload = decompress(codec, records[header_at + HEADER_SIZE : end])
+            except Exception as exc:  # noqa: BLE001 - gzip, zlib, cramjam and unknown codecs each raise their own
+                raise CorruptFetchError(f"cannot decompress the batch at offset {base_offset} (codec {codec}): "
+                                        f"{exc}") from None
             if not runs or runs[-1].buffer is records:
                 runs.append(Run(bytearray(), []))
             inflated = runs[-1].buffer

@@ -1,0 +1,72 @@
+"""v2 record batches as producers send them, with every codec (kafka-python's builder only has gzip here).
+
+Shared by the decoder property tests and the Fetch-to-Arrow integration tests.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+
+import cramjam
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from strom.protocol.compression import XERIAL_MAGIC
+from strom.protocol.record_batch import ATTRIBUTES_POS, CRC_POS, HEADER_SIZE, LOG_OVERHEAD, compute_crc
+
+# Codec numbers as in the batch attributes; snappy comes raw (librdkafka) or xerial-framed (Java).
+CODECS = ["none", "gzip", "snappy", "snappy-xerial", "lz4", "zstd"]
+CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "snappy-xerial": 2, "lz4": 3, "zstd": 4}
+
+Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int]
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+
+
+def fix_crc(buf: bytearray) -> None:
+    """Recompute the CRC of the one batch in ``buf`` after an edit inside it."""
+    _U32.pack_into(buf, CRC_POS, compute_crc(buf, 0, len(buf)))
+
+
+def compress_body(codec: str, body: bytes) -> bytes:
+    if codec == "gzip":
+        return gzip.compress(body)
+    if codec == "snappy":
+        return bytes(cramjam.snappy.compress_raw(body))
+    if codec == "snappy-xerial":
+        out = bytearray(XERIAL_MAGIC + struct.pack(">ii", 1, 1))
+        for i in range(0, len(body), 1024):
+            chunk = bytes(cramjam.snappy.compress_raw(body[i : i + 1024]))
+            out += _I32.pack(len(chunk)) + chunk
+        return bytes(out)
+    if codec == "lz4":
+        return bytes(cramjam.lz4.compress(body))
+    if codec == "zstd":
+        return bytes(cramjam.zstd.compress(body))
+    raise ValueError(f"unknown codec {codec}")
+
+
+def compressed(raw: bytes, codec: str) -> bytes:
+    """The same batch with its records section compressed with ``codec`` (always, even when larger)."""
+    if codec == "none":
+        return raw
+    out = bytearray(raw[:HEADER_SIZE]) + compress_body(codec, raw[HEADER_SIZE:])
+    _I32.pack_into(out, 8, len(out) - LOG_OVERHEAD)
+    (attributes,) = _I16.unpack_from(out, ATTRIBUTES_POS)
+    _I16.pack_into(out, ATTRIBUTES_POS, attributes | CODEC_IDS[codec])
+    fix_crc(out)
+    return bytes(out)
+
+
+def producer_batch(records: list[Record], deltas: list[int], *, producer_id: int = -1,
+                   transactional: bool = False) -> tuple[bytes, list[int]]:
+    """An uncompressed batch from kafka-python's builder, and the end position of every record."""
+    builder = DefaultRecordBatchBuilder(2, 0, transactional, producer_id, 0 if producer_id >= 0 else -1,
+                                        0 if producer_id >= 0 else -1, 2**31 - 1)
+    ends = []
+    for delta, (key, value, headers, ts) in zip(deltas, records, strict=True):
+        builder.append(delta, ts, key, value, headers)
+        ends.append(builder.size())
+    return bytes(builder.build()), ends
