@@ -234,6 +234,17 @@ class _Columns:
         return _Columns(*(c.take(indices) if c is not None else None
                           for c in (self.keys, self.values, self.parts, self.headers)))
 
+    def pylists(self) -> tuple[list[Any] | None, list[Any], list[Any] | None]:
+        """Keys, values and headers as Python lists, made once (the pure-Python path only)."""
+        cached = self.__dict__.get("_pylists")
+        if cached is None:
+            cached = self.__dict__["_pylists"] = (
+                self.keys.to_pylist() if self.keys is not None else None,
+                self.values.to_pylist(),
+                self.headers.to_pylist() if self.headers is not None else None,
+            )
+        return cached
+
 
 # --- the encoder ----------------------------------------------------------------------------
 
@@ -321,7 +332,7 @@ class BatchEncoder:
 
     def _group_python(self, topic: str, cols: _Columns, n: int, num_partitions: int,
                       null_key: int) -> list[tuple[int, tuple[pa.Buffer, int, int]]]:
-        keys = cols.keys.to_pylist() if cols.keys is not None else [None] * n
+        keys = cols.pylists()[0] or [None] * n
         explicit = cols.parts.to_pylist() if cols.parts is not None else [None] * n
         grouped: dict[int, list[int]] = {}
         for i in range(n):
@@ -409,9 +420,7 @@ def encode_record(offset_delta: int, key: bytes | None, value: bytes | None,
 def _encode_rows_python(cols: _Columns, rows_buf: pa.Buffer, start: int, end: int,
                         limit: int) -> Iterator[tuple[bytes, int]]:
     rows = struct.unpack_from(f"<{end - start}i", rows_buf, 4 * start)
-    keys = cols.keys.to_pylist() if cols.keys is not None else None
-    values = cols.values.to_pylist()
-    headers = cols.headers.to_pylist() if cols.headers is not None else None
+    keys, values, headers = cols.pylists()
     out = bytearray()
     count = 0
     for row in rows:
