@@ -126,7 +126,7 @@ void strom_group_by_partition(const int32_t *parts, int64_t n, int32_t num_parti
         starts[parts[i] + 1]++;
     for (int32_t p = 0; p < num_partitions; p++)
         starts[p + 1] += starts[p];
-    /* fill using a running cursor per partition, kept in the upper slots of starts shifted by one */
+    /* starts[p] is now where p begins; use it as p's cursor while filling */
     for (int64_t i = 0; i < n; i++) {
         int32_t p = parts[i];
         rows_out[starts[p]++] = (int32_t)i;
