@@ -46,6 +46,7 @@ from strom.protocol.record_batch import (
     LOG_OVERHEAD,
     MAGIC_V2,
     NO_PARTITION_LEADER_EPOCH,
+    TRANSACTIONAL_MASK,
 )
 from strom.spark.options import StromOptionError
 
@@ -187,11 +188,12 @@ class EncodedBatch:
     def size(self) -> int:
         return HEADER_SIZE + len(self.records)
 
-    def header(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+    def header(self, producer_id: int, producer_epoch: int, base_sequence: int, transactional: bool = False) -> bytes:
         """The 61-byte header for these records, CRC-32C (over bytes 21..end) included."""
+        attributes = self.attributes | TRANSACTIONAL_MASK if transactional else self.attributes
         header = bytearray(HEADER.pack(
             0, HEADER_SIZE - LOG_OVERHEAD + len(self.records), NO_PARTITION_LEADER_EPOCH, MAGIC_V2, 0,
-            self.attributes, self.count - 1, self.timestamp_ms, self.timestamp_ms, producer_id, producer_epoch,
+            attributes, self.count - 1, self.timestamp_ms, self.timestamp_ms, producer_id, producer_epoch,
             base_sequence, self.count))
         crc = crc32c.crc32c(self.records, crc32c.crc32c(memoryview(header)[CRC_START:]))
         _U32.pack_into(header, CRC_POS, crc)

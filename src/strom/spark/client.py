@@ -63,8 +63,15 @@ class KafkaProtocolError(RuntimeError):
         return self.code in RETRIABLE
 
 
+# Codes kafka-python still calls by their old names.
+_RENAMED = {6: "NOT_LEADER_OR_FOLLOWER", 10: "MESSAGE_TOO_LARGE"}
+
+
 def error_name(code: int) -> str:
-    return for_code(code).__name__.removesuffix("Error").upper() if code else "NONE"
+    """Kafka's name for an error code (MESSAGE_TOO_LARGE, NOT_LEADER_OR_FOLLOWER, ...)."""
+    if code in _RENAMED:
+        return _RENAMED[code]
+    return str(getattr(for_code(code), "message", code)) if code else "NONE"
 
 
 def _split(address: str) -> tuple[str, int]:

@@ -34,8 +34,9 @@ from typing import Any
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
 from strom.spark.batch_encode import EncodedBatch
-from strom.spark.client import RETRIABLE, KafkaProtocolError, TaskClient
+from strom.spark.client import RETRIABLE, KafkaProtocolError, TaskClient, error_name
 from strom.spark.options import StromOptionError
+from strom.spark.transaction import TransactionManager
 
 log = logging.getLogger("strom.spark")
 
@@ -50,19 +51,6 @@ DUPLICATE_SEQUENCE_NUMBER = 46
 MESSAGE_TOO_LARGE = 10
 # Answers worth a retry when InitProducerId goes to a broker that is starting or electing.
 _INIT_RETRIABLE = RETRIABLE | {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR
-
-
-# Codes kafka-python still calls by their old names.
-_RENAMED = {6: "NOT_LEADER_OR_FOLLOWER", 10: "MESSAGE_TOO_LARGE"}
-
-
-def error_name(code: int) -> str:
-    """Kafka's name for an error code (MESSAGE_TOO_LARGE, NOT_LEADER_OR_FOLLOWER, ...)."""
-    from kafka.errors import for_code
-
-    if code in _RENAMED:
-        return _RENAMED[code]
-    return str(getattr(for_code(code), "message", code)) if code else "NONE"
 
 
 class DeliveryError(RuntimeError):
@@ -118,8 +106,12 @@ class _Partition:
 class IdempotentProducer:
     """Sends pre-built record batches for one task; ``flush`` returns once all are acknowledged."""
 
-    def __init__(self, client: TaskClient, conf: Mapping[str, Any]) -> None:
+    def __init__(self, client: TaskClient, conf: Mapping[str, Any],
+                 transaction: TransactionManager | None = None) -> None:
+        """With ``transaction`` (already initialised), batches are transactional under its producer id
+        and epoch, and each partition joins the transaction before its first batch is sent."""
         self.client = client
+        self.transaction = transaction
         self.acks = parse_acks(conf)
         idempotence = str(conf.get("enable.idempotence", "true")).strip().lower() in ("true", "1")
         self.idempotent = idempotence and self.acks == -1
@@ -137,7 +129,11 @@ class IdempotentProducer:
         self.rows_acknowledged = 0
         self.retries = 0  # partitions resent from their first unacknowledged batch
         self.duplicates = 0  # batches answered DUPLICATE_SEQUENCE_NUMBER (written by an earlier try)
-        self.producer_id, self.producer_epoch = self._init_producer_id() if self.idempotent else (-1, -1)
+        if transaction is not None:
+            self.idempotent = True  # exactly-once requires acks=all (checked with the options)
+            self.producer_id, self.producer_epoch = transaction.producer_id, transaction.producer_epoch
+        else:
+            self.producer_id, self.producer_epoch = self._init_producer_id() if self.idempotent else (-1, -1)
 
     # -- set-up --------------------------------------------------------------------------
     def _init_producer_id(self) -> tuple[int, int]:
@@ -215,10 +211,12 @@ class IdempotentProducer:
         """Queue one batch (its sequence is fixed now) and send what the windows allow."""
         state = self.partitions.get((topic, partition))
         if state is None:
+            if self.transaction is not None:
+                self.transaction.add_partitions([(topic, partition)])
             state = self.partitions[(topic, partition)] = _Partition(topic, partition)
         sequence = state.next_sequence if self.idempotent else -1
-        body = self._produce_body(state, batch.header(self.producer_id, self.producer_epoch, sequence),
-                                  batch.records)
+        header = batch.header(self.producer_id, self.producer_epoch, sequence, self.transaction is not None)
+        body = self._produce_body(state, header, batch.records)
         if self.idempotent:
             state.next_sequence = (state.next_sequence + batch.count) & 0x7FFFFFFF
         state.entries.append(_Entry(body, batch.size, sequence, batch.count))
@@ -256,8 +254,10 @@ class IdempotentProducer:
     def _produce_body(self, state: _Partition, header: bytes, records: Any) -> bytes:
         """Produce v8 with one topic, one partition and one batch (v3+ allows one batch per partition)."""
         topic = state.topic.encode()
+        txn = self.transaction.transactional_id.encode() if self.transaction is not None else None
         return b"".join((
-            struct.pack(">hhii", -1, self.acks, self.request_timeout_ms, 1),  # null transactional id
+            struct.pack(">h", len(txn)) + txn if txn is not None else struct.pack(">h", -1),
+            struct.pack(">hii", self.acks, self.request_timeout_ms, 1),
             struct.pack(">h", len(topic)), topic,
             struct.pack(">iii", 1, state.partition, len(header) + len(records)), header, records,
         ))

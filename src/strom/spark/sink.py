@@ -95,106 +95,6 @@ class Delivery(Protocol):
     def abort(self, messages: list[WriterCommitMessage | None], batch_id: int | None) -> None: ...
 
 
-_DELIVERY_ERRORS: list[str] = []
-
-
-def _on_delivery(err: Any, msg: Any) -> None:
-    if err is not None:
-        _DELIVERY_ERRORS.append(f"{msg.topic()}[{msg.partition()}]: {err}")
-
-
-def _col(batch: pa.RecordBatch, name: str) -> list[Any] | None:
-    for i, field in enumerate(batch.schema):
-        if field.name.lower() == name:
-            return batch.column(i).to_pylist()
-    return None
-
-
-def _produce_when_room(producer: Any, topic: str, value: Any, key: Any, kwargs: dict[str, Any]) -> None:
-    """Retry a produce refused with BufferError (local queue full) while deliveries drain."""
-    while True:
-        producer.poll(0.05)
-        try:
-            producer.produce(topic, value, key, **kwargs)
-            return
-        except BufferError:
-            continue
-
-
-def _produce_plain(producer: Any, topic: str, values: list[Any], keys: list[Any]) -> None:
-    """The common shape (fixed topic, key and value only): no per-row dict or index lookups."""
-    produce = producer.produce
-    for value, key in zip(values, keys, strict=True):
-        try:
-            produce(topic, value, key)
-        except BufferError:
-            _produce_when_room(producer, topic, value, key, {})
-
-
-def _produce_general(
-    producer: Any,
-    topics: list[Any],
-    values: list[Any],
-    keys: list[Any],
-    parts: list[Any] | None,
-    headers: list[Any] | None,
-) -> None:
-    """Rows with a topic column, explicit partitions or headers."""
-    produce = producer.produce
-    for i, topic in enumerate(topics):
-        if topic is None:
-            raise StromOptionError(
-                "Null topic present in the data. Use the 'topic' option for setting a topic."
-            )
-        kwargs: dict[str, Any] = {}
-        if parts is not None and parts[i] is not None:
-            kwargs["partition"] = parts[i]
-        if headers is not None and headers[i]:
-            kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
-        try:
-            produce(topic, values[i], keys[i], **kwargs)
-        except BufferError:
-            _produce_when_room(producer, topic, values[i], keys[i], kwargs)
-
-
-def _produce_batches(producer: Any, opts: SinkOptions, batches: Iterator[pa.RecordBatch]) -> tuple[int, str | None]:
-    """Produce every row of ``batches``; returns (rows, topic of the first row).
-
-    Stops early once a delivery error was reported; the caller raises it after flushing.
-    """
-    rows = 0
-    first_topic: str | None = None
-    for batch in batches:
-        n = batch.num_rows
-        if n == 0:
-            continue
-        values = _col(batch, "value")
-        assert values is not None
-        keys = _col(batch, "key") or [None] * n
-        parts = _col(batch, "partition")
-        headers = _col(batch, "headers")
-        if opts.topic is not None and parts is None and headers is None:
-            _produce_plain(producer, opts.topic, values, keys)
-            topics: list[Any] = [opts.topic]
-        else:
-            topics = [opts.topic] * n if opts.topic is not None else (_col(batch, "topic") or [None] * n)
-            _produce_general(producer, topics, values, keys, parts, headers)
-        if first_topic is None:
-            first_topic = topics[0]
-        producer.poll(0)
-        rows += n
-        if _DELIVERY_ERRORS:
-            break
-    return rows, first_topic
-
-
-def _raise_delivery_errors() -> None:
-    if _DELIVERY_ERRORS:
-        raise RuntimeError(
-            f"{len(_DELIVERY_ERRORS)} records failed to reach Strom, first: {_DELIVERY_ERRORS[0]}"
-        )
-
-
 @dataclass(frozen=True)
 class TaskScope:
     """Where a write task runs: Spark partition, attempt, and the micro-batch if streaming."""
@@ -243,6 +143,27 @@ def _maybe_hold_for_testing(opts: SinkOptions, scope: TaskScope) -> None:
         time.sleep(fault["hold_ms"] / 1000)
 
 
+def _send_batches(producer: Any, opts: SinkOptions, conf: dict[str, Any],
+                  batches: Iterator[pa.RecordBatch]) -> tuple[int, str | None]:
+    """Encode every Arrow batch into record batches per partition and hand them to ``producer``;
+    returns (rows, topic of the first record batch)."""
+    from strom.spark.batch_encode import DEFAULT_BATCH_SIZE, BatchEncoder
+
+    encoder = BatchEncoder(
+        int(conf.get("batch.size", DEFAULT_BATCH_SIZE)),
+        str(conf.get("compression.type", conf.get("compression.codec", "none"))).strip().lower(),
+    )
+    rows = 0
+    first_topic: str | None = None
+    for batch in batches:
+        for topic, partition, encoded in encoder.encode(batch, opts.topic, producer.partition_count):
+            producer.send(topic, partition, encoded)
+            if first_topic is None:
+                first_topic = topic
+        rows += batch.num_rows
+    return rows, first_topic
+
+
 class AtLeastOnceDelivery:
     """Encode the rows into record batches and send them with an idempotent producer; flush
     before the task reports success (strom.spark.batch_encode, strom.spark.producer)."""
@@ -251,22 +172,12 @@ class AtLeastOnceDelivery:
         self.opts = opts
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        from strom.spark.batch_encode import DEFAULT_BATCH_SIZE, BatchEncoder
         from strom.spark.client import task_client
         from strom.spark.producer import IdempotentProducer
 
         conf = self.opts.producer_config()
-        client = task_client(_task_client_conf(self.opts))
-        producer = IdempotentProducer(client, conf)
-        encoder = BatchEncoder(
-            int(conf.get("batch.size", DEFAULT_BATCH_SIZE)),
-            str(conf.get("compression.type", conf.get("compression.codec", "none"))).strip().lower(),
-        )
-        rows = 0
-        for batch in batches:
-            for topic, partition, encoded in encoder.encode(batch, self.opts.topic, producer.partition_count):
-                producer.send(topic, partition, encoded)
-            rows += batch.num_rows
+        producer = IdempotentProducer(task_client(_task_client_conf(self.opts)), conf)
+        rows, _ = _send_batches(producer, self.opts, conf, batches)
         producer.flush()
         if self.opts.fail_after_write is not None:
             _maybe_fail_for_testing(self.opts, TaskScope.current())
@@ -288,7 +199,6 @@ class AtLeastOnceDelivery:
 # How long the transactional calls may take; they retry internally (coordinator moves, etc.).
 TXN_TIMEOUT_S = 120.0
 MARKER = "strom-spark-sink"
-_ADMINS: dict[tuple[tuple[str, str], ...], Any] = {}
 
 
 def _connection_conf(opts: SinkOptions) -> dict[str, str]:
@@ -308,53 +218,19 @@ def _task_client_conf(opts: SinkOptions) -> dict[str, str]:
     return conf
 
 
-def _admin(opts: SinkOptions) -> Any:
-    """One AdminClient per configuration per Python worker, for reading markers."""
-    from confluent_kafka.admin import AdminClient
-
-    conf = _connection_conf(opts)
-    key = tuple(sorted(conf.items()))
-    admin = _ADMINS.get(key)
-    if admin is None:
-        admin = AdminClient(conf)
-        _ADMINS[key] = admin
-    return admin
-
-
 def last_committed_batch(opts: SinkOptions, group: str) -> int | None:
     """The highest batch id a task of this transactional.id committed, or None.
 
     Read with require_stable (KIP-447): an offset still pending in an unfinished transaction
-    makes the broker answer UNSTABLE_OFFSET_COMMIT, which librdkafka retries, instead of
-    hiding it. ``init_transactions`` has already completed or aborted any such transaction.
+    makes the broker answer UNSTABLE_OFFSET_COMMIT, which is retried, instead of hiding it.
+    InitProducerId has already completed or aborted any such transaction.
     """
-    from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
+    from strom.spark.client import task_client
+    from strom.spark.transaction import fetch_committed
 
-    from strom.spark.retry import attempts, is_leader_change
-
-    last: BaseException | None = None
-    for attempt in attempts(TXN_TIMEOUT_S):
-        try:
-            futures = _admin(opts).list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group)], require_stable=True, request_timeout=30
-            )
-            result = futures[group].result()
-        except KafkaException as exc:
-            code = exc.args[0].code() if exc.args else None
-            if code == KafkaError.GROUP_ID_NOT_FOUND:
-                return None
-            if not (is_leader_change(exc) or code in (
-                KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR)) and attempt >= 3:
-                raise
-            last = exc
-            continue
-        found = [
-            tp.offset for tp in result.topic_partitions or []
-            if tp.error is None and tp.offset >= 0 and (tp.metadata or "").startswith(MARKER)
-        ]
-        return max(found) if found else None
-    raise TimeoutError(f"Could not read the exactly-once marker of {group}: {last}")
+    committed = fetch_committed(task_client(_task_client_conf(opts)), group, int(TXN_TIMEOUT_S * 1000))
+    found = [offset for offset, metadata in committed.values() if metadata.startswith(MARKER)]
+    return max(found) if found else None
 
 
 def transactional_id(opts: SinkOptions, scope: TaskScope, write_id: str) -> str:
@@ -379,54 +255,44 @@ class ExactlyOnceDelivery:
         self.write_id = uuid.uuid4().hex
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
-        from confluent_kafka import Consumer, Producer, TopicPartition
+        from strom.spark.client import task_client
+        from strom.spark.producer import IdempotentProducer
+        from strom.spark.transaction import TransactionManager
 
         opts = self.opts
         scope = TaskScope.current()
         batch_id = scope.batch_id if scope.query_id is not None and scope.batch_id is not None else 0
         txn_id = transactional_id(opts, scope, self.write_id)
         conf = opts.producer_config()
-        conf["transactional.id"] = txn_id
-        conf["on_delivery"] = _on_delivery
-        _DELIVERY_ERRORS.clear()
-        # A fresh producer per task: init_transactions is what fences an older attempt (a
-        # zombie) of this partition and finishes its transaction, and a producer cached in
-        # this worker may itself have been fenced by a task that ran in another worker.
-        producer = Producer(conf)
+        # A fresh producer id and epoch per task: InitProducerId is what fences an older attempt
+        # (a zombie) of this partition and finishes its transaction.
+        txn = TransactionManager(task_client(_task_client_conf(opts)), txn_id,
+                                 int(conf.get("transaction.timeout.ms", TXN_TIMEOUT_S * 1000)))
+        txn.init_producer_id()
+        done = last_committed_batch(opts, txn_id)
+        if done is not None and done >= batch_id:
+            for _ in batches:  # drain the input: Spark expects the task to consume it
+                pass
+            log.info("strom sink: %s batch %d already committed by an earlier attempt; skipped", txn_id, batch_id)
+            _maybe_fail_for_testing(opts, scope)
+            return SinkCommitMessage(rows=0, skipped=True)
         try:
-            producer.init_transactions(TXN_TIMEOUT_S)
-            done = last_committed_batch(opts, txn_id)
-            if done is not None and done >= batch_id:
-                for _ in batches:  # drain the input: Spark expects the task to consume it
-                    pass
-                log.info("strom sink: %s batch %d already committed by an earlier attempt; skipped", txn_id, batch_id)
-                _maybe_fail_for_testing(opts, scope)
-                return SinkCommitMessage(rows=0, skipped=True)
-            producer.begin_transaction()
+            producer = IdempotentProducer(txn.client, conf, transaction=txn)
+            rows, first_topic = _send_batches(producer, opts, conf, batches)
+            producer.flush()
+            _maybe_hold_for_testing(opts, scope)
+            if rows == 0 or first_topic is None:
+                txn.end(commit=False)  # nothing to show, nothing to mark
+                return SinkCommitMessage(rows=0)
+            marker = json.dumps({"batch": batch_id, "partition": scope.partition, "rows": rows})
+            txn.send_offsets(txn_id, {(first_topic, 0): (batch_id, f"{MARKER} {marker}")})
+            txn.end(commit=True)
+        except BaseException:
             try:
-                rows, first_topic = _produce_batches(producer, opts, batches)
-                producer.flush(TXN_TIMEOUT_S)
-                _raise_delivery_errors()
-                _maybe_hold_for_testing(opts, scope)
-                if rows == 0:
-                    producer.abort_transaction(TXN_TIMEOUT_S)  # nothing to show, nothing to mark
-                    return SinkCommitMessage(rows=0)
-                marker = json.dumps({"batch": batch_id, "partition": scope.partition, "rows": rows})
-                offsets = [TopicPartition(first_topic, 0, batch_id, metadata=f"{MARKER} {marker}")]
-                group = Consumer({**_connection_conf(opts), "group.id": txn_id})
-                try:
-                    producer.send_offsets_to_transaction(offsets, group.consumer_group_metadata(), TXN_TIMEOUT_S)
-                finally:
-                    group.close()
-                producer.commit_transaction(TXN_TIMEOUT_S)
-            except BaseException:
-                try:
-                    producer.abort_transaction(TXN_TIMEOUT_S)
-                except Exception:  # noqa: BLE001 - fenced or fatal: the next attempt aborts it anyway
-                    pass
-                raise
-        finally:
-            producer.flush(0)
+                txn.end(commit=False)
+            except Exception:  # noqa: BLE001 - fenced or fatal: the next attempt aborts it anyway
+                pass
+            raise
         _maybe_fail_for_testing(opts, scope)
         return SinkCommitMessage(rows=rows)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from kafka.protocol.consumer import OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 from kafka.protocol.producer import (
     AddOffsetsToTxnRequest,
@@ -34,6 +35,7 @@ ADD_PARTITIONS_TO_TXN_VERSION = 3
 ADD_OFFSETS_TO_TXN_VERSION = 3
 TXN_OFFSET_COMMIT_VERSION = 3
 END_TXN_VERSION = 3
+OFFSET_FETCH_VERSION = 7  # one group, require_stable
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
 
@@ -42,9 +44,72 @@ COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
 CONCURRENT_TRANSACTIONS = 51
+GROUP_ID_NOT_FOUND = 69
+UNSTABLE_OFFSET_COMMIT = 88
 _RETRY = frozenset({7, 13, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
-                    CONCURRENT_TRANSACTIONS})
+                    CONCURRENT_TRANSACTIONS, UNSTABLE_OFFSET_COMMIT})
 _REFIND = frozenset({COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR})
+
+
+class Coordinators:
+    """Finds group and transaction coordinators (FindCoordinator) and retries what Kafka's clients retry."""
+
+    def __init__(self, client: TaskClient, timeout_ms: int) -> None:
+        self.client = client
+        self.timeout_ms = timeout_ms
+        self._found: dict[tuple[int, str], int] = {}
+
+    def _coordinator(self, key_type: int, key: str) -> int:
+        found = self._found.get((key_type, key))
+        if found is not None:
+            return found
+        if not self.client.nodes:
+            self.client.refresh_metadata([])
+        node = next(iter(self.client.nodes))
+        resp = self.client.send(node, FindCoordinatorRequest(key=key, key_type=key_type), FIND_COORDINATOR_VERSION)
+        if resp.error_code:
+            raise KafkaProtocolError(resp.error_code, f"FindCoordinator for {key!r}")
+        self.client.nodes[resp.node_id] = (resp.host, resp.port)
+        self._found[(key_type, key)] = resp.node_id
+        return resp.node_id
+
+    def call(self, what: str, key_type: int, key: str, request: Any, version: int,
+             error_of: Callable[[Any], int]) -> Any:
+        """Send to the coordinator of ``key``; retry coordinator moves, loading and concurrent transactions."""
+        last: BaseException | None = None
+        for _ in attempts(self.timeout_ms / 1000):
+            try:
+                resp = self.client.send(self._coordinator(key_type, key), request, version)
+                code = error_of(resp)
+                if not code:
+                    return resp
+                raise KafkaProtocolError(code, f"{what} for {key!r}")
+            except KafkaProtocolError as exc:
+                if exc.code not in _RETRY:
+                    raise
+                if exc.code in _REFIND:
+                    self._found.pop((key_type, key), None)
+                last = exc
+            except (ConnectionError, TimeoutError, OSError) as exc:
+                self._found.pop((key_type, key), None)
+                last = exc
+        raise TimeoutError(f"{what} for {key!r} did not succeed within {self.timeout_ms} ms: {last}")
+
+
+def fetch_committed(client: TaskClient, group_id: str, timeout_ms: int) -> dict[tuple[str, int], tuple[int, str]]:
+    """The group's committed ``{(topic, partition): (offset, metadata)}``, read with require_stable
+    (KIP-447): an offset still pending in an unfinished transaction is waited for, never hidden.
+    An unknown group has none."""
+    req = OffsetFetchRequest(group_id=group_id, topics=None, require_stable=True)
+
+    def error_of(resp: Any) -> int:
+        code = resp.error_code or next((p.error_code for t in resp.topics for p in t.partitions if p.error_code), 0)
+        return 0 if code == GROUP_ID_NOT_FOUND else code
+
+    resp = Coordinators(client, timeout_ms).call("OffsetFetch", GROUP_KEY, group_id, req, OFFSET_FETCH_VERSION,
+                                                 error_of)
+    return {(t.name, p.partition_index): (p.committed_offset, p.metadata or "")
+            for t in resp.topics for p in t.partitions if p.committed_offset >= 0}
 
 
 class TransactionManager:
@@ -56,50 +121,12 @@ class TransactionManager:
         self.timeout_ms = timeout_ms
         self.producer_id = -1
         self.producer_epoch = -1
-        self._coordinators: dict[tuple[int, str], int] = {}
+        self._coordinators = Coordinators(client, timeout_ms)
         self._partitions: set[tuple[str, int]] = set()
         self._offsets_added = False
 
-    # -- plumbing ----------------------------------------------------------------------
-    def _coordinator(self, key_type: int, key: str) -> int:
-        found = self._coordinators.get((key_type, key))
-        if found is not None:
-            return found
-        if not self.client.nodes:
-            self.client.refresh_metadata([])
-        node = next(iter(self.client.nodes))
-        resp = self.client.send(node, FindCoordinatorRequest(key=key, key_type=key_type), FIND_COORDINATOR_VERSION)
-        if resp.error_code:
-            raise KafkaProtocolError(resp.error_code, f"FindCoordinator for {key!r}")
-        self.client.nodes[resp.node_id] = (resp.host, resp.port)
-        self._coordinators[(key_type, key)] = resp.node_id
-        return resp.node_id
-
-    def _call(self, what: str, key_type: int, key: str, request: Any, version: int,
-              error_of: Callable[[Any], int]) -> Any:
-        """Send to the coordinator of ``key``; retry what Kafka's producer retries."""
-        last: BaseException | None = None
-        for _ in attempts(self.timeout_ms / 1000):
-            try:
-                resp = self.client.send(self._coordinator(key_type, key), request, version)
-                code = error_of(resp)
-                if not code:
-                    return resp
-                raise KafkaProtocolError(code, f"{what} for transactional id {self.transactional_id!r}")
-            except KafkaProtocolError as exc:
-                if exc.code not in _RETRY:
-                    raise
-                if exc.code in _REFIND:
-                    self._coordinators.pop((key_type, key), None)
-                last = exc
-            except (ConnectionError, TimeoutError, OSError) as exc:
-                self._coordinators.pop((key_type, key), None)
-                last = exc
-        raise TimeoutError(f"{what} for transactional id {self.transactional_id!r} did not succeed within "
-                           f"{self.timeout_ms} ms: {last}")
-
     def _txn(self, what: str, request: Any, version: int, error_of: Callable[[Any], int]) -> Any:
-        return self._call(what, TRANSACTION_KEY, self.transactional_id, request, version, error_of)
+        return self._coordinators.call(what, TRANSACTION_KEY, self.transactional_id, request, version, error_of)
 
     # -- the protocol --------------------------------------------------------------------
     def init_producer_id(self) -> tuple[int, int]:
@@ -156,7 +183,7 @@ class TransactionManager:
         def first_error(resp: Any) -> int:
             return next((p.error_code for t in resp.topics for p in t.partitions if p.error_code), 0)
 
-        self._call("TxnOffsetCommit", GROUP_KEY, group_id, req, TXN_OFFSET_COMMIT_VERSION, first_error)
+        self._coordinators.call("TxnOffsetCommit", GROUP_KEY, group_id, req, TXN_OFFSET_COMMIT_VERSION, first_error)
 
     def end(self, commit: bool) -> None:
         """EndTxn: the coordinator writes COMMIT or ABORT markers to every partition of the transaction."""
