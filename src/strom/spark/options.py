@@ -277,20 +277,14 @@ class SinkOptions:
         conf: dict[str, Any] = {
             "enable.idempotence": True,
             "acks": "all",
-            "linger.ms": 20,
             "batch.size": 1_000_000,
             "compression.type": "none",
-            "queue.buffering.max.kbytes": 256 * 1024,
-            "queue.buffering.max.messages": 500_000,
-            "delivery.report.only.error": True,
-            # Kafka's default partitioner (murmur2 of the key), as Java clients and the
-            # at-least-once path (strom.spark.batch_encode) use: a keyed row lands in the same
-            # partition whichever delivery wrote it. Null keys: random (librdkafka's choice).
-            "partitioner": "murmur2_random",
+            # Bytes a task may have unacknowledged before it waits (strom.spark.producer).
+            "queue.buffering.max.kbytes": 64 * 1024,
         }
         if self.exactly_once:
             # Long enough for a big task; a task killed mid-transaction is aborted sooner than
-            # this by the next attempt's init_transactions (same transactional.id).
+            # this by the next attempt's InitProducerId (same transactional.id).
             conf["transaction.timeout.ms"] = 300_000
         conf.update(self.client)
         return conf

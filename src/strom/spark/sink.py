@@ -9,8 +9,9 @@ How rows reach the broker is a ``Delivery`` strategy:
 * exactly once (``delivery=exactly-once``): each task writes its rows in one Kafka
   transaction and commits, in the same transaction, a marker "batch B of partition P is
   written" as the offset of a sink-private consumer group. A retried or replayed task
-  fences its predecessor (``init_transactions``), reads the marker and skips a batch that
-  already committed. The reasoning is in docs/decisions/0012-exactly-once-spark-sink.md.
+  fences its predecessor (InitProducerId), reads the marker and skips a batch that
+  already committed. The same encoder and producer send the rows, as transactional batches
+  (strom.spark.transaction). The reasoning is in docs/decisions/0012-exactly-once-spark-sink.md.
 """
 
 from __future__ import annotations
