@@ -138,12 +138,13 @@ class TaskClient:
         self._loop.close()
 
     # -- metadata ----------------------------------------------------------------------
-    def refresh_metadata(self, topics: list[str]) -> None:
-        """Ask a known broker (any, else a bootstrap one) for the topics' leaders.
+    def refresh_metadata(self, topics: list[str], *, allow_auto_topic_creation: bool = False) -> None:
+        """Ask a known broker (any, else a bootstrap one) for the topics' leaders; a producer lets the
+        broker create a missing topic (auto.create.topics.enable), as librdkafka's does.
 
         Raises ConnectionError when no broker answers; callers retry within their deadline."""
         request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
-                                  allow_auto_topic_creation=False, include_topic_authorized_operations=False,
+                                  allow_auto_topic_creation=allow_auto_topic_creation, include_topic_authorized_operations=False,
                                   include_cluster_authorized_operations=False)
         candidates = list(self.nodes.values())
         random.shuffle(candidates)

@@ -174,10 +174,9 @@ class IdempotentProducer:
         asked_creation = False
         while True:
             try:
-                if not asked_creation:
-                    self._allow_auto_creation(topic)
-                    asked_creation = True
-                count = self.client.partitions(topic, refresh=True)
+                self.client.refresh_metadata([topic], allow_auto_topic_creation=not asked_creation)
+                asked_creation = True
+                count = self.client.partition_counts.get(topic)
             except (ConnectionError, TimeoutError, OSError) as exc:
                 if time.monotonic() - start >= self.delivery_timeout_s:
                     raise DeliveryError(f"No broker answered metadata for topic {topic}: {exc}") from exc
@@ -191,20 +190,6 @@ class IdempotentProducer:
                         "(and the brokers do not create topics: auto.create.topics.enable=false).")
             time.sleep(backoff)
             backoff = min(1.0, backoff * 2)
-
-    def _allow_auto_creation(self, topic: str) -> None:
-        """A Metadata request that lets the broker create the topic (auto.create.topics.enable), as a
-        producer's does; the answer is read by the refresh that follows."""
-        from kafka.protocol.metadata import MetadataRequest
-
-        from strom.spark.client import METADATA_VERSION
-
-        request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
-                                  allow_auto_topic_creation=True, include_topic_authorized_operations=False,
-                                  include_cluster_authorized_operations=False)
-        if not self.client.nodes:
-            self.client.refresh_metadata([])
-        self.client.send(random.choice(list(self.client.nodes)), request, METADATA_VERSION)
 
     # -- sending -------------------------------------------------------------------------
     def send(self, topic: str, partition: int, batch: EncodedBatch) -> None:
