@@ -11,6 +11,11 @@ Prints one JSON object. Every figure comes from the same run on the same data:
 The sink is measured both ways in every run: ``delivery=at-least-once`` (idempotent
 producer) and ``delivery=exactly-once`` (one transaction per task), as a batch write and
 as a streaming copy src -> dst in ``--micro-batches`` micro-batches.
+
+This machine is noisy, so each plain-client figure alternates with the Spark figures it is
+compared with, round after round (``--source-rounds``, ``--rounds``), and the headline figures
+are medians; every round's figure is printed too. ``STROM_NATIVE=0`` measures the pure-Python
+record paths instead of the C kernels.
 """
 
 from __future__ import annotations
@@ -140,7 +145,7 @@ def main() -> None:
         create_topic(bootstrap, dst, parts)
         result: dict[str, Any] = {"records": n, "value_bytes": args.size, "partitions": parts,
                                   "spark_cores": args.cores, "broker": "external" if broker is None else "strom"}
-        result["plain_producer_rows_per_s"] = round(plain_produce(bootstrap, src, n, args.size, parts))
+        result["plain_producer_rows_per_s"] = round(plain_produce(bootstrap, src, n, args.size, parts))  # loads src
         spark = spark_session(args.cores, tmp)
         opts = {"kafka.bootstrap.servers": bootstrap, "subscribe": src}
         # Warm-up: Python workers and the JVM's first job cost seconds that are not throughput.
@@ -190,9 +195,15 @@ def main() -> None:
         for delivery in ("at-least-once", "exactly-once"):
             data.limit(1000).write.format("strom").option("kafka.bootstrap.servers", bootstrap) \
                 .option("topic", dst).option("delivery", delivery).mode("append").save()
-        # Alternate the modes over --rounds rounds and keep each mode's best: run order and
-        # the broker's state (segment rolls, page cache) otherwise decide which one "wins".
+        # The plain producer and both sink modes alternate over --rounds rounds, each into a fresh
+        # topic; medians are the figures: run order and the broker's state (segment rolls, page
+        # cache) otherwise decide which one "wins".
+        sink_rounds: dict[str, list[int]] = {"plain_producer": [], "spark_sink_at_least_once": [],
+                                             "spark_sink_exactly_once": []}
         for _ in range(args.rounds):
+            topic = f"bench-spark-plain-{uuid.uuid4().hex[:6]}"
+            create_topic(bootstrap, topic, parts)
+            sink_rounds["plain_producer"].append(round(plain_produce(bootstrap, topic, n, args.size, parts)))
             for delivery in ("at-least-once", "exactly-once"):
                 name = delivery.replace("-", "_")
                 topic = f"bench-spark-{name}-{uuid.uuid4().hex[:6]}"
@@ -200,13 +211,17 @@ def main() -> None:
                 t0 = time.perf_counter()
                 data.write.format("strom").option("kafka.bootstrap.servers", bootstrap).option("topic", topic) \
                     .option("delivery", delivery).mode("append").save()
-                rate = round(n / (time.perf_counter() - t0))
-                key = f"spark_sink_{name}_rows_per_s"
-                result[key] = max(rate, result.get(key, 0))
-                result.setdefault(f"spark_sink_{name}_rounds_rows_per_s", []).append(rate)
+                sink_rounds[f"spark_sink_{name}"].append(round(n / (time.perf_counter() - t0)))
                 written = spark.read.format("strom").option("kafka.bootstrap.servers", bootstrap) \
                     .option("subscribe", topic).option("kafka.isolation.level", "read_committed").load().count()
                 assert written == n, (delivery, written, n)
+        for name, values in sink_rounds.items():
+            result[f"{name}_rows_per_s"] = round(statistics.median(values))
+            result[f"{name}_rounds_rows_per_s"] = values
+        result["sink_share_of_plain_producer"] = round(
+            result["spark_sink_at_least_once_rows_per_s"] / result["plain_producer_rows_per_s"], 2)
+        result["sink_exactly_once_share_of_plain_producer"] = round(
+            result["spark_sink_exactly_once_rows_per_s"] / result["plain_producer_rows_per_s"], 2)
         result["spark_sink_rows_per_s"] = result["spark_sink_at_least_once_rows_per_s"]  # earlier runs' name
         for delivery in ("at-least-once", "exactly-once"):
             name = delivery.replace("-", "_")
