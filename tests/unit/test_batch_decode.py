@@ -251,6 +251,8 @@ def assert_same_columns(a: Columns, b: Columns) -> None:
         x.validate(full=True)
         y.validate(full=True)
         assert x.type == y.type, name
+        if name == "timestamps":  # as microseconds: a year past 9999 is valid Arrow (and Spark), not a datetime
+            x, y = x.view(pa.int64()), y.view(pa.int64())
         assert x.to_pylist() == y.to_pylist(), name
 
 
