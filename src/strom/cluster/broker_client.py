@@ -118,7 +118,7 @@ class _Connection(asyncio.BufferedProtocol):
                 waiter.set_result(None)
         self._drain_waiters.clear()
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         if self.closed or self.transport is None or self.transport.is_closing():
             raise ConnectionError("connection closed")
         self.transport.write(data)
@@ -171,8 +171,12 @@ class BrokerClient:
         body = await self.send_raw(request.API_KEY, version, request.encode(version=version))
         return codec.response_class(request.API_KEY).decode(body, version=version)
 
-    async def send_raw(self, api_key: int, version: int, body: bytes | bytearray | memoryview) -> memoryview:
+    async def send_raw(self, api_key: int, version: int,
+                       body: bytes | bytearray | memoryview | list[memoryview | bytes]) -> memoryview:
         """Send an encoded request body; return the response body (after the response header).
+
+        A body given as a list of chunks is joined once with the frame header: a Produce request of
+        megabytes is copied once on its way from its batch buffers to the socket, not twice.
 
         Raises ConnectionError when the connection cannot be made or is lost, and
         asyncio.TimeoutError after request_timeout_ms. The connection is then dropped (failing
@@ -185,7 +189,7 @@ class BrokerClient:
         return await self._send_on(conn, api_key, version, body)
 
     async def _send_on(self, conn: _Connection, api_key: int, version: int,
-                       body: bytes | bytearray | memoryview) -> memoryview:
+                       body: bytes | bytearray | memoryview | list[memoryview | bytes]) -> memoryview:
         correlation_id = next(self._correlation) & 0x7FFFFFFF
         flexible = codec.is_flexible(api_key, version)
         header = struct.pack(">hhih", api_key, version, correlation_id, len(self._client_id)) + self._client_id
@@ -196,7 +200,11 @@ class BrokerClient:
         # The reader removes the entry when the answer arrives, even for an abandoned request.
         self._pending[correlation_id] = (future, flexible and api_key != ApiKey.API_VERSIONS)
         try:
-            conn.write(struct.pack(">i", len(header) + len(body)) + header + bytes(body))
+            if isinstance(body, list):
+                size = sum(memoryview(chunk).nbytes for chunk in body)
+                conn.write(b"".join([struct.pack(">i", len(header) + size), header, *body]))
+            else:
+                conn.write(struct.pack(">i", len(header) + len(body)) + header + bytes(body))
             await conn.drain()
         except (OSError, RuntimeError) as exc:  # RuntimeError: the transport is already closed
             self._pending.pop(correlation_id, None)

@@ -78,7 +78,7 @@ def _ms(conf: Mapping[str, Any], names: tuple[str, ...], default: int) -> int:
 class _Entry:
     """One batch of one partition, with its request while in flight."""
 
-    body: bytes  # the whole Produce request body: fixed once, a resend repeats it byte for byte
+    body: list[Any]  # the Produce request body's chunks: fixed once, a resend repeats them byte for byte
     size: int  # of the record batch
     base_sequence: int
     count: int
@@ -236,16 +236,18 @@ class IdempotentProducer:
             entry.future = self.client.submit(connection.send_raw(ApiKey.PRODUCE, PRODUCE_VERSION, entry.body))
             state.sent += 1
 
-    def _produce_body(self, state: _Partition, header: bytes, records: Any) -> bytes:
-        """Produce v8 with one topic, one partition and one batch (v3+ allows one batch per partition)."""
+    def _produce_body(self, state: _Partition, header: bytes, records: Any) -> list[Any]:
+        """Produce v8 with one topic, one partition and one batch (v3+ allows one batch per partition),
+        as chunks that BrokerClient joins with the frame header in one copy."""
         topic = state.topic.encode()
         txn = self.transaction.transactional_id.encode() if self.transaction is not None else None
-        return b"".join((
+        head = b"".join((
             struct.pack(">h", len(txn)) + txn if txn is not None else struct.pack(">h", -1),
             struct.pack(">hii", self.acks, self.request_timeout_ms, 1),
             struct.pack(">h", len(topic)), topic,
-            struct.pack(">iii", 1, state.partition, len(header) + len(records)), header, records,
+            struct.pack(">iii", 1, state.partition, len(header) + len(records)), header,
         ))
+        return [head, memoryview(records)]
 
     def _retry_later(self, state: _Partition, error: str) -> None:
         """Back off before resending; give up once the partition has failed for delivery.timeout.ms."""
