@@ -182,3 +182,20 @@ def test_topic_column_splits_rows_per_topic() -> None:
     got = sorted((t, r.key, r.value) for t, _, b in enc.encode(batch, None, lambda _: 2)
                  for r in DefaultRecordBatch(b.wire(-1, -1, -1)))
     assert got == [("a", b"x", b"1"), ("a", b"z", b"3"), ("b", b"y", b"2")]
+
+
+def test_encoded_records_export_exactly_their_size() -> None:
+    """pyarrow exports a shrunken resizable buffer with its old capacity as the shape; every view of
+    an encoded batch's records, however nested or sliced, must hold exactly the records."""
+    import pyarrow as pa
+
+    from strom.spark.batch_encode import BatchEncoder
+
+    values = pa.array([b"x" * 1000] * 2000, pa.binary())  # about 2 MB: several 1 MB batches
+    batch = pa.RecordBatch.from_arrays([values], names=["value"])
+    encoded = [e for _, _, e in BatchEncoder(1_000_000).encode(batch, "t", lambda _topic: 1)]
+    assert len(encoded) > 1
+    for e in encoded:
+        size = len(e.records)
+        view = memoryview(memoryview(e.records))
+        assert view.nbytes == size and len(view) == size and len(view[10:]) == size - 10

@@ -385,7 +385,10 @@ class BatchEncoder:
                 raise SinkDataError("A header without a key: Kafka record headers need a key.")
             out.resize(out_len.value)
             pos += out_rows.value
-            yield out, out_rows.value
+            # A slice, not the resized buffer itself: pyarrow exports a shrunken resizable buffer with
+            # its old capacity as the shape, so a memoryview of a memoryview of it (or a slice of one)
+            # would reach past the records. A slice exports exactly its size.
+            yield out.slice(0, out_len.value), out_rows.value
 
 
 # --- pure-Python records encoding (the fallback, and the reference in tests) ------------------
