@@ -94,56 +94,25 @@ static int parse_header(const uint8_t **pp, const uint8_t *end, const uint8_t **
     return 1;
 }
 
-/* out[0..5] = records, key bytes, value bytes, headers, header key bytes, header value bytes. */
-int64_t strom_scan(const uint8_t *buf, const int64_t *header_pos, const int64_t *records_end, int64_t batches,
-                   int64_t lo, int64_t hi, int32_t with_headers, int64_t *out) {
-    int64_t n = 0, kb = 0, vb = 0, h = 0, hkb = 0, hvb = 0;
-    for (int64_t b = 0; b < batches; b++) {
-        const uint8_t *hdr = buf + header_pos[b];
-        int64_t base_offset = be64(hdr);
-        int log_append = (hdr[22] & TIMESTAMP_TYPE_MASK) != 0;
-        int64_t base_ts = be64(hdr + 27), max_ts = be64(hdr + 35);
-        int32_t count = be32(hdr + 57);
-        const uint8_t *p = hdr + HEADER_SIZE, *end = buf + records_end[b];
-        for (int32_t i = 0; i < count && p < end; i++) {
-            record r;
-            const uint8_t *at = p;
-            if (!parse_record(&p, end, base_offset, base_ts, &r)) return -(at - buf) - 1;
-            if (r.offset < lo) continue;
-            if (r.offset >= hi) break;
-            if ((log_append ? max_ts : r.timestamp_ms) > MAX_TIMESTAMP_MS) return -(at - buf) - 1;
-            n++;
-            if (r.key_len > 0) kb += r.key_len;
-            if (r.value_len > 0) vb += r.value_len;
-            if (with_headers) {
-                const uint8_t *q = r.headers;
-                for (int64_t j = 0; j < r.header_count; j++) {
-                    const uint8_t *k, *v;
-                    int64_t klen, vlen;
-                    if (!parse_header(&q, r.end, &k, &klen, &v, &vlen)) return -(at - buf) - 1;
-                    h++;
-                    hkb += klen;
-                    if (vlen > 0) hvb += vlen;
-                }
-            }
-        }
-    }
-    out[0] = n; out[1] = kb; out[2] = vb; out[3] = h; out[4] = hkb; out[5] = hvb;
-    return 0;
-}
-
 static inline void set_valid(uint8_t *bitmap, int64_t i) { bitmap[i >> 3] |= (uint8_t)(1u << (i & 7)); }
 
-int64_t strom_fill(const uint8_t *buf, const int64_t *header_pos, const int64_t *records_end, int64_t batches,
-                   int64_t lo, int64_t hi, int32_t with_headers,
-                   int64_t *offsets, int64_t *timestamps_us, int32_t *timestamp_types,
-                   int32_t *key_offsets, uint8_t *key_data, uint8_t *key_valid,
-                   int32_t *value_offsets, uint8_t *value_data, uint8_t *value_valid,
-                   int32_t *header_list_offsets, int32_t *hkey_offsets, uint8_t *hkey_data,
-                   int32_t *hvalue_offsets, uint8_t *hvalue_data, uint8_t *hvalue_valid) {
+/* Where strom_fill writes; strom_scan walks with none of it and only counts. */
+typedef struct {
+    int64_t *offsets, *timestamps_us;
+    int32_t *timestamp_types;
+    int32_t *key_offsets, *value_offsets, *header_list_offsets, *hkey_offsets, *hvalue_offsets;
+    uint8_t *key_data, *key_valid, *value_data, *value_valid, *hkey_data, *hvalue_data, *hvalue_valid;
+} columns;
+
+/* The one walk over the records in [lo, hi): sizes[0..5] = records, key bytes, value bytes,
+ * headers, header key bytes, header value bytes; with `c`, the columns are written too. */
+static int64_t walk(const uint8_t *buf, const int64_t *header_pos, const int64_t *records_end, int64_t batches,
+                    int64_t lo, int64_t hi, int32_t with_headers, const columns *c, int64_t *sizes) {
     int64_t n = 0, kb = 0, vb = 0, h = 0, hkb = 0, hvb = 0;
-    key_offsets[0] = value_offsets[0] = 0;
-    if (with_headers) header_list_offsets[0] = hkey_offsets[0] = hvalue_offsets[0] = 0;
+    if (c) {
+        c->key_offsets[0] = c->value_offsets[0] = 0;
+        if (with_headers) c->header_list_offsets[0] = c->hkey_offsets[0] = c->hvalue_offsets[0] = 0;
+    }
     for (int64_t b = 0; b < batches; b++) {
         const uint8_t *hdr = buf + header_pos[b];
         int64_t base_offset = be64(hdr);
@@ -159,42 +128,71 @@ int64_t strom_fill(const uint8_t *buf, const int64_t *header_pos, const int64_t 
             if (r.offset >= hi) break;
             int64_t ts = log_append ? max_ts : r.timestamp_ms;
             if (ts > MAX_TIMESTAMP_MS) return -(at - buf) - 1;
-            offsets[n] = r.offset;
-            timestamps_us[n] = (ts > 0 ? ts : 0) * 1000;
-            timestamp_types[n] = log_append;
-            if (r.key_len >= 0) {
-                memcpy(key_data + kb, r.key, (size_t)r.key_len);
-                kb += r.key_len;
-                set_valid(key_valid, n);
+            if (c) {
+                c->offsets[n] = r.offset;
+                c->timestamps_us[n] = (ts > 0 ? ts : 0) * 1000;
+                c->timestamp_types[n] = log_append;
+                if (r.key_len >= 0) {
+                    memcpy(c->key_data + kb, r.key, (size_t)r.key_len);
+                    set_valid(c->key_valid, n);
+                }
+                if (r.value_len >= 0) {
+                    memcpy(c->value_data + vb, r.value, (size_t)r.value_len);
+                    set_valid(c->value_valid, n);
+                }
             }
-            if (r.value_len >= 0) {
-                memcpy(value_data + vb, r.value, (size_t)r.value_len);
-                vb += r.value_len;
-                set_valid(value_valid, n);
+            if (r.key_len > 0) kb += r.key_len;
+            if (r.value_len > 0) vb += r.value_len;
+            if (c) {
+                c->key_offsets[n + 1] = (int32_t)kb;
+                c->value_offsets[n + 1] = (int32_t)vb;
             }
-            key_offsets[n + 1] = (int32_t)kb;
-            value_offsets[n + 1] = (int32_t)vb;
             if (with_headers) {
                 const uint8_t *q = r.headers;
                 for (int64_t j = 0; j < r.header_count; j++) {
                     const uint8_t *k, *v;
                     int64_t klen, vlen;
                     if (!parse_header(&q, r.end, &k, &klen, &v, &vlen)) return -(at - buf) - 1;
-                    memcpy(hkey_data + hkb, k, (size_t)klen);
-                    hkb += klen;
-                    if (vlen >= 0) {
-                        memcpy(hvalue_data + hvb, v, (size_t)vlen);
-                        hvb += vlen;
-                        set_valid(hvalue_valid, h);
+                    if (c) {
+                        memcpy(c->hkey_data + hkb, k, (size_t)klen);
+                        if (vlen >= 0) {
+                            memcpy(c->hvalue_data + hvb, v, (size_t)vlen);
+                            set_valid(c->hvalue_valid, h);
+                        }
                     }
+                    hkb += klen;
+                    if (vlen > 0) hvb += vlen;
                     h++;
-                    hkey_offsets[h] = (int32_t)hkb;
-                    hvalue_offsets[h] = (int32_t)hvb;
+                    if (c) {
+                        c->hkey_offsets[h] = (int32_t)hkb;
+                        c->hvalue_offsets[h] = (int32_t)hvb;
+                    }
                 }
-                header_list_offsets[n + 1] = (int32_t)h;
+                if (c) c->header_list_offsets[n + 1] = (int32_t)h;
             }
             n++;
         }
     }
+    sizes[0] = n; sizes[1] = kb; sizes[2] = vb; sizes[3] = h; sizes[4] = hkb; sizes[5] = hvb;
     return 0;
+}
+
+/* out[0..5] = records, key bytes, value bytes, headers, header key bytes, header value bytes. */
+int64_t strom_scan(const uint8_t *buf, const int64_t *header_pos, const int64_t *records_end, int64_t batches,
+                   int64_t lo, int64_t hi, int32_t with_headers, int64_t *out) {
+    return walk(buf, header_pos, records_end, batches, lo, hi, with_headers, NULL, out);
+}
+
+int64_t strom_fill(const uint8_t *buf, const int64_t *header_pos, const int64_t *records_end, int64_t batches,
+                   int64_t lo, int64_t hi, int32_t with_headers,
+                   int64_t *offsets, int64_t *timestamps_us, int32_t *timestamp_types,
+                   int32_t *key_offsets, uint8_t *key_data, uint8_t *key_valid,
+                   int32_t *value_offsets, uint8_t *value_data, uint8_t *value_valid,
+                   int32_t *header_list_offsets, int32_t *hkey_offsets, uint8_t *hkey_data,
+                   int32_t *hvalue_offsets, uint8_t *hvalue_data, uint8_t *hvalue_valid) {
+    const columns c = {offsets, timestamps_us, timestamp_types, key_offsets, value_offsets, header_list_offsets,
+                       hkey_offsets, hvalue_offsets, key_data, key_valid, value_data, value_valid, hkey_data,
+                       hvalue_data, hvalue_valid};
+    int64_t sizes[6];
+    return walk(buf, header_pos, records_end, batches, lo, hi, with_headers, &c, sizes);
 }

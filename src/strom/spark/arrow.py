@@ -9,7 +9,6 @@ The batch schema must *equal* the Spark schema converted with
 from __future__ import annotations
 
 from array import array
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.types import (
@@ -70,11 +69,3 @@ def constant_string(value: str, n: int) -> pa.Array:
 def constant_int32(value: int, n: int) -> pa.Array:
     """An int32 column holding one value n times, without a Python list of n ints."""
     return pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(array("i", [value]) * n)])
-
-
-def column_or_none(batch: pa.RecordBatch, name: str) -> list[Any] | None:
-    """A column as Python values, or None when the DataFrame has no such column."""
-    idx = batch.schema.get_field_index(name)
-    if idx < 0:
-        return None
-    return batch.column(idx).to_pylist()

@@ -93,11 +93,6 @@ def _bitmap_bytes(n: int) -> int:
     return (n + 7) // 8
 
 
-def _binary(type_: pa.DataType, n: int, valid: pa.Buffer, offsets: pa.Buffer, data: pa.Buffer) -> pa.Array:
-    arr = pa.Array.from_buffers(type_, n, [valid, offsets, data])
-    return arr
-
-
 def decode_native(buf: pa.Buffer, header_pos: Sequence[int], records_end: Sequence[int], lo: int, hi: int,
                   with_headers: bool, header_type: pa.DataType | None = None) -> Columns:
     """Decode the given batches of ``buf`` with the C kernels (``native_available()`` must be true)."""
@@ -137,8 +132,8 @@ def decode_native(buf: pa.Buffer, header_pos: Sequence[int], records_end: Sequen
         offsets=pa.Array.from_buffers(pa.int64(), n, [None, offsets]),
         timestamps=pa.Array.from_buffers(_TS_TYPE, n, [None, ts]),
         timestamp_types=pa.Array.from_buffers(pa.int32(), n, [None, ts_type]),
-        keys=_binary(pa.binary(), n, key_valid, key_off, key_data),
-        values=_binary(pa.binary(), n, val_valid, val_off, val_data),
+        keys=pa.Array.from_buffers(pa.binary(), n, [key_valid, key_off, key_data]),
+        values=pa.Array.from_buffers(pa.binary(), n, [val_valid, val_off, val_data]),
         headers=headers,
     )
 

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from strom import native
 from strom.protocol.compression import compress
+from strom.protocol.primitives import uvarint
 from strom.protocol.record_batch import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -395,13 +396,8 @@ class BatchEncoder:
 
 
 def _zigzag(v: int) -> bytes:
-    z = (v << 1) ^ (v >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
+    """A signed varint as v2 records write it: zig-zag, then the unsigned varint."""
+    return uvarint((v << 1) ^ (v >> 63))
 
 
 def _field(data: bytes | None) -> bytes:

@@ -98,7 +98,6 @@ class TaskClient:
         self._clients: dict[tuple[str, int], BrokerClient] = {}
         self.nodes: dict[int, tuple[str, int]] = {}
         self.leaders: dict[tuple[str, int], int] = {}
-        self.leader_epochs: dict[tuple[str, int], int] = {}
         self.partition_counts: dict[str, int] = {}
 
     # -- plumbing ----------------------------------------------------------------------
@@ -165,7 +164,6 @@ class TaskClient:
             self.partition_counts[t.name] = len(t.partitions)
             for p in t.partitions:
                 self.leaders[(t.name, p.partition_index)] = p.leader_id
-                self.leader_epochs[(t.name, p.partition_index)] = p.leader_epoch
 
     def leader(self, topic: str, partition: int, *, refresh: bool = False) -> int:
         """The leader's node id; raises KafkaProtocolError(LEADER_NOT_AVAILABLE or UNKNOWN_TOPIC_OR_PARTITION)."""
@@ -178,12 +176,6 @@ class TaskClient:
         if node < 0 or node not in self.nodes:
             raise KafkaProtocolError(5, f"{topic}-{partition}")
         return node
-
-    def partitions(self, topic: str, *, refresh: bool = False) -> int | None:
-        """The topic's partition count, or None when it does not exist."""
-        if refresh or topic not in self.partition_counts:
-            self.refresh_metadata([topic])
-        return self.partition_counts.get(topic)
 
     # -- ListOffsets -------------------------------------------------------------------
     def list_offset(self, topic: str, partition: int, timestamp: int, *, read_committed: bool = False) -> int:
