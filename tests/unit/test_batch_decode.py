@@ -114,20 +114,24 @@ def fetched(draw: st.DrawFn, transactions: bool = False) -> Fetched:
     txn_batches: dict[int, list[Batch]] = {}
     aborted: list[tuple[int, int, int]] = []  # (producer id, first offset, marker offset)
     batches: list[Batch] = []
+
+    def end_txn(pid: int, coordinator_epoch: int, timestamp: int) -> None:
+        """The producer's COMMIT or ABORT marker at ``offset``; its batches learn their fate."""
+        first, abort = open_txns.pop(pid)
+        raw = build_control_batch(pid, 0, coordinator_epoch, not abort, timestamp, offset)
+        batches.append(Batch(raw, raw, offset, offset, control=True))
+        for b in txn_batches.pop(pid):
+            b.aborted = abort
+        if abort:
+            aborted.append((pid, first, offset))
+
     for _ in range(draw(st.integers(1, 7))):
         offset += draw(st.sampled_from([0, 0, 0, 1, 3, 1000]))  # gaps: compaction, deleted markers
         kinds = ["txn", "txn", "plain"] if transactions else ["plain", "idempotent", "txn", "txn", "emptied"]
         kind = draw(st.sampled_from([*kinds, "marker"] if open_txns else kinds))
         if kind == "marker":
             pid = draw(st.sampled_from(sorted(open_txns)))
-            first, abort = open_txns.pop(pid)
-            raw = build_control_batch(pid, 0, draw(st.integers(0, 5)), not abort, draw(st.integers(0, 2**42)),
-                                      offset)
-            batches.append(Batch(raw, raw, offset, offset, control=True))
-            for b in txn_batches.pop(pid):
-                b.aborted = abort
-            if abort:
-                aborted.append((pid, first, offset))
+            end_txn(pid, draw(st.integers(0, 5)), draw(st.integers(0, 2**42)))
             offset += 1
             continue
         if kind == "emptied":  # compaction removed every record but kept the batch (producer state)
@@ -168,13 +172,7 @@ def fetched(draw: st.DrawFn, transactions: bool = False) -> Fetched:
             txn_batches[pid].append(batch)
         offset = last + 1
     for pid in sorted(open_txns):  # close every transaction, as a finished log would
-        first, abort = open_txns.pop(pid)
-        raw = build_control_batch(pid, 0, 0, not abort, 0, offset)
-        batches.append(Batch(raw, raw, offset, offset, control=True))
-        for b in txn_batches.pop(pid):
-            b.aborted = abort
-        if abort:
-            aborted.append((pid, first, offset))
+        end_txn(pid, 0, 0)
         offset += 1
     # The answer may start after the first batches (the fetch offset was further on): the broker
     # then lists only the aborted transactions still open at or after the fetch's first batch.
