@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -25,7 +26,7 @@ from strom.protocol.record_batch import build_control_batch
 from strom.server_common.purgatory import DelayedOperation, DelayedOperationPurgatory
 from strom.server_common.types import TopicPartition
 from strom.storage.log_config import LogConfig
-from strom.storage.log_manager import LogManager
+from strom.storage.log_manager import LogManager, close_offline_log, is_log_dir_failure
 from strom.storage.partition_metadata import ensure_topic_configs, ensure_topic_id
 from strom.storage.transaction_index import AbortedTxn
 from strom.storage.validator import AppendOrigin
@@ -206,6 +207,10 @@ class ReplicaManager:
         self.controller_epoch = 0
         self.fetcher_manager: FetcherManager | None = None
         self.isr_change_sender: IsrChangeSender | None = None
+        # Cluster only: a log dir that fails a write goes offline and this tells the controller (KIP-112).
+        # Unset on a single node, where no other replica could take over: there a full disk answers
+        # KAFKA_STORAGE_ERROR per request and writes resume as soon as space returns.
+        self.log_dir_failure_listener: Callable[[str], None] | None = None
         # Metrics: per-topic traffic when the metrics endpoint is on; ISR changes this leader made.
         self.topic_stats: BrokerTopicStats | None = None
         self.isr_shrinks = 0
@@ -374,12 +379,16 @@ class ReplicaManager:
             if self.broker_id not in st.replicas:
                 continue
             part = self.partitions.get(tp)
+            if part is None and tp in self.offline_partitions:
+                errors[tp] = Errors.KafkaStorageError.errno  # the controller moves leadership and ISR off us
+                continue
             if part is not None and (st.leader_epoch < part.leader_epoch or (
                     st.leader_epoch == part.leader_epoch and st.partition_epoch < part.partition_epoch)):
                 log.info("ignoring stale state of %s-%d: leader epoch %d < %d", *tp, st.leader_epoch,
                          part.leader_epoch)
                 errors[tp] = Errors.StaleControllerEpochError.errno
                 continue
+            created = part is None
             if part is None:
                 try:
                     part = self._create_partition(lp, topic_configs(lp.topic))
@@ -387,10 +396,21 @@ class ReplicaManager:
                     log.error("cannot create replica %s-%d: %s", *tp, exc)
                     errors[tp] = exc.errno
                     continue
-                if part.is_leader:
+            try:
+                if created and part.is_leader:
                     part.make_leader()
-            else:
-                part.update_state(st)
+                elif not created:
+                    part.update_state(st)
+            except (OSError, Errors.KafkaStorageError) as exc:  # the leader-epoch checkpoint, on a full disk
+                log.error("cannot apply the new state of %s-%d: %s", *tp, exc)
+                errors[tp] = Errors.KafkaStorageError.errno
+                if not self.maybe_take_log_dir_offline(tp, exc, part.log_dir):
+                    part.leader_id = -1  # neither leader nor follower until the next LeaderAndIsr
+                    if self.fetcher_manager is not None:
+                        self.fetcher_manager.remove_partitions([tp])
+                    self.fetch_purgatory.check_and_complete(tp)
+                    self.produce_purgatory.check_and_complete(tp)
+                continue
             if part.is_leader:
                 leaders.append(tp)
             else:
@@ -474,11 +494,62 @@ class ReplicaManager:
         if part is None or part.is_leader:
             return  # the leadership moved while the fetch was in flight
         old_hw = part.high_watermark
-        part.append_records_as_follower(records, leader_high_watermark, leader_log_start_offset)
+        try:
+            part.append_records_as_follower(records, leader_high_watermark, leader_log_start_offset)
+        except (OSError, Errors.KafkaStorageError) as exc:
+            self._log_storage_error(tp, exc, "appending as follower to")
+            if self.maybe_take_log_dir_offline(tp, exc, part.log_dir):
+                return  # no longer fetched: the controller drops us from the ISR
+            raise
         if self.topic_stats is not None and records:
             self.topic_stats.record_replication_in(len(records))
         if part.high_watermark != old_hw:
             self.fetch_purgatory.check_and_complete(tp)
+
+    # -- log dir failure (KIP-112) -----------------------------------------------------------------------
+    def maybe_take_log_dir_offline(self, tp: TopicPartition, exc: BaseException, log_dir: str) -> bool:
+        """In a cluster, a write that failed for the dir's sake takes the whole dir offline; returns
+        whether tp's dir is offline now (so the caller stops retrying it)."""
+        if self.log_dir_failure_listener is None or not is_log_dir_failure(exc):
+            return tp in self.offline_partitions
+        if os.path.abspath(log_dir) not in self.log_manager.offline_log_dirs:
+            self.handle_log_dir_failure(log_dir, exc)
+        return True
+
+    def handle_log_dir_failure(self, log_dir: str, exc: BaseException) -> None:
+        """Kafka's handleLogDirFailure: every replica in the dir goes offline here at once.
+
+        Fetchers drop them, parked produces and fetches on them are answered, the controller is told
+        (it moves leadership away and shrinks the ISRs), and the logs are closed off the event loop.
+        The data stays on disk untouched: a restart with the dir usable again serves it as before.
+        """
+        log_dir = os.path.abspath(log_dir)
+        if log_dir in self.log_manager.offline_log_dirs:
+            return
+        dropped = self.log_manager.take_offline(log_dir, exc)
+        gone = [tp for tp, part in self.partitions.items() if part.log_dir == log_dir or tp in dropped]
+        for tp in gone:
+            self.partitions.pop(tp, None)
+            self.offline_partitions.add(tp)
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_partitions(gone)
+        for tp in gone:
+            self.fetch_purgatory.check_and_complete(tp)
+            self.produce_purgatory.check_and_complete(tp)
+        if dropped:
+            log.error("log dir %s failed: %d replicas are offline on broker %d: %s", log_dir, len(gone),
+                      self.broker_id, ", ".join(f"{t}-{p}" for t, p in sorted(gone)))
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            for lg in dropped.values():
+                if loop is None:
+                    close_offline_log(lg)
+                else:
+                    loop.run_in_executor(None, close_offline_log, lg)
+        if self.log_dir_failure_listener is not None:
+            self.log_dir_failure_listener(log_dir)
 
     def get_partition(self, topic: str, partition: int) -> Partition:
         part = self.partitions.get((topic, partition))
@@ -550,9 +621,11 @@ class ReplicaManager:
             info = part.append_records_to_leader(records, required_acks, origin)
         except OSError as exc:
             self._log_storage_error(tp, exc)
+            self.maybe_take_log_dir_offline(tp, exc, part.log_dir)
             raise Errors.KafkaStorageError(f"error appending to {tp[0]}-{tp[1]}: {exc}") from exc
         except Errors.KafkaStorageError as exc:
             self._log_storage_error(tp, exc)
+            self.maybe_take_log_dir_offline(tp, exc, part.log_dir)
             raise
         if not info.duplicate:
             self.fetch_purgatory.check_and_complete(tp)
@@ -571,7 +644,7 @@ class ReplicaManager:
             results = await replicated
         return {tp: res.error_code for tp, res in results.items()}
 
-    def _log_storage_error(self, tp: TopicPartition, exc: BaseException) -> None:
+    def _log_storage_error(self, tp: TopicPartition, exc: BaseException, doing: str = "produce to") -> None:
         """ERROR once per partition per interval; the count of the suppressed ones comes with the next."""
         now = time.monotonic()
         last, suppressed = self._storage_error_logged.get(tp, (float("-inf"), 0))
@@ -580,7 +653,7 @@ class ReplicaManager:
             return
         self._storage_error_logged[tp] = (now, 0)
         more = f" ({suppressed} more since the last report)" if suppressed else ""
-        log.error("storage error on produce to %s-%d: %s%s; answering KAFKA_STORAGE_ERROR", *tp, exc, more)
+        log.error("storage error on %s %s-%d: %s%s; answering KAFKA_STORAGE_ERROR", doing, *tp, exc, more)
 
     # -- fetch -----------------------------------------------------------------
     def _on_high_watermark_moved(self, tp: TopicPartition) -> None:

@@ -397,6 +397,7 @@ class KafkaServer:
         self.alter_partition_manager = AlterPartitionManager(self.broker_id, store, rm, lambda: store.broker_epoch,
                                                              self.inter_broker_security)
         rm.isr_change_sender = self.alter_partition_manager.submit
+        rm.log_dir_failure_listener = self._propagate_log_dir_event
 
         def unclean_enabled(topic: str) -> bool:
             """Read from ZooKeeper, not the store's cache: the controller asks right after a config change."""
@@ -427,6 +428,21 @@ class KafkaServer:
                     await asyncio.sleep(1)
 
         self._tasks.append(asyncio.get_running_loop().create_task(again(), name="zk-reregister"))
+
+    def _propagate_log_dir_event(self, log_dir: str) -> None:
+        """A log dir went offline: tell the controller through ZooKeeper (KIP-112), retrying until it is written."""
+        async def notify() -> None:
+            while not self._stopped.is_set():
+                try:
+                    await asyncio.get_running_loop().run_in_executor(None, self.zk.propagate_log_dir_event,
+                                                                     self.broker_id)
+                    log.info("told the controller that log dir %s is offline", log_dir)
+                    return
+                except Exception as exc:  # noqa: BLE001 - ZooKeeper may be away: keep trying
+                    log.warning("reporting offline log dir %s failed (%s); retrying", log_dir, exc)
+                    await asyncio.sleep(1)
+
+        self._tasks.append(asyncio.get_running_loop().create_task(notify(), name="log-dir-event"))
 
     async def _controlled_shutdown(self) -> None:
         """Ask the controller to move our leaderships away before we stop serving (Kafka's

@@ -71,6 +71,8 @@ class ControllerContext:
     topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
     partitions: dict[TopicPartition, PartitionLeadership] = field(default_factory=dict)
     deleting: set[str] = field(default_factory=set)
+    # Replicas a live broker reported in an offline log dir (KIP-112); forgotten when it restarts.
+    offline_replicas: dict[int, set[TopicPartition]] = field(default_factory=dict)
 
     def partitions_of(self, topic: str) -> list[TopicPartition]:
         return sorted(tp for tp in self.partitions if tp[0] == topic)
@@ -207,6 +209,8 @@ class KafkaController:
         self.zk.watch_children(zd.TOPICS_PATH, self._term_watch("topics", self._on_topic_change))
         self.zk.watch_children(zd.DELETE_TOPICS_PATH, self._term_watch("deletions", self._on_topic_deletion))
         self.zk.watch_children(zd.CONFIG_CHANGES_PATH, self._term_watch("config-change", self._on_config_change))
+        self.zk.watch_children(zd.LOG_DIR_EVENT_NOTIFICATION_PATH,
+                               self._term_watch("log-dir-event", self._on_log_dir_events))
         await self._elect_offline_partitions(list(self.ctx.partitions))
         all_tps = list(self.ctx.partitions)
         self._send_update_metadata(list(self.ctx.live_brokers), all_tps)
@@ -216,6 +220,7 @@ class KafkaController:
 
     def _add_live_broker(self, reg: zd.BrokerRegistration) -> None:
         self.ctx.live_brokers[reg.id] = reg
+        self.ctx.offline_replicas.pop(reg.id, None)  # a (re)started broker reports its dirs afresh
         host, port = self._address(reg)
         assert self.channel is not None
         self.channel.add_broker(reg.id, host, port)
@@ -256,7 +261,7 @@ class KafkaController:
 
         The unclean flag is read from ZooKeeper when needed (off the loop), not from a cache that a
         config change may not have reached yet."""
-        excluded = set(exclude)
+        excluded = set(exclude) | self._offline_replicas_of(tp)
         live = [b for b in pl.replicas if self.ctx.is_live(b) and b not in excluded]
         if pl.zk_version < 0:  # a new partition: every live replica starts in sync
             return (live[0] if live else NO_LEADER), (live or list(pl.isr) or list(pl.replicas[:1])), False
@@ -439,6 +444,87 @@ class KafkaController:
             self.ctx.deleting.discard(topic)
             log.info("controller: deleted topic %s", topic)
 
+    # -- log dir failures (KIP-112) -------------------------------------------------------------------
+    async def _on_log_dir_events(self) -> None:
+        """A broker wrote ``/log_dir_event_notification/log_dir_event_<seq>``: one of its log dirs failed.
+
+        As Kafka's controller does, ask that broker for the state of every replica it hosts (a
+        LeaderAndIsr with the current states); it answers KAFKA_STORAGE_ERROR for those in an offline
+        dir, and _on_replicas_offline takes them out of leadership and the ISRs. Asking, rather than
+        trusting a list in the notification, also covers replicas that failed after it was written."""
+        if not self.active:
+            return
+        events = await self._zk(self.zk.get_log_dir_events)
+        if not events:
+            return
+        brokers = sorted({b for b in events.values() if b is not None})
+        log.info("controller: log dir failure reported by brokers %s", brokers)
+        for broker in brokers:
+            if broker in self.ctx.live_brokers:
+                hosted = sorted(tp for tp, pl in self.ctx.partitions.items()
+                                if broker in pl.replicas and tp[0] not in self.ctx.deleting)
+                self._send_leader_and_isr(hosted, only={broker})
+        await self._zk(self.zk.delete_log_dir_events, list(events), self.ctx.epoch_zk_version)
+
+    def _offline_replicas_of(self, tp: TopicPartition) -> set[int]:
+        return {b for b, tps in self.ctx.offline_replicas.items() if tp in tps}
+
+    def _on_leader_and_isr_response(self, broker_id: int) -> Callable[[Any], None]:
+        """Replicas a broker answers KAFKA_STORAGE_ERROR for are offline: handle that as an event."""
+        term = self._term
+        reg = self.ctx.live_brokers.get(broker_id)
+        broker_epoch = reg.epoch if reg is not None else -1
+
+        def on_response(response: Any) -> None:
+            if term != self._term or getattr(response, "error_code", 0):
+                return
+            offline = []
+            for t in getattr(response, "topics", None) or []:
+                name = self.topic_name(t.topic_id)
+                offline += [(name, p.partition_index) for p in t.partition_errors
+                            if name is not None and p.error_code == Errors.KafkaStorageError.errno]
+            if offline:
+                self._events.put_nowait(("replicas-offline", lambda: self._on_replicas_offline(
+                    broker_id, broker_epoch, offline)))
+
+        return on_response
+
+    async def _on_replicas_offline(self, broker_id: int, broker_epoch: int, tps: list[TopicPartition]) -> None:
+        """Kafka's onReplicasBecomeOffline: new leaders where the broker led, the broker out of every
+        ISR it was in, now rather than after replica.lag.time.max.ms; LeaderAndIsr and UpdateMetadata
+        tell everyone."""
+        reg = self.ctx.live_brokers.get(broker_id)
+        if not self.active or reg is None or reg.epoch != broker_epoch:
+            return  # the broker restarted or left meanwhile: its new registration reports afresh
+        known = self.ctx.offline_replicas.setdefault(broker_id, set())
+        fresh = sorted(set(tps) - known)
+        known.update(tps)
+        changed = []
+        for tp in sorted(set(tps)):
+            pl = self.ctx.partitions.get(tp)
+            if pl is None or tp[0] in self.ctx.deleting or broker_id not in pl.replicas:
+                continue
+            for _ in range(3):
+                if pl.leader == broker_id:
+                    leader, isr, unclean = await self._choose_leader(tp, pl, exclude={broker_id})
+                    if leader == NO_LEADER:
+                        isr = list(pl.isr)  # keep who was last in sync, so one of them can come back
+                else:
+                    leader, unclean = pl.leader, False
+                    isr = [b for b in pl.isr if b != broker_id] or list(pl.isr)
+                if leader == pl.leader and isr == pl.isr:
+                    break
+                if await self._write_election(tp, pl, leader, isr, unclean):
+                    changed.append(tp)
+                    break
+        if fresh:
+            log.warning("controller: %d replicas of broker %d are in an offline log dir; %d partitions changed "
+                        "leader or ISR", len(fresh), broker_id, len(changed))
+        if changed:
+            self._send_leader_and_isr(changed, only={b for b in self.ctx.live_brokers if b != broker_id})
+        if changed or fresh:
+            self._send_update_metadata(list(self.ctx.live_brokers), sorted(set(changed) | set(fresh)))
+
     # -- requests from brokers -----------------------------------------------------------------------
     def alter_partition(self, broker_id: int, changes: list[tuple[TopicPartition, int, list[int], int]]
                         ) -> asyncio.Future[dict[TopicPartition, tuple[int, PartitionLeadership | None]]]:
@@ -483,7 +569,8 @@ class KafkaController:
             return 0, pl
         if broker_id not in new_isr or not set(new_isr) <= set(pl.replicas):
             return Errors.InvalidRequestError.errno, None
-        joining = [b for b in new_isr if b not in pl.isr and not self.ctx.is_live(b)]
+        joining = [b for b in new_isr if b not in pl.isr and (not self.ctx.is_live(b)
+                                                                or b in self._offline_replicas_of(tp))]
         if joining:
             return Errors.IneligibleReplicaError.errno, None
         if not await self._write_state(tp, pl, pl.leader, new_isr, bump_epoch=False):
@@ -668,7 +755,7 @@ class KafkaController:
                 topic_states=[{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, uuid.UUID(int=0)),
                                "partition_states": states} for t, states in topics.items()],
                 live_leaders=live_leaders)
-            self.channel.send(b, request, LEADER_AND_ISR_VERSION)
+            self.channel.send(b, request, LEADER_AND_ISR_VERSION, self._on_leader_and_isr_response(b))
 
     def _send_update_metadata(self, brokers: Iterable[int], tps: Iterable[TopicPartition],
                               deleting: bool = False) -> None:
@@ -681,7 +768,8 @@ class KafkaController:
                 "partition_index": tp[1], "controller_epoch": pl.controller_epoch,
                 "leader": LEADER_DURING_DELETE if deleting else pl.leader, "leader_epoch": pl.leader_epoch,
                 "isr": list(pl.isr), "zk_version": pl.zk_version, "replicas": list(pl.replicas),
-                "offline_replicas": [b for b in pl.replicas if b not in self.ctx.live_brokers]})
+                "offline_replicas": [b for b in pl.replicas if b not in self.ctx.live_brokers
+                                     or tp in self.ctx.offline_replicas.get(b, ())]})
         live = []
         for reg in self.ctx.live_brokers.values():
             endpoints = []

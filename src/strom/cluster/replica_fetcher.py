@@ -174,7 +174,12 @@ class ReplicaFetcher:
         if target < log_.log_end_offset:
             log.info("truncating %s-%d from %d to %d (divergence with leader %d)", *tp, log_.log_end_offset,
                      target, self.source_id)
-            log_.truncate_to(target)
+            try:
+                log_.truncate_to(target)
+            except (OSError, Errors.KafkaStorageError) as exc:  # the epoch checkpoint on a full disk
+                if not self.replica_manager.maybe_take_log_dir_offline(tp, exc, part.log_dir):
+                    raise
+                return  # its dir is offline: no longer fetched
         self.partitions[tp].truncating = False
 
     def _partition_error(self, tp: TopicPartition, error_code: int) -> None:
@@ -220,6 +225,8 @@ class ReplicaFetcher:
                 continue
             try:
                 self.replica_manager.append_as_follower(tp, p.records, p.high_watermark, p.log_start_offset)
+            except Errors.KafkaStorageError:  # logged (rate-limited) by the replica manager; back off
+                self.partitions[tp].delayed_until = asyncio.get_running_loop().time() + RETRY_BACKOFF_S
             except Errors.KafkaError as exc:
                 log.error("cannot append to follower %s-%d: %s", *tp, exc)
                 self.partitions[tp].truncating = True  # start over from the divergence point

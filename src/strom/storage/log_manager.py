@@ -227,19 +227,28 @@ class LogManager:
         with self._lock:
             self.offline_log_dirs.add(os.path.abspath(log_dir))
 
-    def _take_offline(self, log_dir: str, exc: OSError) -> None:
+    def _take_offline(self, log_dir: str, exc: BaseException) -> None:
         """Kafka's answer to a failing disk: stop using the dir, keep serving the others."""
-        log.error("log dir %s is offline: %s; its partitions answer KAFKA_STORAGE_ERROR", log_dir, exc)
+        for lg in self.take_offline(log_dir, exc).values():
+            close_offline_log(lg)
+
+    def take_offline(self, log_dir: str, exc: BaseException) -> dict[TopicPartition, Log]:
+        """Mark a dir that failed a write offline and stop managing its logs (KIP-112); returns them.
+
+        Quick and safe on the event loop: the caller closes the returned logs (close_offline_log)
+        elsewhere, since closing files on a failing disk may block. The dir stays offline until a
+        restart finds it usable again; nothing in it is deleted or rewritten.
+        """
+        log_dir = os.path.abspath(log_dir)
         with self._lock:
+            if log_dir in self.offline_log_dirs:
+                return {}
+            log.error("log dir %s is offline: %s; its partitions answer KAFKA_STORAGE_ERROR", log_dir, exc)
             self.offline_log_dirs.add(log_dir)
-            dropped = [tp for tp, d in self._log_dir_of.items() if d == log_dir]
+            dropped = {tp: self._logs.pop(tp) for tp, d in list(self._log_dir_of.items()) if d == log_dir}
             for tp in dropped:
                 self._log_dir_of.pop(tp)
-                lg = self._logs.pop(tp)
-                try:
-                    lg.close(snapshot=False)
-                except Exception as close_exc:  # the dir is failing: closing may fail too
-                    log.warning("error closing %r in offline dir %s: %s", lg, log_dir, close_exc)
+            return dropped
 
     def _detach(self, topic: str, partition: int) -> Log | None:
         """Stop managing a partition's log (the caller closes it and moves its directory)."""
@@ -421,6 +430,25 @@ class LogManager:
             except OSError as exc:
                 log.warning("could not write %s: %s", marker, exc)
                 _unlink_quietly(marker)
+
+
+def close_offline_log(lg: Log) -> None:
+    """Close a log of an offline dir without writing to it (no snapshot, no index trim)."""
+    try:
+        lg.close(snapshot=False)
+    except Exception as exc:  # the dir is failing: closing may fail too
+        log.warning("error closing %r in an offline log dir: %s", lg, exc)
+
+
+def is_log_dir_failure(exc: BaseException) -> bool:
+    """Whether a storage error says the dir is unusable (no space, I/O error, read-only), as opposed to
+    the process being short of descriptors or memory, which another dir would suffer as well."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, OSError):
+        cause = cause.__cause__
+    if cause is None:
+        return False
+    return cause.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
 
 
 def partition_dirs(log_dir: str) -> dict[TopicPartition, str]:

@@ -25,12 +25,14 @@ Topic = MetadataResponse.MetadataResponseTopic
 Part = Topic.MetadataResponsePartition
 
 
-def _topic_response(topic: TopicMetadata, offline: Container[int] = ()) -> Any:
-    """``offline``: partitions whose log dir failed here; shown leaderless with KAFKA_STORAGE_ERROR."""
+def _topic_response(topic: TopicMetadata, offline: Container[int] = (), local_id: int = -1) -> Any:
+    """``offline``: partitions whose log dir failed here; shown leaderless with KAFKA_STORAGE_ERROR while
+    this broker (``local_id``) is still their leader, else led elsewhere with this replica offline."""
     parts = [
         Part(error_code=0, partition_index=p.partition, leader_id=p.leader, leader_epoch=p.leader_epoch,
-             replica_nodes=p.replicas, isr_nodes=p.isr, offline_replicas=[])
-        if p.partition not in offline else
+             replica_nodes=p.replicas, isr_nodes=p.isr,
+             offline_replicas=[local_id] if p.partition in offline and local_id in p.replicas else [])
+        if p.partition not in offline or (local_id >= 0 and p.leader != local_id) else
         Part(error_code=Errors.KafkaStorageError.errno, partition_index=p.partition, leader_id=-1,
              leader_epoch=p.leader_epoch, replica_nodes=p.replicas, isr_nodes=[r for r in p.isr if r != p.leader],
              offline_replicas=[p.leader])
@@ -61,7 +63,7 @@ async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
     with_topic_ops = version >= 8 and request.include_topic_authorized_operations
 
     def topic_response(t: TopicMetadata) -> Any:
-        answer = _topic_response(t, offline.get(t.name, ()))
+        answer = _topic_response(t, offline.get(t.name, ()), ctx.broker_id if services.cluster is not None else -1)
         if with_topic_ops:
             answer.authorized_operations = ctx.authorized_operations(ResourceType.TOPIC, t.name)
         return answer

@@ -682,6 +682,26 @@ class KafkaZkClient:
         with contextlib.suppress(NoNodeError):
             self._call(self._zk.delete, f"{changes_path}/{child}")
 
+    # -- log dir events (KIP-112) --------------------------------------------------------
+    def propagate_log_dir_event(self, broker_id: int) -> str:
+        """Tell the controller a log dir of `broker_id` failed: a sequential notification znode."""
+        return self._call(self._zk.create, f"{zd.LOG_DIR_EVENT_NOTIFICATION_PATH}/{zd.LOG_DIR_EVENT_PREFIX}",
+                          zd.encode_log_dir_event(broker_id), sequence=True, makepath=True)
+
+    def get_log_dir_events(self) -> dict[str, int | None]:
+        """Pending notifications: child name -> the broker it names (None: unreadable, or gone meanwhile)."""
+        out: dict[str, int | None] = {}
+        for child in sorted(self._children(zd.LOG_DIR_EVENT_NOTIFICATION_PATH)):
+            if child.startswith(zd.LOG_DIR_EVENT_PREFIX):
+                got = self._get(f"{zd.LOG_DIR_EVENT_NOTIFICATION_PATH}/{child}")
+                out[child] = zd.decode_log_dir_event(got[0]) if got else None
+        return out
+
+    def delete_log_dir_events(self, children: list[str], expected_controller_epoch_zk_version: int) -> None:
+        """Drop handled notifications, fenced by the controller epoch (a deposed controller leaves them)."""
+        self._delete_fenced(lambda: [f"{zd.LOG_DIR_EVENT_NOTIFICATION_PATH}/{c}" for c in children],
+                            expected_controller_epoch_zk_version)
+
     # -- partition state ---------------------------------------------------------------
     def create_partition_states(
         self,

@@ -31,6 +31,8 @@ CONFIG_CHANGE_PREFIX = "config_change_"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
 ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
 LOG_DIR_EVENT_NOTIFICATION_PATH = "/log_dir_event_notification"
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+LOG_DIR_FAILURE_EVENT = 1  # Kafka's LogDirEventNotificationHandler.LogDirFailureEvent
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 CONSUMERS_PATH = "/consumers"
 
@@ -337,6 +339,23 @@ def decode_entity_config(data: bytes | None) -> dict[str, str]:
 def encode_config_change(entity_type: str, entity_name: str) -> bytes:
     """Version 2 change notification naming the entity as `<type>/<name>` (e.g. `topics/orders`)."""
     return to_json_bytes({"version": 2, "entity_path": f"{entity_type}/{entity_name}"})
+
+
+def encode_log_dir_event(broker_id: int) -> bytes:
+    """`/log_dir_event_notification/log_dir_event_<seq>`: a log dir of `broker_id` failed (KIP-112)."""
+    return to_json_bytes({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
+
+
+def decode_log_dir_event(data: bytes) -> int | None:
+    """The broker a log dir failure notification names; None for anything else (another event, garbage)."""
+    try:
+        body = json.loads(data)
+        broker, event = body["broker"], body.get("event", LOG_DIR_FAILURE_EVENT)
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return None
+    if isinstance(broker, bool) or not isinstance(broker, int) or event != LOG_DIR_FAILURE_EVENT:
+        return None
+    return broker
 
 
 def decode_config_change(data: bytes) -> tuple[str, str] | None:
