@@ -10,6 +10,7 @@ exit on SIGTERM and, restarted once space is back, rejoin every ISR without losi
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as TP
 
 from tests.integration.test_full_disk import _mount_tmpfs, _unmount, fill
-from tests.support.replicas import create_topic
+from tests.support.replicas import create_topic, high_watermark, wait_identical_replicas
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -88,9 +89,80 @@ def test_full_log_dir_moves_leadership_and_isr_at_once_and_comes_back(cluster_fa
         cluster.start_broker(FULL)
         for p, replicas in enumerate(ASSIGNMENT):
             cluster.wait_isr(topic, p, replicas, timeout=90)
+            wait_identical_replicas(cluster, topic, p, high_watermark(cluster, topic, p), set(replicas))
         keys = consume_keys(cluster.bootstrap, topic, 45 * len(ASSIGNMENT))
         assert sorted(set(keys)) == sorted(
             f"{tag}-{p}-{i}".encode() for tag, n in (("before", 5), ("full", 40))
+            for p in range(len(ASSIGNMENT)) for i in range(n))
+    finally:
+        cluster.close()
+        _unmount(Path(mount))
+
+
+def test_leader_epoch_checkpoint_failing_in_make_leader_moves_leadership_on(cluster_factory) -> None:  # noqa: ANN001
+    """Broker 3's full dir is idle (nothing appended since it filled), so the first write it fails is the
+    leader-epoch checkpoint of becoming leader: the LeaderAndIsr must answer KAFKA_STORAGE_ERROR, not
+    fail, and the controller must hand the partition to the next in-sync replica."""
+    cluster = cluster_factory(3, start=False, overrides={"replica.lag.time.max.ms": 600_000})
+    mount = cluster.log_dir(FULL)
+    _mount_tmpfs(mount, 16)
+    try:
+        cluster.start()
+        topic = create_topic(cluster, replicas=[[1, 3, 2]], config={"min.insync.replicas": "1"})
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                             "message.timeout.ms": 60_000, "log_level": 0})
+        producer.produce(topic, b"first", partition=0)
+        assert producer.flush(60) == 0
+        cluster.wait_isr(topic, 0, [1, 2, 3])
+        fill(str(mount))
+        assert cluster.stop(1, timeout=60) == 0  # the controller picks broker 3, next in assignment order
+        errors: list[str] = []
+        for i in range(20):
+            producer.produce(topic, f"after-{i}".encode(), partition=0,
+                             on_delivery=lambda err, _msg: err is not None and errors.append(str(err)))
+        assert producer.flush(90) == 0 and errors == []
+        state = cluster.partition_state(topic, 0)
+        assert state is not None and state.leader == 2 and FULL not in state.isr, state
+        log_text = cluster.broker(FULL).log_path.read_text(errors="replace")
+        assert "is offline" in log_text
+        assert "Traceback" not in log_text, log_text[-3000:]
+    finally:
+        cluster.close()
+        _unmount(Path(mount))
+
+
+def test_sighup_brings_the_dir_back_once_space_returns(cluster_factory) -> None:  # noqa: ANN001
+    """Better than Kafka (which needs a restart): the operator frees space and sends SIGHUP; the dir comes
+    back with everything it held, its replicas catch up and rejoin the ISRs, the process never stopped."""
+    cluster = cluster_factory(3, start=False, overrides={"replica.lag.time.max.ms": 600_000})
+    mount = cluster.log_dir(FULL)
+    _mount_tmpfs(mount, 16)
+    try:
+        cluster.start()
+        topic = create_topic(cluster, replicas=ASSIGNMENT, config={"min.insync.replicas": "2"})
+        assert produce_acks_all(cluster.bootstrap, topic, 5, "before") == []
+        filler = fill(str(mount))
+        assert produce_acks_all(cluster.bootstrap, topic, 20, "full") == []
+        for p in range(len(ASSIGNMENT)):
+            cluster.wait_isr(topic, p, [b for b in ASSIGNMENT[p] if b != FULL])
+        broker = cluster.broker(FULL)
+        pid = broker.pid
+        assert pid is not None
+
+        os.kill(pid, signal.SIGHUP)  # still full: the dir stays offline
+        cluster.wait_for(lambda: "stays offline" in broker.log_path.read_text(errors="replace"), 30,
+                         "the broker refusing to bring a full dir back")
+        os.unlink(filler)
+        os.kill(pid, signal.SIGHUP)
+        for p, replicas in enumerate(ASSIGNMENT):
+            cluster.wait_isr(topic, p, replicas, timeout=90)
+        assert cluster.running(FULL) and broker.pid == pid
+        assert produce_acks_all(cluster.bootstrap, topic, 5, "after") == []
+        for p, replicas in enumerate(ASSIGNMENT):
+            wait_identical_replicas(cluster, topic, p, high_watermark(cluster, topic, p), set(replicas))
+        keys = consume_keys(cluster.bootstrap, topic, 30 * len(ASSIGNMENT))
+        assert sorted(set(keys)) == sorted(
+            f"{tag}-{p}-{i}".encode() for tag, n in (("before", 5), ("full", 20), ("after", 5))
             for p in range(len(ASSIGNMENT)) for i in range(n))
     finally:
         cluster.close()

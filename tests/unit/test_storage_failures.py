@@ -93,3 +93,31 @@ def test_metadata_store_rolls_back_failed_writes(tmp_path: Path) -> None:
     blocker.rmdir()
     assert store.retry_pending_save() and not store.save_pending
     assert EmbeddedMetadataStore(tmp_path, 0).topic("kept") is None
+
+
+def test_log_dir_taken_offline_keeps_its_data_and_comes_back(tmp_path: Path) -> None:
+    from strom.protocol.record_batch import build_batch
+    from strom.storage.log_manager import close_offline_log, is_log_dir_failure
+
+    d1, d2 = tmp_path / "a", tmp_path / "b"
+    mgr = LogManager([str(d1), str(d2)])
+    mgr.load_logs()
+    lg = mgr.get_or_create_log("t", 0)
+    lg.append_as_leader(build_batch([(None, b"v", [], 1_700_000_000_000)]), 0)
+    failed_dir = os.path.dirname(lg.directory)
+    dropped = mgr.take_offline(failed_dir, OSError(28, "No space left on device"))
+    assert list(dropped) == [("t", 0)] and mgr.get_log("t", 0) is None
+    assert mgr.take_offline(failed_dir, OSError(28, "again")) == {}  # once only
+    for offline in dropped.values():
+        close_offline_log(offline)
+    assert mgr.offline_log_dirs == {failed_dir}
+    assert os.path.dirname(mgr.get_or_create_log("new", 0).directory) != failed_dir  # placed elsewhere
+    with pytest.raises(KafkaStorageError):
+        mgr.bring_online(str(d2 if failed_dir == str(d1) else d1))  # never failed: a restart's business
+    assert mgr.bring_online(failed_dir) == [("t", 0)]
+    assert not mgr.offline_log_dirs and mgr.get_log("t", 0).log_end_offset == 1
+    assert is_log_dir_failure(KafkaStorageError("append")) is False
+    wrapped = KafkaStorageError("append")
+    wrapped.__cause__ = OSError(28, "No space left on device")
+    assert is_log_dir_failure(wrapped) and not is_log_dir_failure(OSError(24, "Too many open files"))
+    mgr.shutdown()

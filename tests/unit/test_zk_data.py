@@ -76,3 +76,11 @@ def test_ensemble_config_lists_every_peer(tmp_path) -> None:
     assert "server.1=127.0.0.1:1001:2001" in text and "server.2=127.0.0.1:1002:2002" in text
     assert "clientPort=3000" in text and "tickTime=500" in text
     assert (tmp_path / "data" / "myid").read_text().strip() == "2"
+
+
+def test_log_dir_event_is_kafkas_and_rejects_other_events() -> None:
+    assert json.loads(zd.encode_log_dir_event(3)) == {"version": 1, "broker": 3, "event": 1}
+    assert zd.decode_log_dir_event(zd.encode_log_dir_event(3)) == 3
+    assert zd.decode_log_dir_event(b'{"version":1,"broker":2}') == 2  # event defaults to a failure
+    for junk in (b'{"version":1,"broker":2,"event":7}', b'{"broker":true}', b"[]", b"{", b""):
+        assert zd.decode_log_dir_event(junk) is None

@@ -71,6 +71,7 @@ async def _serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, server.request_stop)
+    loop.add_signal_handler(signal.SIGHUP, server.request_log_dir_recovery)  # KIP-112 dirs back online
     try:
         await server.startup()
         # Long-lived start-up objects (codec classes, metadata) never need scanning again, and

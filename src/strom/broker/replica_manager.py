@@ -551,6 +551,30 @@ class ReplicaManager:
         if self.log_dir_failure_listener is not None:
             self.log_dir_failure_listener(log_dir)
 
+    async def recover_offline_log_dirs(self) -> list[str]:
+        """Bring back every dir that failed while serving and takes writes again (the operator's call,
+        see KafkaServer.request_log_dir_recovery); returns those now online. Their replicas attach again
+        at the controller's LeaderAndIsr, which the log dir event asks for, and catch up from their
+        leaders; on a single node they attach at once."""
+        loop = asyncio.get_running_loop()
+        recovered = []
+        for log_dir in sorted(self.log_manager.offline_log_dirs):
+            configs = {name: self.log_config_for(t) for name, t in self.metadata.topics().items()}
+            try:
+                loaded = await loop.run_in_executor(None, self.log_manager.bring_online, log_dir, configs)
+            except (OSError, Errors.KafkaStorageError) as exc:
+                log.warning("log dir %s stays offline: %s", log_dir, exc)
+                continue
+            recovered.append(log_dir)
+            self.offline_partitions.difference_update(loaded)
+            if not self.log_manager.offline_log_dirs:
+                self.offline_partitions.clear()
+            if self.log_dir_failure_listener is not None:
+                self.log_dir_failure_listener(log_dir)  # the controller asks again which replicas are offline
+            else:
+                self.load_partitions()
+        return recovered
+
     def get_partition(self, topic: str, partition: int) -> Partition:
         part = self.partitions.get((topic, partition))
         if part is None:

@@ -429,6 +429,14 @@ class KafkaServer:
 
         self._tasks.append(asyncio.get_running_loop().create_task(again(), name="zk-reregister"))
 
+    def request_log_dir_recovery(self) -> None:
+        """SIGHUP: the operator freed space (or fixed the disk); bring failed log dirs back without a restart."""
+        if not self.ready:
+            return
+        log.info("log dir recovery requested: offline dirs %s", sorted(self.log_manager.offline_log_dirs) or "none")
+        self._tasks.append(asyncio.get_running_loop().create_task(
+            self.replica_manager.recover_offline_log_dirs(), name="log-dir-recovery"))
+
     def _propagate_log_dir_event(self, log_dir: str) -> None:
         """A log dir went offline: tell the controller through ZooKeeper (KIP-112), retrying until it is written."""
         async def notify() -> None:

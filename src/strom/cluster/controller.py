@@ -478,14 +478,20 @@ class KafkaController:
         def on_response(response: Any) -> None:
             if term != self._term or getattr(response, "error_code", 0):
                 return
-            offline = []
+            offline, online = [], []
             for t in getattr(response, "topics", None) or []:
                 name = self.topic_name(t.topic_id)
-                offline += [(name, p.partition_index) for p in t.partition_errors
-                            if name is not None and p.error_code == Errors.KafkaStorageError.errno]
+                for p in t.partition_errors if name is not None else []:
+                    if p.error_code == Errors.KafkaStorageError.errno:
+                        offline.append((name, p.partition_index))
+                    elif p.error_code == 0:
+                        online.append((name, p.partition_index))
             if offline:
                 self._events.put_nowait(("replicas-offline", lambda: self._on_replicas_offline(
                     broker_id, broker_epoch, offline)))
+            back = [tp for tp in online if tp in self.ctx.offline_replicas.get(broker_id, ())]
+            if back:
+                self._events.put_nowait(("replicas-online", lambda: self._on_replicas_online(broker_id, back)))
 
         return on_response
 
@@ -524,6 +530,20 @@ class KafkaController:
             self._send_leader_and_isr(changed, only={b for b in self.ctx.live_brokers if b != broker_id})
         if changed or fresh:
             self._send_update_metadata(list(self.ctx.live_brokers), sorted(set(changed) | set(fresh)))
+
+    async def _on_replicas_online(self, broker_id: int, tps: list[TopicPartition]) -> None:
+        """The broker brought a failed log dir back: its replicas may lead and rejoin ISRs again."""
+        known = self.ctx.offline_replicas.get(broker_id)
+        if not self.active or not known:
+            return
+        back = sorted(set(tps) & known)
+        known.difference_update(back)
+        if back:
+            log.info("controller: %d replicas of broker %d are online again", len(back), broker_id)
+            changed = await self._elect_offline_partitions(back)  # those it alone could lead
+            if changed:
+                self._send_leader_and_isr(changed)
+            self._send_update_metadata(list(self.ctx.live_brokers), back)
 
     # -- requests from brokers -----------------------------------------------------------------------
     def alter_partition(self, broker_id: int, changes: list[tuple[TopicPartition, int, list[int], int]]

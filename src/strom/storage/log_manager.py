@@ -81,6 +81,8 @@ class LogManager:
         self._shutdown = False
         # Log dirs that failed with an I/O error: their partitions answer KAFKA_STORAGE_ERROR until a restart.
         self.offline_log_dirs: set[str] = set()
+        # The subset that failed while serving (take_offline): locked and loaded once, so they may come back.
+        self._failed_while_serving: set[str] = set()
 
     # -- startup ------------------------------------------------------------------------------------
 
@@ -245,10 +247,40 @@ class LogManager:
                 return {}
             log.error("log dir %s is offline: %s; its partitions answer KAFKA_STORAGE_ERROR", log_dir, exc)
             self.offline_log_dirs.add(log_dir)
+            self._failed_while_serving.add(log_dir)
             dropped = {tp: self._logs.pop(tp) for tp, d in list(self._log_dir_of.items()) if d == log_dir}
             for tp in dropped:
                 self._log_dir_of.pop(tp)
             return dropped
+
+    def bring_online(self, log_dir: str, topic_configs: Mapping[str, LogConfig] | None = None
+                     ) -> list[TopicPartition]:
+        """Serve a dir that failed while serving again, once it takes writes (an operator freed space or
+        replaced the disk); returns the partitions loaded. Raises OSError if it is still unusable.
+
+        A probe file is written and fsynced first; then every log is recovered as after a crash (the
+        clean-shutdown marker is gone), which truncates a torn write at the tail. Nothing is deleted.
+        """
+        log_dir = os.path.abspath(log_dir)
+        with self._lock:
+            if log_dir not in self._failed_while_serving or self._shutdown:
+                raise KafkaStorageError(f"log dir {log_dir} did not fail while serving: restart to use it")
+        probe = os.path.join(log_dir, ".strom-probe")
+        try:
+            with open(probe, "wb") as f:
+                f.write(b"\0" * 4096)
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            _unlink_quietly(probe)
+        before = set(self._logs)
+        self._load_logs_in([log_dir], topic_configs, None, None)
+        with self._lock:
+            self.offline_log_dirs.discard(log_dir)
+            self._failed_while_serving.discard(log_dir)
+            loaded = sorted(tp for tp in self._logs if tp not in before and self._log_dir_of.get(tp) == log_dir)
+        log.info("log dir %s is online again: %d partitions loaded", log_dir, len(loaded))
+        return loaded
 
     def _detach(self, topic: str, partition: int) -> Log | None:
         """Stop managing a partition's log (the caller closes it and moves its directory)."""
