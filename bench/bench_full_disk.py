@@ -22,6 +22,7 @@ import argparse
 import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -159,18 +160,19 @@ def main() -> None:
         # Space comes back (the volume grows; the filler alone is too little: the other replicas moved on).
         subprocess.run(["mount", "-o", f"remount,size={args.size_mb * 20}m", str(mount)], check=True)
         t0 = time.monotonic()
-        cluster.start_broker(FULL)
         try:
+            cluster.start_broker(FULL)
             for p in range(PARTITIONS):
                 cluster.wait_isr(topic, p, [1, 2, 3], timeout=180)
             out["rejoin_s"] = round(time.monotonic() - t0, 2)
-        except AssertionError as exc:
+        except (AssertionError, RuntimeError) as exc:
             out["rejoin_s"] = None
-            out["rejoin_error"] = str(exc).splitlines()[0]
+            out["rejoin_error"] = str(exc).splitlines()[0][:300]
     finally:
         cluster.close()
         subprocess.run(["umount", "-l", str(mount)], check=False)
-    print(json.dumps(out, indent=2))
+        shutil.rmtree(work, ignore_errors=True)
+        print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

@@ -444,7 +444,7 @@ class KafkaServer:
                 try:
                     await asyncio.get_running_loop().run_in_executor(None, self.zk.propagate_log_dir_event,
                                                                      self.broker_id)
-                    log.info("told the controller that log dir %s is offline", log_dir)
+                    log.info("wrote a log dir event for %s: the controller asks which replicas are offline", log_dir)
                     return
                 except Exception as exc:  # noqa: BLE001 - ZooKeeper may be away: keep trying
                     log.warning("reporting offline log dir %s failed (%s); retrying", log_dir, exc)
