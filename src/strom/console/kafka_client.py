@@ -348,6 +348,25 @@ class KafkaGateway:
                     pass
                 self._legacy = None
 
+    def cluster_operations(self) -> set[str] | None:
+        """What this identity may do on the cluster: DescribeCluster's authorized operations (Kafka fills
+        them only for a principal with Describe on the cluster, so an empty set also means "no Describe").
+        None when the broker cannot say (no DescribeCluster)."""
+        try:
+            result = self.admin.describe_cluster(include_authorized_operations=True,
+                                                 request_timeout=self.timeout).result()
+        except KafkaException:
+            return None
+        return {op.name for op in result.authorized_operations or ()}  # confluent-kafka reports "none" as None
+
+    def require_cluster_describe(self, what: str) -> None:
+        """Refuse up front what needs Describe on the cluster when the broker says this user lacks it, so
+        admin-only APIs are not even sent (some refusals used to abort librdkafka, see scram_users)."""
+        operations = self.cluster_operations()
+        if operations is not None and "DESCRIBE" not in operations:
+            raise ConsoleError(f"{what}: this needs Describe on the cluster (not allowed for this user).", 403,
+                               "Not authorized")
+
     def check_login(self) -> None:
         """Prove the credentials work: one metadata round trip."""
         try:
@@ -751,6 +770,7 @@ class KafkaGateway:
 
     # -- security ---------------------------------------------------------------------------------
     def acls(self) -> list[AclView]:
+        self.require_cluster_describe("ACLs")  # librdkafka reports a refused DescribeAcls as "no ACLs"
         everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
                                       AclOperation.ANY, AclPermissionType.ANY)
         try:
@@ -783,13 +803,28 @@ class KafkaGateway:
             raise _security_failure(exc, "ACLs", "DeleteAcls") from None
 
     def scram_users(self) -> list[ScramUserView]:
-        try:
-            described = self.admin.describe_user_scram_credentials(request_timeout=self.timeout).result()
-        except KafkaException as exc:
-            raise _security_failure(exc, "SCRAM users", "DescribeUserScramCredentials") from None
-        return [ScramUserView(user, sorted((info.mechanism.name.replace("_", "-"), info.iterations)
-                                           for info in description.scram_credential_infos))
-                for user, description in sorted(described.items())]
+        """Every SCRAM user, through kafka-python: librdkafka aborts the whole process when a broker answers
+        DescribeUserScramCredentials with a top-level error (as Kafka does for a refusal); Python cannot."""
+        from kafka.errors import IncompatibleBrokerVersion
+        from kafka.errors import KafkaError as LegacyKafkaError
+
+        self.require_cluster_describe("SCRAM users")
+        with self._legacy_lock:
+            try:
+                described = self._legacy_client().describe_user_scram_credentials()
+            except IncompatibleBrokerVersion:
+                raise FeatureUnavailable("SCRAM users: this broker does not support the DescribeUserScramCredentials "
+                                         "API.") from None
+            except LegacyKafkaError as exc:
+                self._legacy = None
+                raise _legacy_failure(exc, "SCRAM users: DescribeUserScramCredentials failed") from None
+        refused = [d["error"] for d in described.values() if d["error"]]
+        if refused:  # a refusal of "every user" comes back as one failed entry
+            raise ConsoleError(f"SCRAM users: DescribeUserScramCredentials failed: {refused[0]} "
+                               "(not allowed for this user)", 403, "Not authorized")
+        return [ScramUserView(user, sorted((ScramMechanism(int(info["mechanism"])).name.replace("_", "-"),
+                                            info["iterations"]) for info in d["credential_infos"]))
+                for user, d in sorted(described.items())]
 
     def upsert_scram_user(self, user: str, mechanism: str, password: str, iterations: int) -> None:
         info = ScramCredentialInfo(ScramMechanism[mechanism.replace("-", "_")], iterations)
@@ -813,6 +848,19 @@ def _security_failure(exc: KafkaException, what: str, api: str) -> ConsoleError:
     if name in _UNAVAILABLE:
         return FeatureUnavailable(f"{what}: this broker does not support the {api} API.")
     return kafka_failure(exc, f"{what}: {api} failed")
+
+
+def _legacy_failure(exc: Exception, what: str) -> ConsoleError:
+    """A kafka-python error as the page shows it (its class carries Kafka's error name)."""
+    name = str(getattr(exc, "message", "") or type(exc).__name__)
+    if name == "SECURITY_DISABLED":
+        return FeatureUnavailable(f"{what}: security is disabled on this broker, so there is nothing to show.")
+    if name in ("UNSUPPORTED_VERSION", "INVALID_REQUEST"):
+        return FeatureUnavailable(f"{what}: this broker does not support the API.")
+    reason = exc.args[0] if exc.args and isinstance(exc.args[0], str) else getattr(exc, "description", name)
+    if name.endswith("_AUTHORIZATION_FAILED"):
+        return ConsoleError(f"{what}: {reason} (not allowed for this user)", 403, "Not authorized")
+    return ConsoleError(f"{what}: {reason}", _STATUS_BY_ERROR.get(name, 502))
 
 
 def _config_source(source: Any) -> str:
