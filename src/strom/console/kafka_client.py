@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import (
-    Consumer,
     ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
@@ -594,49 +592,61 @@ class KafkaGateway:
 
     def _read(self, topic: str, starts: dict[int, int], stops: dict[int, int], per_partition: int,
               needle: str, limit: int | None, keep_last: bool = False) -> tuple[list[RecordView], int, bool]:
-        """Read [start, stop) of each partition with an assigned Consumer (no group join, no commits).
+        """Read [start, stop) of each partition with an assigned consumer that has no group at all.
 
+        kafka-python's consumer, because confluent-kafka insists on a group.id and librdkafka then looks
+        up that group's coordinator, which needs Describe on the group: a user with only Read on the
+        topic could not browse it. Without a group nothing is joined, fetched from or committed.
         With `limit`, reading stops once that many records matched, unless `keep_last`: then the whole
         range is read and each partition keeps its last `limit` matches.
         """
+        from kafka import KafkaConsumer
+        from kafka import TopicPartition as LegacyTopicPartition
+        from kafka.errors import KafkaError as LegacyKafkaError
+
         todo = {p for p, start in starts.items() if start < stops[p]}
         if not todo:
             return [], 0, False
-        consumer = Consumer({**self.config, "group.id": f"strom-console-{uuid.uuid4().hex[:8]}",
-                             "enable.auto.commit": False, "enable.auto.offset.store": False,
-                             "enable.partition.eof": True, "auto.offset.reset": "earliest",
-                             "isolation.level": "read_uncommitted", "fetch.wait.max.ms": 100})
         records: list[RecordView] = []
         last: dict[int, deque[RecordView]] = {p: deque(maxlen=limit) for p in todo}
         counts = dict.fromkeys(todo, 0)
+        what = f"Could not read topic '{topic}'"
         try:
-            consumer.assign([TopicPartition(topic, p, starts[p]) for p in sorted(todo)])
+            consumer = KafkaConsumer(**{**legacy_client_config(self.config), "request_timeout_ms": 30000},
+                                     group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
+                                     fetch_max_wait_ms=100, consumer_timeout_ms=500)
+        except LegacyKafkaError as exc:
+            raise _legacy_failure(exc, what) from None
+        try:
+            assigned = {p: LegacyTopicPartition(topic, p) for p in sorted(todo)}
+            consumer.assign(list(assigned.values()))
+            for p, tp in assigned.items():
+                consumer.seek(tp, starts[p])
             deadline = time.monotonic() + self.browse_timeout
             while todo:
                 left = deadline - time.monotonic()
                 if left <= 0 or (limit is not None and not keep_last and len(records) >= limit):
                     break
-                for message in consumer.consume(num_messages=500, timeout=min(0.5, left)):
-                    partition = message.partition()
-                    error = message.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
+                batches = consumer.poll(timeout_ms=int(min(0.5, left) * 1000), max_records=500)
+                for tp, batch in batches.items():
+                    partition = tp.partition
+                    for message in batch:
+                        if partition not in todo or message.offset >= stops[partition]:
                             todo.discard(partition)
-                            continue
-                        raise kafka_failure(KafkaException(error), f"Could not read topic '{topic}'", topic)
-                    if partition not in todo:
-                        continue
-                    offset = message.offset()
-                    if offset >= stops[partition]:
-                        todo.discard(partition)
-                        continue
-                    counts[partition] += 1
-                    if not needle or _matches(message, needle):
-                        (last[partition] if keep_last else records).append(_record(message))
-                    if counts[partition] >= per_partition or offset >= stops[partition] - 1:
-                        todo.discard(partition)
+                            break
+                        counts[partition] += 1
+                        if not needle or _matches(message, needle):
+                            (last[partition] if keep_last else records).append(_record(message))
+                        if counts[partition] >= per_partition or message.offset >= stops[partition] - 1:
+                            todo.discard(partition)
+                            break
+                for p in list(todo):  # past the range without a record at its end (compacted, or a marker)
+                    if consumer.position(assigned[p]) >= stops[p]:
+                        todo.discard(p)
+        except LegacyKafkaError as exc:
+            raise _legacy_failure(exc, what) from None
         finally:
-            consumer.close()
+            consumer.close(autocommit=False)
         if keep_last:
             records = [record for kept in last.values() for record in kept]
             return records, sum(counts.values()), bool(todo)
@@ -876,14 +886,16 @@ def _committed(result: Any) -> dict[tuple[str, int], int]:
 
 
 def _matches(message: Any, needle: str) -> bool:
-    if needle in searchable_text(message.value()) or needle in searchable_text(message.key()):
+    """Whether a kafka-python ConsumerRecord's key, value or a header contains the (lower-case) needle."""
+    if needle in searchable_text(message.value) or needle in searchable_text(message.key):
         return True
-    return any(needle in name.lower() or needle in searchable_text(value)
-               for name, value in message.headers() or [])
+    return any(needle in name.lower() or needle in searchable_text(value) for name, value in message.headers or [])
 
 
 def _record(message: Any) -> RecordView:
-    kind, ts = message.timestamp()
-    return RecordView(message.partition(), message.offset(), ts if kind else None, timestamp_type_name(kind),
-                      render_bytes(message.key()), render_bytes(message.value()),
-                      [(name, render_bytes(value)) for name, value in message.headers() or []])
+    """A kafka-python ConsumerRecord as shown; its timestamp_type is Kafka's (0 CreateTime, 1 LogAppendTime)."""
+    known = message.timestamp is not None and message.timestamp >= 0
+    kind = message.timestamp_type + 1 if known else 0
+    return RecordView(message.partition, message.offset, message.timestamp if known else None,
+                      timestamp_type_name(kind), render_bytes(message.key), render_bytes(message.value),
+                      [(name, render_bytes(value)) for name, value in message.headers or []])
