@@ -28,6 +28,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from strom.console.errors import ConsoleError
+from strom.console.kafka_client import KafkaGateway
 from tests.support.broker import BrokerProcess, free_port
 from tests.support.console import ConsoleProcess
 
@@ -118,6 +120,21 @@ def test_users_page_without_cluster_describe_refuses_and_the_console_stays_up(co
         assert status in (200, 403), (path, status, body)
     assert alice.get("/healthz") == (200, "ok\n")
     assert "invalid pointer" not in console_process.log_tail()
+
+
+def test_scram_users_asked_anyway_is_a_refusal_not_a_crash(broker: BrokerProcess) -> None:
+    """When the console cannot tell the user's rights beforehand, the request goes out and the refusal is a
+    sentence; it runs in this process, so a client abort would end the test run."""
+    gateway = KafkaGateway({"bootstrap.servers": broker.bootstrap, **sasl("alice")}, timeout=10)
+    gateway.cluster_operations = lambda: None  # a broker that cannot say
+    try:
+        for _ in range(2):
+            with pytest.raises(ConsoleError) as refused:
+                gateway.scram_users()
+            assert refused.value.status == 403
+            assert "Not authorized to Describe Cluster kafka-cluster" in refused.value.message
+    finally:
+        gateway.close()
 
 
 def test_users_page_lists_users_for_a_user_with_describe(broker: BrokerProcess, console_process) -> None:
