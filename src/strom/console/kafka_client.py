@@ -614,7 +614,7 @@ class KafkaGateway:
         try:
             consumer = KafkaConsumer(**{**legacy_client_config(self.config), "request_timeout_ms": 30000},
                                      group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
-                                     fetch_max_wait_ms=100, consumer_timeout_ms=500)
+                                     fetch_max_wait_ms=100)
         except LegacyKafkaError as exc:
             raise _legacy_failure(exc, what) from None
         try:
@@ -828,10 +828,12 @@ class KafkaGateway:
             except LegacyKafkaError as exc:
                 self._legacy = None
                 raise _legacy_failure(exc, "SCRAM users: DescribeUserScramCredentials failed") from None
-        refused = [d["error"] for d in described.values() if d["error"]]
-        if refused:  # a refusal of "every user" comes back as one failed entry
-            raise ConsoleError(f"SCRAM users: DescribeUserScramCredentials failed: {refused[0]} "
-                               "(not allowed for this user)", 403, "Not authorized")
+        failed = [d["error"] for d in described.values() if d["error"]]
+        if failed:  # a refusal of "every user" comes back as one failed entry (kafka-python keeps only its message)
+            refused = failed[0].startswith("Not authorized")
+            raise ConsoleError(f"SCRAM users: DescribeUserScramCredentials failed: {failed[0]}"
+                               + (" (not allowed for this user)" if refused else ""), 403 if refused else 502,
+                               "Not authorized" if refused else "Error")
         return [ScramUserView(user, sorted((ScramMechanism(int(info["mechanism"])).name.replace("_", "-"),
                                             info["iterations"]) for info in d["credential_infos"]))
                 for user, d in sorted(described.items())]
@@ -860,17 +862,23 @@ def _security_failure(exc: KafkaException, what: str, api: str) -> ConsoleError:
     return kafka_failure(exc, f"{what}: {api} failed")
 
 
+_LEGACY_STATUS = {"UNKNOWN_TOPIC_OR_PARTITION": 404, "NoBrokersAvailableError": 502, "KafkaConnectionError": 502,
+                  "NodeNotReadyError": 502, "KafkaTimeoutError": 504}
+
+
 def _legacy_failure(exc: Exception, what: str) -> ConsoleError:
-    """A kafka-python error as the page shows it (its class carries Kafka's error name)."""
-    name = str(getattr(exc, "message", "") or type(exc).__name__)
+    """A kafka-python error as the page shows it: broker errors carry Kafka's error name, client ones their class."""
+    name = str(getattr(exc, "message", None) or type(exc).__name__)
     if name == "SECURITY_DISABLED":
         return FeatureUnavailable(f"{what}: security is disabled on this broker, so there is nothing to show.")
-    if name in ("UNSUPPORTED_VERSION", "INVALID_REQUEST"):
+    if name == "UNSUPPORTED_VERSION":
         return FeatureUnavailable(f"{what}: this broker does not support the API.")
-    reason = exc.args[0] if exc.args and isinstance(exc.args[0], str) else getattr(exc, "description", name)
+    reason = exc.args[0] if exc.args and isinstance(exc.args[0], str) else getattr(exc, "description", None) or name
     if name.endswith("_AUTHORIZATION_FAILED"):
         return ConsoleError(f"{what}: {reason} (not allowed for this user)", 403, "Not authorized")
-    return ConsoleError(f"{what}: {reason}", _STATUS_BY_ERROR.get(name, 502))
+    if name in ("NoBrokersAvailableError", "KafkaConnectionError", "KafkaTimeoutError"):
+        reason += " If the broker requires SASL, log in (or give --command-config)."
+    return ConsoleError(f"{what}: {reason}", _STATUS_BY_ERROR.get(name) or _LEGACY_STATUS.get(name, 502))
 
 
 def _config_source(source: Any) -> str:
