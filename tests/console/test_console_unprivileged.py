@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import http.cookiejar
 import importlib.util
+import json
 import re
+import subprocess
+import sys
+import textwrap
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -28,8 +32,6 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from strom.console.errors import ConsoleError
-from strom.console.kafka_client import KafkaGateway
 from tests.support.broker import BrokerProcess, free_port
 from tests.support.console import ConsoleProcess
 
@@ -119,22 +121,44 @@ def test_users_page_without_cluster_describe_refuses_and_the_console_stays_up(co
         assert console_process.proc.poll() is None, console_process.log_tail()
         assert status in (200, 403), (path, status, body)
     assert alice.get("/healthz") == (200, "ok\n")
+
+
+def test_overview_shows_the_brokers_to_a_user_without_acls(broker: BrokerProcess, console_process) -> None:
+    alice = Browser(console_process)
+    alice.log_in("alice")
+    status, body = alice.get("/")
+    assert status == 200, error_text(body)
+    brokers = re.search(r'<table id="brokers">(.*?)</table>', body, re.S).group(1)
+    assert f"<td class=\"num\">{broker.port}</td>" in brokers, brokers  # DescribeCluster answered to alice
     assert "invalid pointer" not in console_process.log_tail()
 
 
 def test_scram_users_asked_anyway_is_a_refusal_not_a_crash(broker: BrokerProcess) -> None:
     """When the console cannot tell the user's rights beforehand, the request goes out and the refusal is a
-    sentence; it runs in this process, so a client abort would end the test run."""
-    gateway = KafkaGateway({"bootstrap.servers": broker.bootstrap, **sasl("alice")}, timeout=10)
-    gateway.cluster_operations = lambda: None  # a broker that cannot say
-    try:
+    sentence. Run in a subprocess: a client abort there fails this test instead of ending the test run."""
+    script = textwrap.dedent("""
+        import json, sys
+        from strom.console.errors import ConsoleError
+        from strom.console.kafka_client import KafkaGateway
+        gateway = KafkaGateway({"bootstrap.servers": sys.argv[1], "security.protocol": "SASL_PLAINTEXT",
+                                "sasl.mechanism": "PLAIN", "sasl.username": "alice", "sasl.password": "alice-secret"},
+                               timeout=10)
+        gateway.cluster_operations = lambda: None  # a broker that cannot say
         for _ in range(2):
-            with pytest.raises(ConsoleError) as refused:
+            try:
                 gateway.scram_users()
-            assert refused.value.status == 403
-            assert "Not authorized to Describe Cluster kafka-cluster" in refused.value.message
-    finally:
+                print(json.dumps(["listed"]), flush=True)
+            except ConsoleError as exc:
+                print(json.dumps([exc.status, exc.message]), flush=True)
         gateway.close()
+    """)
+    done = subprocess.run([sys.executable, "-c", script, broker.bootstrap], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, f"exited with {done.returncode}:\n{done.stdout}\n{done.stderr[-3000:]}"
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert len(rows) == 2
+    for status, message in rows:
+        assert status == 403 and "Not authorized to Describe Cluster kafka-cluster" in message, message
 
 
 def test_users_page_lists_users_for_a_user_with_describe(broker: BrokerProcess, console_process) -> None:
