@@ -347,9 +347,9 @@ class KafkaGateway:
                 self._legacy = None
 
     def cluster_operations(self) -> set[str] | None:
-        """What this identity may do on the cluster: DescribeCluster's authorized operations (Kafka fills
-        them only for a principal with Describe on the cluster, so an empty set also means "no Describe").
-        None when the broker cannot say (no DescribeCluster)."""
+        """What this identity may do on the cluster: the authorized operations AdminClient.describe_cluster
+        reports (Kafka fills them only for a principal with Describe on the cluster, so an empty set also
+        means "no Describe"). None when the broker cannot say."""
         try:
             result = self.admin.describe_cluster(include_authorized_operations=True,
                                                  request_timeout=self.timeout).result()
