@@ -31,6 +31,7 @@ from kafka.protocol.admin import (
     DescribeClusterRequest,
     DescribeUserScramCredentialsRequest,
 )
+from kafka.protocol.admin.transactions import DescribeProducersRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 
 from strom.protocol.inter_broker import build
@@ -154,6 +155,8 @@ def test_authorization_refusals_carry_a_message(broker: BrokerProcess) -> None:
     assert (group.error_code, group.error_message) == (GROUP_DENIED, "Not authorized to Describe Group g1")
     [txn] = ask(build(FindCoordinatorRequest, key_type=1, coordinator_keys=["tx1"]), 4).coordinators
     assert (txn.error_code, txn.error_message) == (TXN_DENIED, "Not authorized to Describe TransactionalId tx1")
+    [topic] = ask(build(DescribeProducersRequest, topics=[{"name": "t", "partition_indexes": [0]}]), 0).topics
+    assert [(q.error_code, q.error_message) for q in topic.partitions] == [(29, "Not authorized to Read Topic t")]
     named = ask(build(DescribeUserScramCredentialsRequest, users=[{"name": "bob"}, {"name": "bob"}]), 0)
     assert named.error_code == 0
     assert [(r.user, r.error_code, r.error_message) for r in named.results] == [
