@@ -566,7 +566,8 @@ class LogSegment:
         self.txn_index.rename(segment_path(self.directory, self.base_offset, TXN_INDEX_SUFFIX + new_suffix))
 
     def delete_files(self) -> None:
-        """Close and unlink; in-flight sendfiles on the old handle fail with EBADF."""
+        """Close and unlink. A fetch still sending from the file has its own descriptor (SegmentFile.dup) and
+        finishes; one that had not started sending yet fails and closes its connection."""
         self.deleted = True
         if not self._file.closed:
             self._file.close()
