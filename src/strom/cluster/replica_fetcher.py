@@ -100,6 +100,11 @@ class ReplicaFetcher:
 
     async def _run(self) -> None:
         while True:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                # Python 3.11's wait_for returns an answer that raced a cancel and drops the cancel: a
+                # fetcher retrying fast could then outlive stop() and keep the broker from exiting.
+                raise asyncio.CancelledError
             if not self.partitions:
                 self._wake.clear()
                 await self._wake.wait()
