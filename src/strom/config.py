@@ -831,6 +831,9 @@ class BrokerConfig:
         lo, hi = self.get("group.min.session.timeout.ms"), self.get("group.max.session.timeout.ms")
         if lo > hi:
             raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
+        if self.get("replica.fetch.wait.max.ms") > self.get("replica.socket.timeout.ms"):
+            raise ConfigError("replica.socket.timeout.ms must be at least replica.fetch.wait.max.ms: a follower's "
+                              "fetch would time out while the leader still waits for data")
 
     # -- access
 
