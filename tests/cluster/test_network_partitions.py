@@ -18,11 +18,14 @@ import os
 import random
 
 import pytest
+from kafka.errors import StaleBrokerEpochError
 
+from strom.protocol.inter_broker import LeaderAndIsrRequest, StopReplicaRequest, build
+from tests.integration.test_api_version_matrix import call
 from tests.support.netns import netns_unavailable
 from tests.support.partitions import figures_only, run_partition
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +39,7 @@ def seed() -> int:
     return int(os.environ.get("STROM_NETSPLIT_SEED") or random.randrange(1 << 32))
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("namespaces")
 @pytest.mark.parametrize("scenario", ["leader-isolated", "follower-isolated", "zookeeper-one-side"])
 def test_network_partition_keeps_every_acknowledged_record_exactly_once(
@@ -46,6 +50,7 @@ def test_network_partition_keeps_every_acknowledged_record_exactly_once(
     assert report.lost == report.duplicated == report.reordered == 0, f"seed {result['seed']}: {report}"
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("namespaces")
 def test_follower_cut_from_its_leaders_drops_the_dead_connection_and_reconnects(
         tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -59,3 +64,30 @@ def test_follower_cut_from_its_leaders_drops_the_dead_connection_and_reconnects(
     assert report.lost == report.duplicated == report.reordered == 0, f"seed {result['seed']}: {report}"
     during = result["logged_during_cut"]
     assert "fetching from broker" in during, f"the cut-off follower never noticed its leaders were gone:\n{during}"
+
+
+def test_a_control_request_carrying_a_newer_broker_epoch_is_applied(cluster_factory) -> None:  # noqa: ANN001
+    # Seen after a partition healed: the controller noticed a broker's re-registration (its new znode, whose
+    # czxid is the new broker epoch) and sent LeaderAndIsr before ZooKeeper's answer to the create reached the
+    # broker. Refused as stale, the broker never learned it was a follower and stayed out of every ISR.
+    cluster = cluster_factory(1)
+    controller = cluster.wait_controller()
+    epoch = cluster.zk.get(f"/brokers/ids/{controller}")[1].czxid
+    controller_epoch = cluster.controller_epoch()
+
+    def leader_and_isr(broker_epoch: int) -> int:
+        return call(cluster.broker(controller), build(
+            LeaderAndIsrRequest, controller_id=controller, is_k_raft_controller=False,
+            controller_epoch=controller_epoch, broker_epoch=broker_epoch, request_type=0,
+            ungrouped_partition_states=[], topic_states=[], live_leaders=[]), 6).error_code
+
+    def stop_replica(broker_epoch: int) -> int:
+        return call(cluster.broker(controller), build(
+            StopReplicaRequest, controller_id=controller, is_k_raft_controller=False,
+            controller_epoch=controller_epoch, broker_epoch=broker_epoch, ungrouped_partitions=[], topics=[],
+            topic_states=[]), 3).error_code
+
+    for send in (leader_and_isr, stop_replica):
+        assert send(epoch + 1) == 0, send.__name__
+        assert send(epoch) == 0, send.__name__
+        assert send(epoch - 1) == StaleBrokerEpochError.errno, send.__name__

@@ -21,7 +21,9 @@ async def handle(ctx: RequestContext, request: Any) -> LeaderAndIsrResponse:
     cluster = ctx.services.cluster
     if cluster is None or not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
         return _all(request, Errors.ClusterAuthorizationFailedError.errno)
-    if request.broker_epoch not in (-1, cluster.store.broker_epoch):
+    # Stale only if older than our registration: a newer epoch means the controller saw our re-registration
+    # before ZooKeeper's answer reached us (as Kafka, which accepts it).
+    if -1 < request.broker_epoch < cluster.store.broker_epoch:
         return _all(request, Errors.StaleBrokerEpochError.errno)
     partitions = [
         LeaderAndIsrPartition(t.topic_name, t.topic_id, PartitionState(

@@ -19,7 +19,9 @@ async def handle(ctx: RequestContext, request: Any) -> StopReplicaResponse:
     cluster = ctx.services.cluster
     if cluster is None or not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
         return build(StopReplicaResponse, error_code=Errors.ClusterAuthorizationFailedError.errno, partition_errors=[])
-    if request.broker_epoch not in (-1, cluster.store.broker_epoch):
+    # Stale only if older than our registration: a newer epoch means the controller saw our re-registration
+    # before ZooKeeper's answer reached us (as Kafka, which accepts it).
+    if -1 < request.broker_epoch < cluster.store.broker_epoch:
         return build(StopReplicaResponse, error_code=Errors.StaleBrokerEpochError.errno, partition_errors=[])
     partitions = {(t.topic_name, p.partition_index): bool(p.delete_partition)
                   for t in request.topic_states for p in t.partition_states}

@@ -22,7 +22,9 @@ async def handle(ctx: RequestContext, request: Any) -> UpdateMetadataResponse:
         return UpdateMetadataResponse(error_code=Errors.ClusterAuthorizationFailedError.errno)
     if request.controller_epoch < ctx.replica_manager.controller_epoch:
         return UpdateMetadataResponse(error_code=Errors.StaleControllerEpochError.errno)
-    if request.broker_epoch not in (-1, cluster.store.broker_epoch):
+    # Stale only if older than our registration: a newer epoch means the controller saw our re-registration
+    # before ZooKeeper's answer reached us (as Kafka, which accepts it).
+    if -1 < request.broker_epoch < cluster.store.broker_epoch:
         return UpdateMetadataResponse(error_code=Errors.StaleBrokerEpochError.errno)
     listener = ctx.config.inter_broker_listener_name()
     brokers = []
