@@ -22,7 +22,7 @@ from tests.support.write_gaps import TimedSequenceProducer, gap_report
 
 ALL = {1, 2, 3}
 SESSION_TIMEOUT_MS = 6000
-SCENARIOS = ("leader-isolated", "follower-isolated", "zookeeper-one-side", "broker-split")
+SCENARIOS = ("leader-isolated", "follower-isolated", "zookeeper-one-side", "broker-split", "controller-isolated")
 
 
 def run_partition(base_dir: Path, scenario: str, seed: int, hold: float | None = None,
@@ -32,7 +32,8 @@ def run_partition(base_dir: Path, scenario: str, seed: int, hold: float | None =
     - leader-isolated: the leader of partition 0 is cut from its followers and ZooKeeper, clients still reach it;
     - follower-isolated: a broker that only follows is cut from the other brokers and ZooKeeper;
     - zookeeper-one-side: {controller, ZooKeeper} | {the other two brokers};
-    - broker-split: one broker is cut from the other two, ZooKeeper reaches everyone (no session ends).
+    - broker-split: one broker is cut from the other two, ZooKeeper reaches everyone (no session ends);
+    - controller-isolated: the controller (leader of partition 0) is cut from the other brokers and ZooKeeper.
     """
     if scenario not in SCENARIOS:
         raise ValueError(f"unknown scenario {scenario!r}; one of {SCENARIOS}")
@@ -50,8 +51,9 @@ def run_partition(base_dir: Path, scenario: str, seed: int, hold: float | None =
             cluster.start()
             controller = cluster.controller_id()
             assert controller is not None
-            # Apart from zookeeper-one-side the controller is spared: its isolation is a controller-failover matter.
-            victim = controller if scenario == "zookeeper-one-side" else rng.choice(sorted(ALL - {controller}))
+            # Otherwise the controller is spared: its isolation is a controller-failover matter of its own.
+            on_controller = scenario in ("zookeeper-one-side", "controller-isolated")
+            victim = controller if on_controller else rng.choice(sorted(ALL - {controller}))
             a, b = sorted(ALL - {victim})
             if scenario == "follower-isolated":  # the victim follows every partition
                 replicas = [[a, victim, b], [b, victim, a], [a, b, victim]]
@@ -66,7 +68,7 @@ def run_partition(base_dir: Path, scenario: str, seed: int, hold: float | None =
                 assert w.wait_acked(200, 60), cluster.describe_failure(f"writer {w.name} before the fault", 60)
 
             node, rest = f"b{victim}", [f"b{a}", f"b{b}"]
-            if scenario in ("leader-isolated", "follower-isolated"):
+            if scenario in ("leader-isolated", "follower-isolated", "controller-isolated"):
                 lab.cut([node], [*rest, "zk"])
             elif scenario == "zookeeper-one-side":
                 lab.cut([node, "zk"], rest)
