@@ -340,6 +340,8 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", T.INT, 3600000,
               "How often the coordinator removes expired transactional ids.", at_least(1)),
     ConfigDef("producer.id.expiration.ms", T.INT, 86400000, "Idle producer ids expire after this.", at_least(1)),
+    ConfigDef("producer.id.expiration.check.interval.ms", T.INT, 600000,
+              "How often partitions forget producer ids idle for producer.id.expiration.ms.", at_least(1)),
     # -- TLS (SSL and SASL_SSL listeners; PEM files through Python's ssl module)
     ConfigDef("ssl.keystore.type", T.STRING, "PEM", "Key store format; Strom reads PEM.", one_of("PEM")),
     ConfigDef("ssl.client.auth", T.STRING, "none", "Ask TLS clients for a certificate: none, requested, required.",

@@ -133,6 +133,10 @@ def test_inter_broker_and_election_apis_need_cluster_rights(cluster_factory) -> 
     for request, version in requests:
         got = sasl_call(sasl[controller], "alice", "alice-secret", request, version)
         assert got.error_code == 31, type(request).__name__  # CLUSTER_AUTHORIZATION_FAILED
+    named = build(ElectLeaders, election_type=0, topic_partitions=[{"topic": TOPIC, "partitions": [0]}],
+                  timeout_ms=1000)
+    [part] = sasl_call(sasl[controller], "alice", "alice-secret", named, 2).replica_election_results[0].partition_result
+    assert (part.error_code, part.error_message) == (31, "Not authorized to Alter Cluster kafka-cluster")
     # The admin (a super user) is let through to the API itself.
     got = sasl_call(sasl[controller], "admin", "admin-secret", requests[-1][0], 2)
     assert isinstance(got, ElectLeadersResponse) and got.error_code == 0

@@ -40,7 +40,9 @@ def test_every_version_encodes(api_key: int, version: int) -> None:
     cls = codec.response_class(api_key)
     decoded = cls.decode(frame[head_size:], version=version)  # ApiVersions reads an error body as v0
     field = cls.fields.get("error_code")
-    if field is not None and field.for_version_q(decoded.version if api_key == 18 else version):
+    if api_key == 50:  # DescribeUserScramCredentials fails per user: librdkafka aborts on a top-level error
+        assert (decoded.error_code, [(r.user, r.error_code) for r in decoded.results]) == (0, [("", -1)])
+    elif field is not None and field.for_version_q(decoded.version if api_key == 18 else version):
         assert decoded.error_code == -1
 
 

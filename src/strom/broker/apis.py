@@ -100,7 +100,7 @@ class KafkaApis:
             if self.request_metrics is not None:
                 count_response_errors(self.request_metrics, header.api_key, response)
             return codec.encode_response(header, response)  # inside: a response that cannot encode is a bug too
-        except codec.MalformedRequest:
+        except (codec.MalformedRequest, CloseConnection):
             raise
         except Exception:
             # As Kafka does: this request gets UNKNOWN_SERVER_ERROR, the connection stays open.

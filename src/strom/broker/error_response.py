@@ -182,3 +182,10 @@ def _offset_fetch(version: int, request: Any, code: int) -> Any:
     if version >= 2:
         response.error_code = code
     return response
+
+
+@_builder(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS)
+def _describe_user_scram_credentials(version: int, request: Any, code: int) -> Any:
+    from strom.broker.handlers.describe_user_scram_credentials import refusal
+
+    return refusal(request, code, "Unexpected error while describing SCRAM credentials")

@@ -34,6 +34,7 @@ import socket
 import ssl
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from strom.broker.listeners import EndPoint
@@ -953,38 +954,66 @@ class KafkaConnection(asyncio.BufferedProtocol):
     async def _send_raw(self, header: codec.RequestHeader, response: RawResponse) -> None:
         head = codec.response_header(header.correlation_id, header.flexible)
         pending: list[bytes] = [struct.pack(">i", len(head) + response.size), head]
-        loop = asyncio.get_running_loop()
         for part in response.parts:
             if isinstance(part, FileRegion):
                 if part.size >= SENDFILE_MIN_BYTES:
                     await self._write(pending)
                     pending = []
                     assert self._transport is not None
-                    if self._zero_copy:
-                        sent = await loop.sendfile(self._transport, part.file, part.position, part.size,
-                                                   fallback=True)
-                    else:
-                        sent = await self._write_copied(part)
-                    if sent != part.size:  # the segment shrank under us: never send a short frame
-                        raise ConnectionError("segment truncated during fetch")
+                    await send_file_region(self._transport, part, None if self._zero_copy else self._write)
                 else:
-                    data = os.pread(part.file.fileno(), part.size, part.position)
-                    if len(data) != part.size:  # the segment shrank under us: never send a short frame
-                        raise ConnectionError("segment truncated during fetch")
-                    pending.append(data)
+                    pending.append(read_file_region(part))
             else:
                 pending.append(part)
         if pending:
             await self._write(pending)
 
-    async def _write_copied(self, part: FileRegion) -> int:
-        """A file region through TLS: read in chunks at explicit offsets (the file object is shared with other
-        fetches, so never through its position, as loop.sendfile's fallback would) and write each."""
-        sent = 0
-        while sent < part.size:
-            data = os.pread(part.file.fileno(), min(COPY_CHUNK_BYTES, part.size - sent), part.position + sent)
-            if not data:
-                break
-            await self._write([data])
-            sent += len(data)
-        return sent
+
+def read_file_region(part: FileRegion) -> bytes:
+    """A small region, copied. Through the file's own locked pread: a bare descriptor number could name
+    another file by now if the segment was closed (deleted) on another thread."""
+    try:
+        data = part.file.pread(part.size, part.position)
+    except ValueError:  # closed: the segment was deleted since the fetch read it
+        raise ConnectionError("segment deleted during fetch") from None
+    if len(data) != part.size:  # the segment shrank under us: never send a short frame
+        raise ConnectionError("segment truncated during fetch")
+    return data
+
+
+async def send_file_region(transport: asyncio.Transport, part: FileRegion,
+                           write: Callable[[list[bytes]], Awaitable[None]] | None = None) -> None:
+    """Send a file region with sendfile (zero copy), or, given the connection's ``write`` (TLS), copied in
+    chunks.
+
+    The send may take long (a slow client) while the segment is deleted and its file closed on another
+    thread; asyncio's sendfile keeps using the descriptor number it started with, which by then may name
+    another file. So the region is sent through a descriptor of our own (dup'd under the file's close
+    lock): the segment's bytes stay readable through it until the send is over, whoever closes the
+    segment meanwhile.
+    """
+    try:
+        fd = part.file.dup()
+    except ValueError:  # closed before the send began: the segment was deleted since the fetch read it
+        raise ConnectionError("segment deleted during fetch") from None
+    with open(fd, "rb", buffering=0, closefd=True) as file:
+        if write is None:
+            sent = await asyncio.get_running_loop().sendfile(transport, file, part.position, part.size,
+                                                             fallback=True)
+        else:
+            sent = await _write_copied(write, fd, part)
+    if sent != part.size:  # the segment shrank under us: never send a short frame
+        raise ConnectionError("segment truncated during fetch")
+
+
+async def _write_copied(write: Callable[[list[bytes]], Awaitable[None]], fd: int, part: FileRegion) -> int:
+    """A file region through TLS: read in chunks at explicit offsets (never through the file position, which
+    dup'd descriptors share with the segment) and write each."""
+    sent = 0
+    while sent < part.size:
+        data = os.pread(fd, min(COPY_CHUNK_BYTES, part.size - sent), part.position + sent)
+        if not data:
+            break
+        await write([data])
+        sent += len(data)
+    return sent

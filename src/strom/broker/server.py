@@ -276,6 +276,8 @@ class KafkaServer:
         else:
             self.metadata.register_broker(me)
         self._schedule("retention", cfg.get("log.retention.check.interval.ms"), self._retention)
+        self._schedule("producer-id-expiration", cfg.get("producer.id.expiration.check.interval.ms"),
+                       self._expire_producer_ids)
         self._schedule("checkpoint", cfg.get("log.flush.offset.checkpoint.interval.ms"), self._checkpoint)
         self._schedule("flush", cfg.get("log.flush.scheduler.interval.ms"), self._flush)
         self._schedule("metadata-save-retry", METADATA_RETRY_INTERVAL_MS, self._retry_metadata_save)
@@ -506,6 +508,14 @@ class KafkaServer:
     async def _retention(self) -> None:
         await asyncio.get_running_loop().run_in_executor(
             None, self.log_manager.cleanup_logs, int(time.time() * 1000))
+
+    async def _expire_producer_ids(self) -> None:
+        """Kafka's periodic producer-id expiration, in an executor: it takes every log's lock."""
+        expiration_ms = self.config.get("producer.id.expiration.ms")
+        removed = await asyncio.get_running_loop().run_in_executor(
+            None, self.log_manager.remove_expired_producers, expiration_ms)
+        if removed:
+            log.debug("expired %d producer id(s) idle for producer.id.expiration.ms=%d", removed, expiration_ms)
 
     async def _clean_logs(self) -> None:
         await asyncio.get_running_loop().run_in_executor(

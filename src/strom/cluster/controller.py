@@ -10,6 +10,11 @@ Every partition-state write is a conditional set on the znode version inside a m
 also checks ``/controller_epoch``'s version, so a controller that lost its seat (SIGSTOP, a
 partition from ZooKeeper) cannot overwrite its successor's decisions; every request it sends
 carries its epoch, and brokers refuse older epochs.
+
+A controller is a controller only while the ZooKeeper session that won the election lives: on
+losing it (Kafka's ``onControllerResignation`` on session expiry) the controller drops its queued
+events and resigns before it does anything else, so an expired controller never reads "every
+broker left" from a new session and rewrites ISRs on that picture.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from strom.broker.listeners import SECURITY_PROTOCOL_IDS
 from strom.cluster.controller_channel import ControllerChannelManager
 from strom.cluster.zk import zk_data as zd
 from strom.cluster.zk.errors import BadVersionError, ControllerMovedError, KafkaZkError, ZNodeNotFoundError
-from strom.cluster.zk.kafka_zk_client import KafkaZkClient
+from strom.cluster.zk.kafka_zk_client import KafkaZkClient, SessionState
 from strom.config import BrokerConfig
 from strom.protocol.inter_broker import (
     LeaderAndIsrRequest,
@@ -83,6 +88,19 @@ class ControllerMoved(Exception):
     """Another broker is controller now: stop acting."""
 
 
+@dataclass(slots=True)
+class ControllerEvent:
+    """One unit of the controller's work; ``reply`` is failed if the event is dropped unrun."""
+
+    name: str
+    run: Callable[[], Awaitable[Any]]
+    reply: asyncio.Future[Any] | None = None
+
+    def drop(self, broker_id: int) -> None:
+        if self.reply is not None and not self.reply.done():
+            self.reply.set_exception(Errors.NotControllerError(f"broker {broker_id} is no longer the controller"))
+
+
 class KafkaController:
     def __init__(self, broker_id: int, config: BrokerConfig, zk: KafkaZkClient,
                  unclean_election_enabled: Callable[[str], bool], security: ClientSecurity | None = None) -> None:
@@ -94,18 +112,43 @@ class KafkaController:
         self.ctx = ControllerContext()
         self.active = False
         self.channel: ControllerChannelManager | None = None
-        self._events: asyncio.Queue[tuple[str, Callable[[], Awaitable[Any]]]] = asyncio.Queue()
+        self._events: asyncio.Queue[ControllerEvent] = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task[None] | None = None
         # Watches of one term as controller check this and stop once it moved on (kazoo: return False).
         self._term = 0
         self._watched_topics: set[str] = set()
         self._rebalance_task: asyncio.Task[None] | None = None
+        # The ZooKeeper session that won the election: a controller acts only while it lives.
+        self._elected_session: int | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def startup(self) -> None:
         self._task = self._loop.create_task(self._process_events(), name="controller-events")
+        self.zk.add_state_listener(self._on_session_state)
         self.zk.watch_data(zd.CONTROLLER_PATH, self._on_controller_znode)
+
+    def _on_session_state(self, state: SessionState) -> None:
+        """kazoo's thread: a lost session ends this term as controller before anything else runs."""
+        if state is SessionState.LOST:
+            self._loop.call_soon_threadsafe(self._on_session_lost)
+
+    def _on_session_lost(self) -> None:
+        """Drop every queued event (they were decided on the dead session's picture) and resign;
+        the ``/controller`` watch elects again once a new session sees the znode free."""
+        if not self.active:
+            return
+        dropped = self._events.qsize()
+        while not self._events.empty():
+            self._events.get_nowait().drop(self.broker_id)
+        log.warning("controller %d lost its ZooKeeper session: resigning (%d queued events dropped)",
+                    self.broker_id, dropped)
+        self._events.put_nowait(ControllerEvent("resign", self._resign))
+        self._events.put_nowait(ControllerEvent("elect", self._elect))
+
+    def _session_current(self) -> bool:
+        """Whether the session that elected this controller still lives (cheap: no round trip)."""
+        return self._elected_session is not None and self.zk.session_id == self._elected_session
 
     async def shutdown(self) -> None:
         if self._task is not None:
@@ -115,7 +158,7 @@ class KafkaController:
 
     def _enqueue(self, name: str, handler: Callable[[], Awaitable[Any]]) -> None:
         """Thread-safe: ZooKeeper watches call this on kazoo's thread."""
-        self._loop.call_soon_threadsafe(self._events.put_nowait, (name, handler))
+        self._loop.call_soon_threadsafe(self._events.put_nowait, ControllerEvent(name, handler))
 
     def _term_watch(self, name: str, handler: Callable[[], Awaitable[Any]]) -> Callable[..., bool | None]:
         """A ZooKeeper watch callback (kazoo's thread) that enqueues handler while this term lasts."""
@@ -131,9 +174,13 @@ class KafkaController:
 
     async def _process_events(self) -> None:
         while True:
-            name, handler = await self._events.get()
+            event = await self._events.get()
+            name = event.name
             try:
-                await handler()
+                if self.active and name not in ("resign", "elect") and not self._session_current():
+                    event.drop(self.broker_id)
+                    raise ControllerMoved(f"the ZooKeeper session that elected controller {self.broker_id} ended")
+                await event.run()
             except asyncio.CancelledError:
                 raise
             except (ControllerMoved, ControllerMovedError):
@@ -175,6 +222,7 @@ class KafkaController:
             log.info("controller election failed: %s", exc)
             return
         self.ctx = ControllerContext(epoch=epoch, epoch_zk_version=version)
+        self._elected_session = self.zk.session_id
         self.active = True
         log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
         await self._on_controller_failover()
@@ -183,6 +231,7 @@ class KafkaController:
         if not self.active:
             return
         self.active = False
+        self._elected_session = None
         self._term += 1
         self._watched_topics.clear()
         if self._rebalance_task is not None:
@@ -207,6 +256,13 @@ class KafkaController:
         self.zk.watch_children(zd.TOPICS_PATH, self._term_watch("topics", self._on_topic_change))
         self.zk.watch_children(zd.DELETE_TOPICS_PATH, self._term_watch("deletions", self._on_topic_deletion))
         self.zk.watch_children(zd.CONFIG_CHANGES_PATH, self._term_watch("config-change", self._on_config_change))
+        # Kafka's onBrokerFailure at failover: a replica whose broker is not registered is offline,
+        # so it leaves every ISR now, not after the leaders' replica.lag.time.max.ms.
+        hosted = {b for pl in self.ctx.partitions.values() for b in (*pl.replicas, *pl.isr)}
+        dead = hosted - set(self.ctx.live_brokers)
+        if dead:
+            log.info("controller: brokers %s are not registered; removing them from every ISR", sorted(dead))
+            await self._on_brokers_failed(dead)
         await self._elect_offline_partitions(list(self.ctx.partitions))
         all_tps = list(self.ctx.partitions)
         self._send_update_metadata(list(self.ctx.live_brokers), all_tps)
@@ -271,6 +327,8 @@ class KafkaController:
     async def _write_state(self, tp: TopicPartition, pl: PartitionLeadership, leader: int, isr: list[int],
                            bump_epoch: bool = True) -> bool:
         """Write a new leader/ISR for tp, fenced; returns False if the znode moved under us (re-read)."""
+        if not self._session_current():
+            raise ControllerMoved(f"the ZooKeeper session that elected controller {self.broker_id} ended")
         epoch = pl.leader_epoch + 1 if bump_epoch else pl.leader_epoch
         state = zd.LeaderIsrAndControllerEpoch(leader, epoch, list(isr), self.ctx.epoch)
         try:
@@ -463,7 +521,7 @@ class KafkaController:
         if not self.active:
             future.set_exception(Errors.NotControllerError(f"broker {self.broker_id} is not the controller"))
         else:
-            self._events.put_nowait(("alter-partition", handle))
+            self._events.put_nowait(ControllerEvent("alter-partition", handle, future))
         return future
 
     async def _alter_one(self, broker_id: int, tp: TopicPartition, leader_epoch: int, new_isr: list[int],
@@ -512,7 +570,7 @@ class KafkaController:
         if not self.active:
             future.set_exception(Errors.NotControllerError(f"broker {self.broker_id} is not the controller"))
         else:
-            self._events.put_nowait((name, handle))
+            self._events.put_nowait(ControllerEvent(name, handle, future))
         return future
 
     async def _shutdown_broker(self, broker_id: int, broker_epoch: int) -> list[TopicPartition]:
@@ -550,7 +608,7 @@ class KafkaController:
         interval = self.config.get("leader.imbalance.check.interval.seconds")
         while self.active:
             await asyncio.sleep(interval)
-            self._events.put_nowait(("auto-rebalance", self._check_imbalance))
+            self._events.put_nowait(ControllerEvent("auto-rebalance", self._check_imbalance))
 
     async def _check_imbalance(self) -> None:
         if not self.active:

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import (
-    Consumer,
     ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
@@ -348,6 +346,25 @@ class KafkaGateway:
                     pass
                 self._legacy = None
 
+    def cluster_operations(self) -> set[str] | None:
+        """What this identity may do on the cluster: the authorized operations AdminClient.describe_cluster
+        reports (Kafka fills them only for a principal with Describe on the cluster, so an empty set also
+        means "no Describe"). None when the broker cannot say."""
+        try:
+            result = self.admin.describe_cluster(include_authorized_operations=True,
+                                                 request_timeout=self.timeout).result()
+        except KafkaException:
+            return None
+        return {op.name for op in result.authorized_operations or ()}  # confluent-kafka reports "none" as None
+
+    def require_cluster_describe(self, what: str) -> None:
+        """Refuse up front what needs Describe on the cluster when the broker says this user lacks it, so
+        admin-only APIs are not even sent (some refusals used to abort librdkafka, see scram_users)."""
+        operations = self.cluster_operations()
+        if operations is not None and "DESCRIBE" not in operations:
+            raise ConsoleError(f"{what}: this needs Describe on the cluster (not allowed for this user).", 403,
+                               "Not authorized")
+
     def check_login(self) -> None:
         """Prove the credentials work: one metadata round trip."""
         try:
@@ -575,49 +592,61 @@ class KafkaGateway:
 
     def _read(self, topic: str, starts: dict[int, int], stops: dict[int, int], per_partition: int,
               needle: str, limit: int | None, keep_last: bool = False) -> tuple[list[RecordView], int, bool]:
-        """Read [start, stop) of each partition with an assigned Consumer (no group join, no commits).
+        """Read [start, stop) of each partition with an assigned consumer that has no group at all.
 
+        kafka-python's consumer, because confluent-kafka insists on a group.id and librdkafka then looks
+        up that group's coordinator, which needs Describe on the group: a user with only Read on the
+        topic could not browse it. Without a group nothing is joined, fetched from or committed.
         With `limit`, reading stops once that many records matched, unless `keep_last`: then the whole
         range is read and each partition keeps its last `limit` matches.
         """
+        from kafka import KafkaConsumer
+        from kafka import TopicPartition as LegacyTopicPartition
+        from kafka.errors import KafkaError as LegacyKafkaError
+
         todo = {p for p, start in starts.items() if start < stops[p]}
         if not todo:
             return [], 0, False
-        consumer = Consumer({**self.config, "group.id": f"strom-console-{uuid.uuid4().hex[:8]}",
-                             "enable.auto.commit": False, "enable.auto.offset.store": False,
-                             "enable.partition.eof": True, "auto.offset.reset": "earliest",
-                             "isolation.level": "read_uncommitted", "fetch.wait.max.ms": 100})
         records: list[RecordView] = []
         last: dict[int, deque[RecordView]] = {p: deque(maxlen=limit) for p in todo}
         counts = dict.fromkeys(todo, 0)
+        what = f"Could not read topic '{topic}'"
         try:
-            consumer.assign([TopicPartition(topic, p, starts[p]) for p in sorted(todo)])
+            consumer = KafkaConsumer(**{**legacy_client_config(self.config), "request_timeout_ms": 30000},
+                                     group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
+                                     fetch_max_wait_ms=100)
+        except LegacyKafkaError as exc:
+            raise _legacy_failure(exc, what) from None
+        try:
+            assigned = {p: LegacyTopicPartition(topic, p) for p in sorted(todo)}
+            consumer.assign(list(assigned.values()))
+            for p, tp in assigned.items():
+                consumer.seek(tp, starts[p])
             deadline = time.monotonic() + self.browse_timeout
             while todo:
                 left = deadline - time.monotonic()
                 if left <= 0 or (limit is not None and not keep_last and len(records) >= limit):
                     break
-                for message in consumer.consume(num_messages=500, timeout=min(0.5, left)):
-                    partition = message.partition()
-                    error = message.error()
-                    if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
+                batches = consumer.poll(timeout_ms=int(min(0.5, left) * 1000), max_records=500)
+                for tp, batch in batches.items():
+                    partition = tp.partition
+                    for message in batch:
+                        if partition not in todo or message.offset >= stops[partition]:
                             todo.discard(partition)
-                            continue
-                        raise kafka_failure(KafkaException(error), f"Could not read topic '{topic}'", topic)
-                    if partition not in todo:
-                        continue
-                    offset = message.offset()
-                    if offset >= stops[partition]:
-                        todo.discard(partition)
-                        continue
-                    counts[partition] += 1
-                    if not needle or _matches(message, needle):
-                        (last[partition] if keep_last else records).append(_record(message))
-                    if counts[partition] >= per_partition or offset >= stops[partition] - 1:
-                        todo.discard(partition)
+                            break
+                        counts[partition] += 1
+                        if not needle or _matches(message, needle):
+                            (last[partition] if keep_last else records).append(_record(message))
+                        if counts[partition] >= per_partition or message.offset >= stops[partition] - 1:
+                            todo.discard(partition)
+                            break
+                for p in list(todo):  # past the range without a record at its end (compacted, or a marker)
+                    if consumer.position(assigned[p]) >= stops[p]:
+                        todo.discard(p)
+        except LegacyKafkaError as exc:
+            raise _legacy_failure(exc, what) from None
         finally:
-            consumer.close()
+            consumer.close(autocommit=False)
         if keep_last:
             records = [record for kept in last.values() for record in kept]
             return records, sum(counts.values()), bool(todo)
@@ -751,6 +780,7 @@ class KafkaGateway:
 
     # -- security ---------------------------------------------------------------------------------
     def acls(self) -> list[AclView]:
+        self.require_cluster_describe("ACLs")  # librdkafka reports a refused DescribeAcls as "no ACLs"
         everything = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
                                       AclOperation.ANY, AclPermissionType.ANY)
         try:
@@ -783,13 +813,30 @@ class KafkaGateway:
             raise _security_failure(exc, "ACLs", "DeleteAcls") from None
 
     def scram_users(self) -> list[ScramUserView]:
-        try:
-            described = self.admin.describe_user_scram_credentials(request_timeout=self.timeout).result()
-        except KafkaException as exc:
-            raise _security_failure(exc, "SCRAM users", "DescribeUserScramCredentials") from None
-        return [ScramUserView(user, sorted((info.mechanism.name.replace("_", "-"), info.iterations)
-                                           for info in description.scram_credential_infos))
-                for user, description in sorted(described.items())]
+        """Every SCRAM user, through kafka-python: librdkafka aborts the whole process when a broker answers
+        DescribeUserScramCredentials with a top-level error (as Kafka does for a refusal); Python cannot."""
+        from kafka.errors import IncompatibleBrokerVersion
+        from kafka.errors import KafkaError as LegacyKafkaError
+
+        self.require_cluster_describe("SCRAM users")
+        with self._legacy_lock:
+            try:
+                described = self._legacy_client().describe_user_scram_credentials()
+            except IncompatibleBrokerVersion:
+                raise FeatureUnavailable("SCRAM users: this broker does not support the DescribeUserScramCredentials "
+                                         "API.") from None
+            except LegacyKafkaError as exc:
+                self._legacy = None
+                raise _legacy_failure(exc, "SCRAM users: DescribeUserScramCredentials failed") from None
+        failed = [d["error"] for d in described.values() if d["error"]]
+        if failed:  # a refusal of "every user" comes back as one failed entry (kafka-python keeps only its message)
+            refused = failed[0].startswith("Not authorized")
+            raise ConsoleError(f"SCRAM users: DescribeUserScramCredentials failed: {failed[0]}"
+                               + (" (not allowed for this user)" if refused else ""), 403 if refused else 502,
+                               "Not authorized" if refused else "Error")
+        return [ScramUserView(user, sorted((ScramMechanism(int(info["mechanism"])).name.replace("_", "-"),
+                                            info["iterations"]) for info in d["credential_infos"]))
+                for user, d in sorted(described.items())]
 
     def upsert_scram_user(self, user: str, mechanism: str, password: str, iterations: int) -> None:
         info = ScramCredentialInfo(ScramMechanism[mechanism.replace("-", "_")], iterations)
@@ -815,6 +862,25 @@ def _security_failure(exc: KafkaException, what: str, api: str) -> ConsoleError:
     return kafka_failure(exc, f"{what}: {api} failed")
 
 
+_LEGACY_STATUS = {"UNKNOWN_TOPIC_OR_PARTITION": 404, "NoBrokersAvailableError": 502, "KafkaConnectionError": 502,
+                  "NodeNotReadyError": 502, "KafkaTimeoutError": 504}
+
+
+def _legacy_failure(exc: Exception, what: str) -> ConsoleError:
+    """A kafka-python error as the page shows it: broker errors carry Kafka's error name, client ones their class."""
+    name = str(getattr(exc, "message", None) or type(exc).__name__)
+    if name == "SECURITY_DISABLED":
+        return FeatureUnavailable(f"{what}: security is disabled on this broker, so there is nothing to show.")
+    if name == "UNSUPPORTED_VERSION":
+        return FeatureUnavailable(f"{what}: this broker does not support the API.")
+    reason = exc.args[0] if exc.args and isinstance(exc.args[0], str) else getattr(exc, "description", None) or name
+    if name.endswith("_AUTHORIZATION_FAILED"):
+        return ConsoleError(f"{what}: {reason} (not allowed for this user)", 403, "Not authorized")
+    if name in ("NoBrokersAvailableError", "KafkaConnectionError", "KafkaTimeoutError"):
+        reason += " If the broker requires SASL, log in (or give --command-config)."
+    return ConsoleError(f"{what}: {reason}", _STATUS_BY_ERROR.get(name) or _LEGACY_STATUS.get(name, 502))
+
+
 def _config_source(source: Any) -> str:
     """confluent-kafka reports a config's source as an int; pages show Kafka's name (DYNAMIC_TOPIC_CONFIG...)."""
     try:
@@ -828,14 +894,16 @@ def _committed(result: Any) -> dict[tuple[str, int], int]:
 
 
 def _matches(message: Any, needle: str) -> bool:
-    if needle in searchable_text(message.value()) or needle in searchable_text(message.key()):
+    """Whether a kafka-python ConsumerRecord's key, value or a header contains the (lower-case) needle."""
+    if needle in searchable_text(message.value) or needle in searchable_text(message.key):
         return True
-    return any(needle in name.lower() or needle in searchable_text(value)
-               for name, value in message.headers() or [])
+    return any(needle in name.lower() or needle in searchable_text(value) for name, value in message.headers or [])
 
 
 def _record(message: Any) -> RecordView:
-    kind, ts = message.timestamp()
-    return RecordView(message.partition(), message.offset(), ts if kind else None, timestamp_type_name(kind),
-                      render_bytes(message.key()), render_bytes(message.value()),
-                      [(name, render_bytes(value)) for name, value in message.headers() or []])
+    """A kafka-python ConsumerRecord as shown; its timestamp_type is Kafka's (0 CreateTime, 1 LogAppendTime)."""
+    known = message.timestamp is not None and message.timestamp >= 0
+    kind = message.timestamp_type + 1 if known else 0
+    return RecordView(message.partition, message.offset, message.timestamp if known else None,
+                      timestamp_type_name(kind), render_bytes(message.key), render_bytes(message.value),
+                      [(name, render_bytes(value)) for name, value in message.headers or []])

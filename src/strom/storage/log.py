@@ -419,6 +419,13 @@ class Log:
             self._rolled_since_flush = True
             return seg
 
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for producer.id.expiration.ms (none with an open transaction)."""
+        with self._lock:
+            if self.closed:
+                return 0
+            return self.producer_state.remove_expired_producers(now_ms, expiration_ms)
+
     # -- read ---------------------------------------------------------------------------------------
 
     def read(

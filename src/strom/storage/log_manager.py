@@ -371,6 +371,17 @@ class LogManager:
                 log.exception("retention failed for %r", lg)
         return total
 
+    def remove_expired_producers(self, expiration_ms: int, now_ms: int | None = None) -> int:
+        """Producer-id expiration over all logs (producer.id.expiration.ms); returns the producers removed."""
+        now = now_ms if now_ms is not None else time_ms()
+        total = 0
+        for lg in self.all_logs().values():
+            try:
+                total += lg.remove_expired_producers(now, expiration_ms)
+            except Exception:
+                log.exception("producer id expiration failed for %r", lg)
+        return total
+
     def flush_dirty(self, now_ms: int | None = None) -> int:
         """Flush logs whose flush.ms elapsed or that rolled a segment; returns logs flushed."""
         now = now_ms if now_ms is not None else time_ms()

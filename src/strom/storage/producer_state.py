@@ -242,9 +242,11 @@ class ProducerStateManager:
         others = [first for pid, first in self.ongoing.items() if pid != completed.producer_id]
         return min(others) if others else completed.last_offset + 1
 
-    def remove_expired_producers(self, now_ms: int) -> int:
-        """Forget producers idle for producer.id.expiration.ms with no open transaction."""
-        cutoff = now_ms - self.producer_id_expiration_ms
+    def remove_expired_producers(self, now_ms: int, expiration_ms: int | None = None) -> int:
+        """Forget producers idle for ``expiration_ms`` (default: this manager's producer.id.expiration.ms)
+        with no open transaction, as Kafka does; the next snapshot no longer carries them. A producer that
+        writes again later is accepted as new (see the module note on unknown producer ids)."""
+        cutoff = now_ms - (self.producer_id_expiration_ms if expiration_ms is None else expiration_ms)
         expired = [
             pid
             for pid, e in self.producers.items()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,37 @@ def segment_path(directory: str, base_offset: int, suffix: str) -> str:
     return os.path.join(directory, filename_prefix(base_offset) + suffix)
 
 
+class SegmentFile(io.FileIO):
+    """A segment's log file that readers on other threads can borrow without racing its close.
+
+    The delete scheduler (after ``file.delete.delay.ms``), the cleaner and topic deletion close
+    segment files from other threads while the event loop may still be sending a slice of one. A
+    bare descriptor number is unsafe then: once closed, the number can be reused by another file
+    and a send would carry that file's bytes. So a sender takes its own descriptor with ``dup``
+    (the same open file, alive until the sender closes it) and small reads go through ``pread``;
+    both hold a lock that ``close`` takes too, so they see the file either open or closed, never
+    a reused number.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._close_lock = threading.Lock()
+        super().__init__(fd, "r+", closefd=True)
+
+    def close(self) -> None:
+        with self._close_lock:
+            super().close()
+
+    def dup(self) -> int:
+        """A new descriptor of this file for the caller to close; ValueError if the file is closed."""
+        with self._close_lock:
+            return os.dup(self.fileno())
+
+    def pread(self, size: int, position: int) -> bytes:
+        """Read at an explicit position; ValueError if the file is closed."""
+        with self._close_lock:
+            return os.pread(self.fileno(), size, position)
+
+
 @dataclass(frozen=True, slots=True)
 class FileSlice:
     """A byte range of an open segment file, ready for ``os.sendfile``/``loop.sendfile``.
@@ -66,7 +98,7 @@ class FileSlice:
     fails loudly instead of reading whatever file reused the descriptor.
     """
 
-    file: io.FileIO
+    file: SegmentFile
     position: int
     size: int
 
@@ -75,11 +107,10 @@ class FileSlice:
 
     def read(self) -> bytes:
         """pread the range (copying); for tests, tools and non-sendfile transports."""
-        fd = self.file.fileno()
         parts: list[bytes] = []
         done = 0
         while done < self.size:
-            chunk = os.pread(fd, self.size - done, self.position + done)
+            chunk = self.file.pread(self.size - done, self.position + done)
             if not chunk:
                 raise KafkaStorageError(f"unexpected end of segment file at {self.position + done}")
             parts.append(chunk)
@@ -106,7 +137,7 @@ class LogSegment:
         self.index_interval_bytes = config.index_interval_bytes
         self.log_path = segment_path(directory, base_offset, LOG_SUFFIX + suffix)
         fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-        self._file = io.FileIO(fd, "r+", closefd=True)
+        self._file = SegmentFile(fd)
         self._fd = fd
         self._size = os.fstat(fd).st_size
         max_index = config.segment_index_bytes
@@ -135,7 +166,7 @@ class LogSegment:
         return self._size
 
     @property
-    def file(self) -> io.FileIO:
+    def file(self) -> SegmentFile:
         return self._file
 
     def __repr__(self) -> str:
@@ -535,7 +566,8 @@ class LogSegment:
         self.txn_index.rename(segment_path(self.directory, self.base_offset, TXN_INDEX_SUFFIX + new_suffix))
 
     def delete_files(self) -> None:
-        """Close and unlink; in-flight sendfiles on the old handle fail with EBADF."""
+        """Close and unlink. A fetch still sending from the file has its own descriptor (SegmentFile.dup) and
+        finishes; one that had not started sending yet fails and closes its connection."""
         self.deleted = True
         if not self._file.closed:
             self._file.close()

@@ -51,9 +51,14 @@ def authorization_error(resource_type: ResourceType) -> int:
     return _DENIED[resource_type].errno
 
 
+def denied_message(operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> str:
+    """The error_message of an authorization failure. Kafka always sends one, and some clients
+    (librdkafka's DescribeUserScramCredentials) abort the process on a refusal without it."""
+    return f"Not authorized to {operation.camel} {resource_type.camel} {name}"
+
+
 def require_authorized(ctx: RequestContext, operation: AclOperation, resource_type: ResourceType,
                        name: str = CLUSTER_NAME) -> None:
     """Raise the resource type's authorization error unless the request may do `operation` on the resource."""
     if not ctx.authorize(operation, resource_type, name):
-        raise _DENIED[resource_type](
-            f"Not authorized to {operation.camel} {resource_type.camel} {name}")
+        raise _DENIED[resource_type](denied_message(operation, resource_type, name))

@@ -7,10 +7,10 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.admin import CreateAclsResponse
 
-from strom.broker.handlers import error_message_of
+from strom.broker.handlers import denied_message, error_message_of
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
-from strom.security.acl import AclBinding, AclOperation, InvalidAclError, binding_from_codes
+from strom.security.acl import AclBinding, AclOperation, InvalidAclError, ResourceType, binding_from_codes
 from strom.security.authorizer import NO_AUTHORIZER
 
 API_KEY = ApiKey.CREATE_ACLS
@@ -24,7 +24,8 @@ async def handle(ctx: RequestContext, request: Any) -> CreateAclsResponse:
     if authorizer is None:
         return _all(len(creations), Errors.SecurityDisabledError.errno, NO_AUTHORIZER)
     if not ctx.authorize_cluster(AclOperation.ALTER):
-        return _all(len(creations), Errors.ClusterAuthorizationFailedError.errno, None)
+        return _all(len(creations), Errors.ClusterAuthorizationFailedError.errno,
+                    denied_message(AclOperation.ALTER, ResourceType.CLUSTER))
     results: list[Any] = [None] * len(creations)
     valid: list[tuple[int, AclBinding]] = []
     for i, c in enumerate(creations):

@@ -7,10 +7,16 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.admin import DeleteAclsResponse
 
-from strom.broker.handlers import error_message_of
+from strom.broker.handlers import denied_message, error_message_of
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
-from strom.security.acl import AclBindingFilter, AclOperation, InvalidAclError, filter_from_codes
+from strom.security.acl import (
+    AclBindingFilter,
+    AclOperation,
+    InvalidAclError,
+    ResourceType,
+    filter_from_codes,
+)
 from strom.security.authorizer import NO_AUTHORIZER
 
 API_KEY = ApiKey.DELETE_ACLS
@@ -25,7 +31,8 @@ async def handle(ctx: RequestContext, request: Any) -> DeleteAclsResponse:
     if authorizer is None:
         return _all(len(filters), Errors.SecurityDisabledError.errno, NO_AUTHORIZER)
     if not ctx.authorize_cluster(AclOperation.ALTER):
-        return _all(len(filters), Errors.ClusterAuthorizationFailedError.errno, None)
+        return _all(len(filters), Errors.ClusterAuthorizationFailedError.errno,
+                    denied_message(AclOperation.ALTER, ResourceType.CLUSTER))
     results: list[Any] = [None] * len(filters)
     valid: list[tuple[int, AclBindingFilter]] = []
     for i, f in enumerate(filters):

@@ -7,9 +7,10 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.admin import DescribeAclsResponse
 
+from strom.broker.handlers import denied_message
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
-from strom.security.acl import AclOperation, InvalidAclError, ResourcePattern, filter_from_codes
+from strom.security.acl import AclOperation, InvalidAclError, ResourcePattern, ResourceType, filter_from_codes
 from strom.security.authorizer import NO_AUTHORIZER
 
 API_KEY = ApiKey.DESCRIBE_ACLS
@@ -23,7 +24,8 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeAclsResponse:
     if authorizer is None:
         return _error(Errors.SecurityDisabledError.errno, NO_AUTHORIZER)
     if not ctx.authorize_cluster(AclOperation.DESCRIBE):
-        return _error(Errors.ClusterAuthorizationFailedError.errno, None)
+        return _error(Errors.ClusterAuthorizationFailedError.errno,
+                      denied_message(AclOperation.DESCRIBE, ResourceType.CLUSTER))
     try:
         acl_filter = filter_from_codes(request.resource_type_filter, request.resource_name_filter,
                                        request.pattern_type_filter, request.principal_filter, request.host_filter,

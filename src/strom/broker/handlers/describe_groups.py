@@ -7,6 +7,7 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.admin.groups import DescribeGroupsResponse
 
+from strom.broker.handlers import denied_message
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
 from strom.security.acl import AclOperation, ResourceType
@@ -25,7 +26,8 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeGroupsResponse:
     for group_id in request.groups or []:
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
             groups.append(Described(
-                error_code=Errors.GroupAuthorizationFailedError.errno, error_message=None, group_id=group_id,
+                error_code=Errors.GroupAuthorizationFailedError.errno, group_id=group_id,
+                error_message=denied_message(AclOperation.DESCRIBE, ResourceType.GROUP, group_id),
                 group_state="", protocol_type="", protocol_data="", members=[], authorized_operations=None))
             continue
         s = coordinator.handle_describe_group(group_id)

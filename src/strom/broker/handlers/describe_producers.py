@@ -11,6 +11,7 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.admin.transactions import DescribeProducersResponse
 
+from strom.broker.handlers import denied_message
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
 from strom.security.acl import AclOperation, ResourceType
@@ -27,8 +28,8 @@ UNKNOWN_TOPIC_OR_PARTITION = Errors.UnknownTopicOrPartitionError.errno
 
 def _describe(ctx: RequestContext, topic: str, index: int) -> Any:
     if not ctx.authorize(AclOperation.READ, ResourceType.TOPIC, topic):
-        return Part(partition_index=index, error_code=Errors.TopicAuthorizationFailedError.errno, error_message=None,
-                    active_producers=[])
+        return Part(partition_index=index, error_code=Errors.TopicAuthorizationFailedError.errno,
+                    error_message=denied_message(AclOperation.READ, ResourceType.TOPIC, topic), active_producers=[])
     part = ctx.replica_manager.partitions.get((topic, index))
     if part is None or not part.is_leader:
         meta = ctx.metadata.topic(topic)

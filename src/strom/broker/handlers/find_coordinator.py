@@ -12,6 +12,7 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.metadata import FindCoordinatorResponse
 
+from strom.broker.handlers import denied_message
 from strom.broker.request import RequestContext
 from strom.coordinator.common import partition_for
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME
@@ -35,7 +36,8 @@ async def lookup(ctx: RequestContext, key: str | None, key_type: int) -> tuple[i
         if not key:
             return Errors.InvalidRequestError.errno, "empty transactional id", -1, "", -1
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
-            return Errors.TransactionalIdAuthorizationFailedError.errno, None, -1, "", -1
+            return (Errors.TransactionalIdAuthorizationFailedError.errno,
+                    denied_message(AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key), -1, "", -1)
         if services.transaction_coordinator is None:
             return Errors.CoordinatorNotAvailableError.errno, None, -1, "", -1
         ensure, topic_name = ensure_transaction_state_topic, TRANSACTION_STATE_TOPIC_NAME
@@ -43,7 +45,8 @@ async def lookup(ctx: RequestContext, key: str | None, key_type: int) -> tuple[i
         if key is None:
             return Errors.InvalidGroupIdError.errno, "null group id", -1, "", -1
         if not ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, key):
-            return Errors.GroupAuthorizationFailedError.errno, None, -1, "", -1
+            return (Errors.GroupAuthorizationFailedError.errno,
+                    denied_message(AclOperation.DESCRIBE, ResourceType.GROUP, key), -1, "", -1)
         ensure, topic_name = ensure_offsets_topic, GROUP_METADATA_TOPIC_NAME
     else:
         return Errors.InvalidRequestError.errno, f"unknown coordinator key type {key_type}", -1, "", -1

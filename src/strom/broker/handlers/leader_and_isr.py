@@ -8,6 +8,7 @@ import kafka.errors as Errors
 
 from strom.broker.replica_manager import LeaderAndIsrPartition
 from strom.broker.request import RequestContext
+from strom.cluster.broker_epoch import is_stale_broker_epoch
 from strom.cluster.metadata import PartitionState
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import LeaderAndIsrResponse, build
@@ -21,9 +22,7 @@ async def handle(ctx: RequestContext, request: Any) -> LeaderAndIsrResponse:
     cluster = ctx.services.cluster
     if cluster is None or not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
         return _all(request, Errors.ClusterAuthorizationFailedError.errno)
-    # Stale only if older than our registration: a newer epoch means the controller saw our re-registration
-    # before ZooKeeper's answer reached us (as Kafka, which accepts it).
-    if -1 < request.broker_epoch < cluster.store.broker_epoch:
+    if is_stale_broker_epoch(request.broker_epoch, cluster.store.broker_epoch):
         return _all(request, Errors.StaleBrokerEpochError.errno)
     partitions = [
         LeaderAndIsrPartition(t.topic_name, t.topic_id, PartitionState(

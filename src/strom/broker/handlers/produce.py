@@ -1,5 +1,7 @@
 """Produce: batch-level append of v2 RecordBatches; acks=0 gets no response at all.
 
+A failed acks=0 produce closes the connection instead (as Kafka): the only way its client learns.
+
 The response is encoded by hand: it is the hottest small message the broker
 writes, and the generic codec costs ~15 µs per response where this costs ~2.
 A client over its producer_byte_rate quota is throttled after its records are
@@ -9,17 +11,20 @@ appended (Kafka does the same): the answer carries throttle_time_ms.
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 from typing import Any
 
 import kafka.errors as Errors
 
 from strom.broker.replica_manager import ProducePartitionResult, ProduceResults, TopicPartition
-from strom.broker.request import DeferredResponse, RequestContext
+from strom.broker.request import CloseConnection, DeferredResponse, RequestContext
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.primitives import array_len, nullable_string, string
 from strom.security.acl import AclOperation, ResourceType
+
+log = logging.getLogger(__name__)
 
 API_KEY = ApiKey.PRODUCE
 FLEXIBLE_FROM = 9
@@ -56,6 +61,13 @@ async def handle(ctx: RequestContext, request: Any) -> bytes | DeferredResponse 
         size = sum(len(r) for r in entries.values() if r is not None)
         ctx.throttle_time_ms = quotas.produce.record_and_get_throttle_time_ms(user, client_id, size)
     if acks == 0:
+        if err or any(r.error_code for r in results.values()):
+            # No answer can carry the error: as Kafka, close the connection so the client notices
+            # (it refreshes metadata and reconnects) instead of losing records silently.
+            failed = sorted({(tp, r.error_code) for tp, r in results.items() if r.error_code})
+            log.debug("closing the connection of %s after a failed acks=0 produce: %s", ctx.client_host,
+                      failed or err)
+            raise CloseConnection("acks=0 produce failed")
         return None
     if done is None:
         return codec.frame_response(ctx.header, encode_response(ctx.version, _layout(request, results, err)))

@@ -7,6 +7,7 @@ from typing import Any
 import kafka.errors as Errors
 
 from strom.broker.request import RequestContext
+from strom.cluster.broker_epoch import is_stale_broker_epoch
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import StopReplicaResponse, build
 from strom.security.acl import AclOperation
@@ -19,9 +20,7 @@ async def handle(ctx: RequestContext, request: Any) -> StopReplicaResponse:
     cluster = ctx.services.cluster
     if cluster is None or not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION):
         return build(StopReplicaResponse, error_code=Errors.ClusterAuthorizationFailedError.errno, partition_errors=[])
-    # Stale only if older than our registration: a newer epoch means the controller saw our re-registration
-    # before ZooKeeper's answer reached us (as Kafka, which accepts it).
-    if -1 < request.broker_epoch < cluster.store.broker_epoch:
+    if is_stale_broker_epoch(request.broker_epoch, cluster.store.broker_epoch):
         return build(StopReplicaResponse, error_code=Errors.StaleBrokerEpochError.errno, partition_errors=[])
     partitions = {(t.topic_name, p.partition_index): bool(p.delete_partition)
                   for t in request.topic_states for p in t.partition_states}

@@ -7,6 +7,7 @@ from typing import Any
 import kafka.errors as Errors
 
 from strom.broker.request import RequestContext
+from strom.cluster.broker_epoch import is_stale_broker_epoch
 from strom.cluster.metadata import BrokerInfo, PartitionState
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import UpdateMetadataResponse
@@ -22,9 +23,7 @@ async def handle(ctx: RequestContext, request: Any) -> UpdateMetadataResponse:
         return UpdateMetadataResponse(error_code=Errors.ClusterAuthorizationFailedError.errno)
     if request.controller_epoch < ctx.replica_manager.controller_epoch:
         return UpdateMetadataResponse(error_code=Errors.StaleControllerEpochError.errno)
-    # Stale only if older than our registration: a newer epoch means the controller saw our re-registration
-    # before ZooKeeper's answer reached us (as Kafka, which accepts it).
-    if -1 < request.broker_epoch < cluster.store.broker_epoch:
+    if is_stale_broker_epoch(request.broker_epoch, cluster.store.broker_epoch):
         return UpdateMetadataResponse(error_code=Errors.StaleBrokerEpochError.errno)
     listener = ctx.config.inter_broker_listener_name()
     brokers = []
