@@ -395,9 +395,9 @@ def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
             raise ValueError("varint is longer than 10 bytes")
 
 
-def decode_records(buf: Buffer, position: int = 0) -> list[Any]:
-    """Decode the records of one batch (decompressing if needed). Slow path only: tools, ListOffsets."""
-    from kafka.record.default_records import DefaultRecordBatch
+def decode_records(buf: Buffer, position: int = 0) -> Iterator[Any]:
+    """The records of one batch with their values, decompressed a chunk at a time (any codec).
+    Slow path only: the coordinators' loaders and tools."""
+    from strom.protocol.record_stream import iter_records
 
-    header = parse_header(buf, position)
-    return list(DefaultRecordBatch(bytes(buf[position : header.end])))
+    return iter_records(buf, position)

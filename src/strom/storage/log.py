@@ -36,10 +36,10 @@ from strom.protocol.record_batch import (
     TIMESTAMP_TYPE_MASK,
     Buffer,
     RecordBatchHeader,
-    decode_records,
     read_control_marker,
     rewrite_header,
 )
+from strom.protocol.record_stream import iter_record_heads
 from strom.storage.checkpoints import fsync_dir
 from strom.storage.leader_epoch_cache import LeaderEpochFileCache
 from strom.storage.log_config import LogConfig
@@ -504,7 +504,7 @@ class Log:
             if header.timestamp_type == LOG_APPEND_TIME:
                 return header.base_offset, max_ts
             data = os.pread(best.file.fileno(), header.size, header.position)
-            for record in decode_records(data):
+            for record in iter_record_heads(data):
                 if record.timestamp == max_ts:
                     return record.offset, max_ts
             return header.last_offset, max_ts
