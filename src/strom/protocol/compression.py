@@ -222,6 +222,8 @@ class DecompressedStream:
     def __init__(self, codec: int, payload: bytes | bytearray | memoryview,
                  budget: InFlightBudget = IN_FLIGHT, chunk: int = STREAM_CHUNK) -> None:
         view = payload if isinstance(payload, memoryview) else memoryview(payload)
+        if codec not in (CODEC_NONE, CODEC_GZIP, CODEC_SNAPPY, CODEC_LZ4, CODEC_ZSTD):
+            raise CorruptCompressedDataError(f"unknown compression codec {codec}")
         self._budget = budget
         self._chunk = chunk
         budget.reserve(chunk)
@@ -235,11 +237,8 @@ class DecompressedStream:
             self._inflater = _Snappy(view, budget)
         elif codec == CODEC_LZ4:
             self._inflater = _Frames(view, lz4.frame.LZ4FrameDecompressor, "lz4")
-        elif codec == CODEC_ZSTD:
-            self._inflater = _Frames(view, zstd.ZstdDecompressor, "zstd")
         else:
-            self.close()
-            raise CorruptCompressedDataError(f"unknown compression codec {codec}")
+            self._inflater = _Frames(view, zstd.ZstdDecompressor, "zstd")
         self._buf: bytes | memoryview = b""
         self._pos = 0
         self.total = 0  # decompressed bytes handed out so far

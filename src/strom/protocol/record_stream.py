@@ -134,6 +134,8 @@ class RecordReader:
                     self._budget.release(key_len)
                 raw += key
             value_size = self._varint(raw)
+            if key_len < -1 or value_size < -1:
+                raise CorruptCompressedDataError(f"record at offset delta {offset_delta} has a negative length")
             rest = length - (len(raw) - body_start)
             if rest < max(value_size, 0):
                 raise CorruptCompressedDataError(f"record at offset delta {offset_delta} is shorter than its fields")
@@ -169,12 +171,18 @@ class RecordReader:
             value = None if value_size < 0 else data[:value_size]
             pos = max(value_size, 0)
             count, pos = read_varint(data, pos)
+            if count < 0:
+                raise ValueError(f"header count {count} is negative")
             headers: list[tuple[str, bytes | None]] = []
             for _ in range(count):
                 klen, pos = read_varint(data, pos)
+                if klen < 0 or pos + klen > len(data):
+                    raise ValueError(f"header key length {klen} is out of the record")
                 hkey = data[pos:pos + klen].decode()
                 pos += klen
                 vlen, pos = read_varint(data, pos)
+                if vlen < -1 or pos + max(vlen, 0) > len(data):
+                    raise ValueError(f"header value length {vlen} is out of the record")
                 hval = None if vlen < 0 else data[pos:pos + vlen]
                 pos += max(vlen, 0)
                 headers.append((hkey, hval))
