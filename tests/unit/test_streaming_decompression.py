@@ -133,3 +133,21 @@ def test_budget_waits_for_room_and_refuses_the_impossible() -> None:
     threading.Timer(0.05, budget.release, (80,)).start()
     budget.reserve(30, timeout_s=30)
     assert budget.in_use == 30
+
+
+@pytest.mark.parametrize("codec", [1, 3, 4])
+def test_concatenated_members_and_frames_are_read_in_order(codec: int) -> None:
+    """Two gzip members / lz4 frames / zstd frames back to back, larger than one input slice:
+    read once each, in order, then the end (asking again stays at the end)."""
+    import gzip
+
+    import lz4.frame
+    from backports import zstd
+
+    one = {1: gzip.compress, 3: lz4.frame.compress, 4: zstd.compress}[codec]
+    first, second = random.Random(1).randbytes(300_000), random.Random(2).randbytes(300_000)
+    out = bytearray()
+    with DecompressedStream(codec, one(first) + one(second)) as stream:
+        stream.pipe(len(first) + len(second), out.extend)
+        assert stream.at_end() and stream.at_end()
+    assert bytes(out) == first + second

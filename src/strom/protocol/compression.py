@@ -34,6 +34,7 @@ CODEC_NAMES = {"uncompressed": CODEC_NONE, "none": CODEC_NONE, "gzip": CODEC_GZI
                "lz4": CODEC_LZ4, "zstd": CODEC_ZSTD}
 
 STREAM_CHUNK = 64 * 1024  # decompressed bytes handed out per step
+INPUT_SLICE = 16 * 1024  # compressed bytes handed to a decoder at a time
 MAX_SNAPPY_BLOCK = 32 * 1024 * 1024
 IN_FLIGHT_LIMIT = 128 * 1024 * 1024
 IN_FLIGHT_WAIT_S = 60.0
@@ -90,15 +91,40 @@ class _Identity:
         return out
 
 
+class _Input:
+    """Compressed input handed to a decoder a slice at a time, so the decoders' copies of what
+    they have not consumed yet stay small."""
+
+    def __init__(self, payload: memoryview) -> None:
+        self._payload = payload
+        self._pos = 0
+
+    def take(self) -> memoryview:
+        out = self._payload[self._pos:self._pos + INPUT_SLICE]
+        self._pos += len(out)
+        return out
+
+    def give_back(self, rest: bytes) -> None:
+        """Bytes a finished decoder did not use: they come next (a following gzip member or frame)."""
+        self._payload = memoryview(bytes(rest) + bytes(self._payload[self._pos:]))
+        self._pos = 0
+
+    def exhausted(self) -> bool:
+        return self._pos >= len(self._payload)
+
+
 class _Gzip:
     """zlib with max_length; concatenated gzip members are read one after another."""
 
     def __init__(self, payload: memoryview) -> None:
-        self._tail: bytes | memoryview = payload
+        self._input = _Input(payload)
+        self._tail: bytes | memoryview = b""
         self._d = zlib.decompressobj(wbits=31)
 
     def step(self, max_length: int) -> bytes:
         while True:
+            if not self._tail:
+                self._tail = self._input.take()
             try:
                 out = self._d.decompress(self._tail, max_length)
             except zlib.error as e:
@@ -107,12 +133,14 @@ class _Gzip:
             if out:
                 return out
             if self._d.eof:
-                rest = self._d.unused_data
-                if len(rest) >= 2 and rest[:2] == b"\x1f\x8b":
-                    self._tail, self._d = rest, zlib.decompressobj(wbits=31)
+                self._input.give_back(self._d.unused_data)  # the rest of the input, tail included
+                self._tail = b""
+                head = self._input.take()
+                if len(head) >= 2 and head[:2] == b"\x1f\x8b":
+                    self._tail, self._d = head, zlib.decompressobj(wbits=31)
                     continue
                 return b""
-            if not self._tail:
+            if not self._tail and self._input.exhausted():
                 raise CorruptCompressedDataError("gzip: data is truncated")
 
 
@@ -123,21 +151,22 @@ class _Frames:
         self._factory = factory
         self._name = name
         self._d = factory()
-        self._input: bytes | memoryview = payload
+        self._input = _Input(payload)
         self._errors = (RuntimeError, ValueError, zstd.ZstdError)
 
     def step(self, max_length: int) -> bytes:
         d = self._d
         while True:
             if d.eof:  # type: ignore[attr-defined]
-                rest = d.unused_data  # type: ignore[attr-defined]
-                if not rest:
+                self._input.give_back(d.unused_data or b"")  # type: ignore[attr-defined]
+                if self._input.exhausted():
                     return b""
                 d = self._d = self._factory()
-                self._input = rest
-            data, self._input = self._input, b""
-            if not data and d.needs_input:  # type: ignore[attr-defined]
-                raise CorruptCompressedDataError(f"{self._name}: data is truncated")
+            data: bytes | memoryview = b""
+            if d.needs_input:  # type: ignore[attr-defined]
+                data = self._input.take()
+                if not data:
+                    raise CorruptCompressedDataError(f"{self._name}: data is truncated")
             try:
                 out = d.decompress(data, max_length)  # type: ignore[attr-defined]
             except EOFError:
