@@ -395,9 +395,9 @@ def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
             raise ValueError("varint is longer than 10 bytes")
 
 
-def decode_records(buf: Buffer, position: int = 0) -> Iterator[Any]:
-    """The records of one batch with their values, decompressed a chunk at a time (any codec).
-    Slow path only: the coordinators' loaders and tools."""
+def decode_records(buf: Buffer, position: int = 0) -> list[Any]:
+    """The records of one batch with their values (any codec), as a list: tools and tests. The
+    broker iterates ``record_stream.iter_records`` instead, which holds one record at a time."""
     from strom.protocol.record_stream import iter_records
 
-    return iter_records(buf, position)
+    return list(iter_records(buf, position))
