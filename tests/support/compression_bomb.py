@@ -115,3 +115,45 @@ def run_bomb(broker: BrokerProcess, codec: str, timeout_s: float = 300.0) -> Bom
     peak = vm_hwm_kib(broker.pid) if broker.proc is not None and broker.proc.poll() is None else -1
     return BombResult(codec, records, len(first), records * MIB, round(baseline / 1024, 1), round(peak / 1024, 1),
                       round((peak - baseline) / 1024, 1), count == expected, count, round(elapsed, 2))
+
+
+def run_recompression(broker: BrokerProcess, timeout_s: float = 300.0) -> dict[str, object]:
+    """The zstd bomb sent to a topic with ``compression.type=gzip`` (and room for the result): the
+    broker inflates 2 GiB and recompresses it. Meanwhile another connection asks for metadata
+    every 50 ms; the longest wait for an answer shows whether the conversion held the event loop."""
+    import threading
+
+    from confluent_kafka.admin import AdminClient as _Admin
+
+    assert broker.pid is not None
+    topic = f"recompress-{uuid.uuid4().hex[:6]}"
+    admin = _Admin({"bootstrap.servers": broker.bootstrap})
+    for f in admin.create_topics([NewTopic(topic, 1, 1, config={"compression.type": "gzip",
+                                                                 "max.message.bytes": str(16 * MIB)})]).values():
+        f.result(30)
+    bomb = zero_value_batch("zstd", [b"key-%05d" % i for i in range(SCENARIOS["zstd"])], MIB, int(time.time() * 1000))
+    baseline = vm_hwm_kib(broker.pid)
+    outcome: dict[str, object] = {}
+
+    def send() -> None:
+        started = time.monotonic()
+        outcome["error_code"] = produce_raw(broker, topic, bomb)
+        outcome["produce_seconds"] = round(time.monotonic() - started, 2)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    worst = 0.0
+    pings = 0
+    deadline = time.monotonic() + timeout_s
+    while sender.is_alive() and time.monotonic() < deadline:
+        t0 = time.monotonic()
+        admin.list_topics(timeout=60)
+        worst = max(worst, time.monotonic() - t0)
+        pings += 1
+        time.sleep(0.05)
+    sender.join(timeout_s)
+    stored = {h.compression for f in (Path(broker.data_dir) / f"{topic}-0").glob("*.log")
+              for h in iter_batches(f.read_bytes())}
+    return {"scenario": "zstd bomb to a gzip topic", **outcome, "stored_codecs": sorted(stored),
+            "metadata_requests_meanwhile": pings, "max_metadata_wait_ms": round(worst * 1000, 1),
+            "peak_rss_growth_mib": round((vm_hwm_kib(broker.pid) - baseline) / 1024, 1)}

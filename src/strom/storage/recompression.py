@@ -15,14 +15,35 @@ from __future__ import annotations
 from kafka.errors import CorruptRecordError, InvalidRecordError, MessageSizeTooLargeError
 
 from strom.protocol.compression import CODEC_NAMES, CorruptCompressedDataError
-from strom.protocol.record_batch import HEADER_SIZE, RecordBatchHeader
+from strom.protocol.record_batch import HEADER_SIZE, Buffer, RecordBatchHeader, iter_batches
 from strom.protocol.record_stream import BatchRewriter, BatchTooLargeError, RecordReader
 from strom.storage.log_config import LogConfig
+from strom.storage.validator import LogValidator
 
 
 def target_codec(config: LogConfig) -> int | None:
     """The codec the topic stores, or None when it keeps the producer's."""
     return CODEC_NAMES.get(config.compression_type)
+
+
+def needs_recompression(records: Buffer, config: LogConfig) -> bool:
+    """Whether some batch of a produce request is not in the topic's codec (headers only)."""
+    target = target_codec(config)
+    if target is None:
+        return False
+    try:
+        return any(h.compression != target and not h.is_control for h in iter_batches(records))
+    except Exception:  # noqa: BLE001 - a malformed request is the validator's to answer
+        return False
+
+
+def convert_for_append(records: Buffer, config: LogConfig, now_ms: int) -> bytearray | None:
+    """Validate a produce request's batches (CRC first: a bad batch is never re-signed) and return
+    them in the topic's codec, or None if they already are. Runs in a worker thread: the produce
+    handler converts here so the event loop never inflates and recompresses."""
+    view = records if isinstance(records, memoryview) else memoryview(records)
+    result = LogValidator.validate(view, config, now_ms, True)
+    return recompress(view, result.headers, config)
 
 
 def recompress(view: memoryview, headers: list[RecordBatchHeader], config: LogConfig) -> bytearray | None:

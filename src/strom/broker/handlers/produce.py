@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 from typing import Any
 
 import kafka.errors as Errors
 
+from strom.broker.handlers import error_code_of, error_message_of
 from strom.broker.replica_manager import ProducePartitionResult, ProduceResults, TopicPartition
 from strom.broker.request import DeferredResponse, RequestContext
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.primitives import array_len, nullable_string, string
 from strom.security.acl import AclOperation, ResourceType
+from strom.storage.recompression import convert_for_append, needs_recompression
 
 API_KEY = ApiKey.PRODUCE
 FLEXIBLE_FROM = 9
@@ -47,9 +50,11 @@ async def handle(ctx: RequestContext, request: Any) -> bytes | DeferredResponse 
                 entries[(name, pd.index)] = pd.records
         for tp in denied:
             del entries[tp]
+    refused = await _recompress_off_loop(ctx, entries)
     results, done = ctx.replica_manager.append_records(entries, acks, request.timeout_ms)
     for tp in denied:
         results[tp] = PartitionResult(tp[1], TOPIC_AUTHORIZATION_FAILED)
+    results.update(refused)
     quotas = ctx.services.quotas
     if quotas is not None and quotas.produce.enabled:
         user, client_id = quotas.client_of(ctx)
@@ -68,6 +73,30 @@ async def handle(ctx: RequestContext, request: Any) -> bytes | DeferredResponse 
 
     done.add_done_callback(answer)
     return DeferredResponse([], ready)
+
+
+async def _recompress_off_loop(ctx: RequestContext, entries: dict[TopicPartition, Any]) -> ProduceResults:
+    """Batches bound for a topic whose compression.type names another codec are converted in a
+    worker thread (inflating and recompressing can take seconds); the log then finds them in its
+    codec. Partitions whose conversion fails are taken out of ``entries`` and answered here."""
+    refused: ProduceResults = {}
+    for tp, records in list(entries.items()):
+        part = ctx.replica_manager.partitions.get(tp)
+        if part is None or records is None or part.log.config.compression_type == "producer" or not part.is_leader:
+            continue
+        config = part.log.config
+        if not needs_recompression(records, config):
+            continue
+        try:
+            converted = await asyncio.get_running_loop().run_in_executor(
+                None, convert_for_append, records, config, int(time.time() * 1000))
+        except Exception as exc:  # noqa: BLE001 - answered as the log would answer it
+            del entries[tp]
+            refused[tp] = PartitionResult(tp[1], error_code_of(exc), error_message=error_message_of(exc))
+            continue
+        if converted is not None:
+            entries[tp] = converted
+    return refused
 
 
 def _authorize(ctx: RequestContext, request: Any) -> tuple[int, list[TopicPartition]]:
