@@ -50,11 +50,13 @@ async def handle(ctx: RequestContext, request: Any) -> bytes | DeferredResponse 
                 entries[(name, pd.index)] = pd.records
         for tp in denied:
             del entries[tp]
-    refused = await _recompress_off_loop(ctx, entries)
+    todo = _to_recompress(ctx, entries)
+    refused = await _recompress_off_loop(todo, entries) if todo else None
     results, done = ctx.replica_manager.append_records(entries, acks, request.timeout_ms)
     for tp in denied:
         results[tp] = PartitionResult(tp[1], TOPIC_AUTHORIZATION_FAILED)
-    results.update(refused)
+    if refused:
+        results.update(refused)
     quotas = ctx.services.quotas
     if quotas is not None and quotas.produce.enabled:
         user, client_id = quotas.client_of(ctx)
@@ -75,22 +77,31 @@ async def handle(ctx: RequestContext, request: Any) -> bytes | DeferredResponse 
     return DeferredResponse([], ready)
 
 
-async def _recompress_off_loop(ctx: RequestContext, entries: dict[TopicPartition, Any]) -> ProduceResults:
-    """Batches bound for a topic whose compression.type names another codec are converted in a
-    worker thread (inflating and recompressing can take seconds); the log then finds them in its
-    codec. Partitions whose conversion fails are taken out of ``entries`` and answered here."""
-    refused: ProduceResults = {}
-    for tp, records in list(entries.items()):
-        part = ctx.replica_manager.partitions.get(tp)
+def _to_recompress(ctx: RequestContext, entries: dict[TopicPartition, Any]) -> list[tuple[TopicPartition, Any]]:
+    """Partitions led here whose topic's compression.type names a codec some batch is not in."""
+    todo = []
+    partitions = ctx.replica_manager.partitions
+    for tp, records in entries.items():
+        part = partitions.get(tp)
         if part is None or records is None or part.log.config.compression_type == "producer" or not part.is_leader:
             continue
-        config = part.log.config
-        if not needs_recompression(records, config):
-            continue
+        if needs_recompression(records, part.log.config):
+            todo.append((tp, part.log.config))
+    return todo
+
+
+async def _recompress_off_loop(todo: list[tuple[TopicPartition, Any]], entries: dict[TopicPartition, Any]
+                               ) -> ProduceResults:
+    """Convert those batches in a worker thread (inflating and recompressing can take seconds); the
+    log then finds them in its codec. Partitions whose conversion fails are taken out of
+    ``entries`` and answered here, as the log would have answered them."""
+    refused: ProduceResults = {}
+    loop = asyncio.get_running_loop()
+    for tp, config in todo:
         try:
-            converted = await asyncio.get_running_loop().run_in_executor(
-                None, convert_for_append, records, config, int(time.time() * 1000))
-        except Exception as exc:  # noqa: BLE001 - answered as the log would answer it
+            converted = await loop.run_in_executor(None, convert_for_append, entries[tp], config,
+                                                   int(time.time() * 1000))
+        except Exception as exc:  # noqa: BLE001 - every failure maps to a Kafka error code
             del entries[tp]
             refused[tp] = PartitionResult(tp[1], error_code_of(exc), error_message=error_message_of(exc))
             continue
