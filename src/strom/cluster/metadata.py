@@ -136,6 +136,16 @@ class MetadataStore(ABC):
     def topic(self, name: str) -> TopicMetadata | None:
         return self.topics().get(name)
 
+    def being_created(self, name: str) -> bool:
+        """Whether the topic exists at the source of truth but this broker's cache has no partitions for it
+        yet (Metadata answers LEADER_NOT_AVAILABLE for it, never UNKNOWN_TOPIC_OR_PARTITION)."""
+        return False
+
+    async def read_topic_async(self, name: str) -> TopicMetadata | None:
+        """A topic's assignment as the source of truth has it now, even if the cache has not caught up
+        (Kafka's AdminZkClient reads ZooKeeper before adding partitions)."""
+        return self.topic(name)
+
     def topic_configs(self, name: str) -> dict[str, str]:
         """A topic's config overrides (a cluster store may have them before the topic's partitions)."""
         topic = self.topic(name)

@@ -47,6 +47,9 @@ from strom.security.acl import AccessControlEntry, ResourcePattern
 log = logging.getLogger(__name__)
 
 LEADER_DURING_DELETE = -2
+# How long a topic known to exist in ZooKeeper is shown as "being created" while no UpdateMetadata has
+# brought it (a topic created and deleted before the controller saw it is never announced).
+CREATED_MEMORY_S = 60.0
 
 T = TypeVar("T")
 
@@ -66,6 +69,7 @@ class ZkMetadataStore(MetadataStore):
         self.cluster_id = cluster_id
         self.broker_epoch = -1
         self._topics: dict[str, TopicMetadata] = {}
+        self._created: dict[str, float] = {}  # in ZooKeeper, not in the cache yet: name -> loop time learnt
         self._configs: dict[str, dict[str, str]] = {}
         self._brokers: dict[int, BrokerInfo] = {}
         self._controller_id = -1
@@ -120,6 +124,32 @@ class ZkMetadataStore(MetadataStore):
     def topics(self) -> dict[str, TopicMetadata]:
         return self._topics
 
+    def being_created(self, name: str) -> bool:
+        since = self._created.get(name)
+        if since is None:
+            return False
+        if name in self._topics or self._loop.time() - since > CREATED_MEMORY_S:
+            del self._created[name]
+            return False
+        return True
+
+    def _note_created(self, name: str) -> None:
+        """On the loop: the topic exists in ZooKeeper (we wrote it, or found it there)."""
+        if name not in self._topics:
+            self._created[name] = self._loop.time()
+
+    async def read_topic_async(self, name: str) -> TopicMetadata | None:
+        """``/brokers/topics/<t>`` read off the loop; leaders, where known, from the cache."""
+        self._require_zookeeper()
+        got = await self._off_loop(self.zk.get_topic_assignment, name)
+        if got is None or got.topic_id is None:
+            return None
+        cached = self._topics.get(name)
+        known = cached.partitions if cached is not None and cached.topic_id == got.topic_id else {}
+        parts = {p: known[p] if p in known else PartitionState(p, -1, -1, list(reps), [])
+                 for p, reps in sorted(got.partitions.items())}
+        return TopicMetadata(name, got.topic_id, parts, dict(self._configs.get(name, {})))
+
     def topic_configs(self, name: str) -> dict[str, str]:
         """Configs of a topic. Request paths call ``load_topic_configs`` first, so this is a cache read
         there; the ZooKeeper read is left for callers off the loop."""
@@ -152,6 +182,7 @@ class ZkMetadataStore(MetadataStore):
             topic = self._topics.get(name)
             deleting = [s for s in states if s.leader == LEADER_DURING_DELETE]
             if deleting:
+                self._created.pop(name, None)
                 if topic is not None:
                     for s in deleting:
                         topic.partitions.pop(s.partition, None)
@@ -165,6 +196,7 @@ class ZkMetadataStore(MetadataStore):
                     continue
                 topic = TopicMetadata(name, topic_id, {}, dict(self.topic_configs(name)))
                 self._topics[name] = topic
+                self._created.pop(name, None)
             for s in states:
                 topic.partitions[s.partition] = s
         self._metadata_changed()
@@ -320,7 +352,13 @@ class ZkMetadataStore(MetadataStore):
     async def create_topic_async(self, name: str, assignment: dict[int, list[int]],
                                  configs: dict[str, str]) -> TopicMetadata:
         self._require_zookeeper()  # here too: refused at once, before a worker thread is taken
-        return await self._off_loop(self.create_topic, name, assignment, configs)  # touches no cache
+        try:
+            created = await self._off_loop(self.create_topic, name, assignment, configs)  # touches no cache
+        except Errors.TopicAlreadyExistsError:
+            self._note_created(name)
+            raise
+        self._note_created(name)
+        return created
 
     def delete_topic(self, name: str, recorded_elsewhere: bool = False) -> None:
         self._require_zookeeper()
@@ -337,17 +375,27 @@ class ZkMetadataStore(MetadataStore):
 
     async def add_partitions_async(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
         self._require_zookeeper()
-        await self._off_loop(self._write_partitions, name, assignment)
-        return self._cached_topic(name)
+        topic_id = await self._off_loop(self._write_partitions, name, assignment)
+        cached = self._topics.get(name)
+        if cached is not None:
+            return cached
+        # Not in the cache yet (created a moment ago): what was written, leaders to come.
+        return TopicMetadata(name, topic_id or uuid.UUID(int=0),
+                             {p: PartitionState(p, -1, -1, list(r), []) for p, r in assignment.items()})
 
-    def _write_partitions(self, name: str, assignment: dict[int, list[int]]) -> None:
-        """ZooKeeper only (safe on a worker thread): the merged assignment, set on the znode's version."""
+    def _write_partitions(self, name: str, assignment: dict[int, list[int]]) -> uuid.UUID | None:
+        """ZooKeeper only (safe on a worker thread): the merged assignment, set on the znode's version.
+        Partitions already assigned are never replaced (a caller that counted from a stale view fails)."""
         got = self.zk.get_data(zd.topic_path(name))
         if got is None:
             raise KeyError(name)
         current = zd.decode_topic_assignment(got[0])
+        if set(assignment) & set(current.partitions) or min(assignment, default=0) != len(current.partitions):
+            raise Errors.InvalidPartitionsError(
+                f"Topic {name} has {len(current.partitions)} partitions now; retry with that count.")
         merged = {**current.partitions, **assignment}
         self.zk.set_topic_assignment(name, current.topic_id, merged, got[1].version)
+        return current.topic_id
 
     def _cached_topic(self, name: str) -> TopicMetadata:
         topic = self._topics.get(name)
