@@ -18,6 +18,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -101,6 +102,9 @@ class KafkaController:
         self._term = 0
         self._watched_topics: set[str] = set()
         self._rebalance_task: asyncio.Task[None] | None = None
+        # The controller's own ZooKeeper thread (Kafka's controller calls ZooKeeper from its event thread):
+        # the loop's default executor also runs the cleaner, retention, flushes and coordinator loads.
+        self._zk_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"controller-{broker_id}-zk")
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -112,6 +116,7 @@ class KafkaController:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         await self._resign()
+        self._zk_executor.shutdown(wait=False, cancel_futures=True)
 
     def _enqueue(self, name: str, handler: Callable[[], Awaitable[Any]]) -> None:
         """Thread-safe: ZooKeeper watches call this on kazoo's thread."""
@@ -148,8 +153,8 @@ class KafkaController:
                 log.exception("controller event %s failed", name)
 
     async def _zk(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """ZooKeeper round trips run off the event loop."""
-        return await self._loop.run_in_executor(None, lambda: fn(*args, **kwargs))
+        """ZooKeeper round trips run off the event loop, on the controller's ZooKeeper thread."""
+        return await self._loop.run_in_executor(self._zk_executor, lambda: fn(*args, **kwargs))
 
     # -- election ------------------------------------------------------------------------------------
     def _on_controller_znode(self, data: bytes | None, _stat: Any) -> None:
@@ -231,7 +236,9 @@ class KafkaController:
             return []
         if assignment.topic_id is not None:
             self.ctx.topic_ids[topic] = assignment.topic_id
-        states = await self._zk(self.zk.get_partition_states, topic)
+        added = any((topic, p) not in self.ctx.partitions for p in assignment.partitions)
+        # Partition states are only needed for partitions the controller does not know yet.
+        states = await self._zk(self.zk.get_partition_states, topic) if added else {}
         new: list[TopicPartition] = []
         for p, replicas in assignment.partitions.items():
             tp = (topic, p)
@@ -391,9 +398,10 @@ class KafkaController:
         for topic in sorted(topics):
             if topic not in self._watched_topics:  # also topics loaded at failover: partitions may be added
                 self._watched_topics.add(topic)  # kept after a deletion: the watch sees a re-creation too
-                self.zk.watch_data(zd.topic_path(topic), self._term_watch(
+                await self._zk(self.zk.watch_data, zd.topic_path(topic), self._term_watch(  # reads at once
                     f"partitions-{topic}", lambda t=topic: self._on_partition_change(t)))
-            new_tps += await self._load_topic(topic)
+            if topic not in known:  # Kafka's TopicChange reads new topics only; the watch covers the rest
+                new_tps += await self._load_topic(topic)
         await self._bring_online(new_tps)
 
     async def _on_partition_change(self, topic: str) -> None:
