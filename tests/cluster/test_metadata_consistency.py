@@ -108,3 +108,21 @@ def test_create_partitions_right_after_create_topics_without_waiting(cluster: Cl
         assert {p: assignment[p] for p in range(4)} == first[n]  # the first growth is kept, not overwritten
         for p in range(6):
             assert cluster.wait_leader(n, p, timeout=60).leader in cluster.broker_ids
+
+
+def test_delete_topics_answers_once_deleted_so_the_name_can_be_reused(cluster: ClusterProcess) -> None:
+    """As Kafka's DelayedDeleteTopics: with an operation timeout, OK means the topic is gone, so creating it
+    again right away works (test suites do this all the time). Also for a topic created a moment ago."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+    names = [f"reuse-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    for f in admin.create_topics([NewTopic(n, 2, 3) for n in names], operation_timeout=30).values():
+        f.result(60)
+    fresh = f"fresh-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(fresh, 2, 3)], operation_timeout=0)[fresh].result(30)
+    for f in admin.delete_topics([*names, fresh], operation_timeout=30).values():
+        f.result(60)
+    assert all(not cluster.topic_assignment(n) for n in names)
+    for f in admin.create_topics([NewTopic(n, 3, 3) for n in names], operation_timeout=30).values():
+        f.result(60)
+    for n in names:
+        assert sorted(cluster.topic_assignment(n)) == [0, 1, 2]

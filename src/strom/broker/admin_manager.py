@@ -105,7 +105,8 @@ class AdminManager:
         return await self.metadata.await_leaders(wanted, timeout_ms)
 
     async def delete_topic(self, name: str) -> TopicMetadata:
-        topic = self.metadata.topic(name)
+        # Not in the cache yet (created a moment ago): ZooKeeper knows it, as Kafka's AdminZkClient asks.
+        topic = self.metadata.topic(name) or await self.metadata.read_topic_async(name)
         if topic is None:
             raise Errors.UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
         if not self.config.get("delete.topic.enable"):

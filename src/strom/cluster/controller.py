@@ -438,9 +438,10 @@ class KafkaController:
             self.ctx.deleting.add(topic)
             if tps:
                 self._send_stop_replica(tps, delete=True)
-                self._send_update_metadata(list(self.ctx.live_brokers), tps, deleting=True)
             await self._zk(self.zk.delete_topic_znodes, topic, self.ctx.epoch_zk_version)
             await self._zk(self.zk.remove_topic_deletion, topic, self.ctx.epoch_zk_version)
+            if tps:  # after ZooKeeper: a broker that shows the topic gone lets a client create it again
+                self._send_update_metadata(list(self.ctx.live_brokers), tps, deleting=True)
             for tp in tps:
                 self.ctx.partitions.pop(tp, None)
             self.ctx.topic_ids.pop(topic, None)
