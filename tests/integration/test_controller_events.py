@@ -1,7 +1,7 @@
 """What may hold the controller's event queue: a real KafkaController against a real ZooKeeper.
 
-A DeleteTopics answered OK is carried out by the controller's next events; nothing else the broker does
-may make those wait. Two causes were found: the controller's ZooKeeper calls queued on the event loop's
+A DeleteTopics is carried out by the controller's next events; nothing else the broker does may make
+those (or the admin request's own ZooKeeper write) wait. Two causes were found: the controller's ZooKeeper calls queued on the event loop's
 default executor behind storage and coordinator work, and every topic creation re-read the assignment
 and partition states of every topic in the cluster.
 """
@@ -21,6 +21,7 @@ import pytest
 
 from strom.cluster.controller import KafkaController
 from strom.cluster.zk import KafkaZkClient
+from strom.cluster.zk_metadata import ZkMetadataStore
 from strom.cluster.zookeeper_server import ZooKeeperServer
 from strom.config import BrokerConfig
 
@@ -107,5 +108,31 @@ def test_a_new_topic_makes_the_controller_read_that_topic_only(zookeeper: ZooKee
             # The new topic, and the deleted one (its own watch fires): not the 29 others.
             assert set(read) <= {"new", "t0"} and "new" in read, sorted(set(read))
             assert set(read_states) <= {"new"}, sorted(set(read_states))
+
+    asyncio.run(scenario())
+
+
+def test_a_busy_default_executor_does_not_hold_admin_requests(zookeeper: ZooKeeperServer) -> None:
+    """The broker side of the same: CreateTopics, DeleteTopics and CreatePartitions write ZooKeeper through
+    the metadata store, which must not queue behind storage work on the default executor either."""
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
+        zk = KafkaZkClient(f"{zookeeper.connect_string}/strom-test-{uuid.uuid4().hex[:12]}",
+                           session_timeout_ms=6000).start()
+        store = ZkMetadataStore(zk, BROKER_ID, "cluster")
+        release = threading.Event()
+        busy = loop.run_in_executor(None, release.wait, WAIT * 3)
+        try:
+            await asyncio.wait_for(store.create_topic_async("t", {0: [BROKER_ID]}, {}), WAIT)
+            topic = await asyncio.wait_for(store.read_topic_async("t"), WAIT)
+            assert topic is not None and list(topic.partitions) == [0]
+            await asyncio.wait_for(store.add_partitions_async("t", {1: [BROKER_ID]}), WAIT)
+            await asyncio.wait_for(store.delete_topic_async("t"), WAIT)
+            assert zk.get_topic_deletions() == ["t"]
+        finally:
+            release.set()
+            await busy
+            store.close()
 
     asyncio.run(scenario())

@@ -14,9 +14,10 @@ the replicas; DeleteTopics queues ``/admin/delete_topics/<t>`` for the controlle
 Threading: kazoo delivers watches on its own thread; they are handed to the event loop in
 ``_to_loop`` and nowhere else, so the cache is only ever touched from the loop. Request paths
 never call kazoo on the loop: the admin writes, the broker list for placement, producer id
-blocks and configs of topics not cached yet run on a worker thread (``_off_loop``) and their
-results are applied back on the loop, so a slow or absent ZooKeeper delays those requests
-only, never the loop (produce, fetch and replication keep going).
+blocks and configs of topics not cached yet run on the store's own worker threads (``_off_loop``)
+and their results are applied back on the loop, so a slow or absent ZooKeeper delays those requests
+only, never the loop (produce, fetch and replication keep going), and storage work on the loop's
+default executor never delays them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import kafka.errors as Errors
@@ -50,6 +52,9 @@ LEADER_DURING_DELETE = -2
 # How long a topic known to exist in ZooKeeper is shown as "being created" while no UpdateMetadata has
 # brought it (a topic created and deleted before the controller saw it is never announced).
 CREATED_MEMORY_S = 60.0
+# Worker threads for the request paths' ZooKeeper calls: their own, so storage work on the loop's
+# default executor (compaction, flushes, coordinator loads) never queues an admin request behind it.
+ZK_WORKERS = 4
 
 T = TypeVar("T")
 
@@ -74,6 +79,7 @@ class ZkMetadataStore(MetadataStore):
         self._brokers: dict[int, BrokerInfo] = {}
         self._controller_id = -1
         self._loop = asyncio.get_running_loop()
+        self._executor = ThreadPoolExecutor(max_workers=ZK_WORKERS, thread_name_prefix=f"zk-metadata-{broker_id}")
         self._seen_changes: set[str] = set()
         self._me: BrokerInfo | None = None
         # Called on the loop when /config/changes grows: dynamic broker configs may have changed.
@@ -170,7 +176,7 @@ class ZkMetadataStore(MetadataStore):
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a (blocking) kazoo call on a worker thread; its result comes back to the loop."""
-        return await self._loop.run_in_executor(None, fn, *args)
+        return await self._loop.run_in_executor(self._executor, fn, *args)
 
     # -- UpdateMetadata ------------------------------------------------------------------------------
     def apply_update_metadata(self, controller_id: int, brokers: list[BrokerInfo],
@@ -436,4 +442,5 @@ class ZkMetadataStore(MetadataStore):
         return await self._off_loop(self.zk.allocate_producer_id_block, self.broker_id, size)
 
     def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
         self.zk.close()
