@@ -1,6 +1,8 @@
 """Metadata: brokers, controller, topics with stable IDs, partition leaders and ISR.
 
-Auto-creates unknown topics when `auto.create.topics.enable` and the client allow it.
+Auto-creates unknown topics when `auto.create.topics.enable` and the client allow it. A topic that
+exists but has no leaders in this broker's cache yet (being created) is answered LEADER_NOT_AVAILABLE,
+as Kafka does, so clients retry; it never flips back to UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
