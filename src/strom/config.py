@@ -454,7 +454,7 @@ _KAFKA_DYNAMIC_ONLY_DEFS: list[ConfigDef] = [
         ("replica.alter.log.dirs.io.max.bytes.per.second", T.LONG, _LONG_MAX),
     )
 ]
-_BROKER_DEFS += _KAFKA_DYNAMIC_ONLY_DEFS
+_BROKER_DEFS += [d for d in _KAFKA_DYNAMIC_ONLY_DEFS if d.name not in {b.name for b in _BROKER_DEFS}]
 del T
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}

@@ -148,13 +148,15 @@ class ZkMetadataStore(MetadataStore):
         """``/brokers/topics/<t>`` read off the loop; leaders, where known, from the cache."""
         self._require_zookeeper()
         got = await self._off_loop(self.zk.get_topic_assignment, name)
-        if got is None or got.topic_id is None:
+        if got is None:
             return None
         cached = self._topics.get(name)
-        known = cached.partitions if cached is not None and cached.topic_id == got.topic_id else {}
+        # A znode written by an old tool may lack the topic id: the cache's, or none yet.
+        topic_id = got.topic_id or (cached.topic_id if cached is not None else uuid.UUID(int=0))
+        known = cached.partitions if cached is not None and cached.topic_id == topic_id else {}
         parts = {p: known[p] if p in known else PartitionState(p, -1, -1, list(reps), [])
                  for p, reps in sorted(got.partitions.items())}
-        return TopicMetadata(name, got.topic_id, parts, dict(self._configs.get(name, {})))
+        return TopicMetadata(name, topic_id, parts, dict(self._configs.get(name, {})))
 
     def topic_configs(self, name: str) -> dict[str, str]:
         """Configs of a topic. Request paths call ``load_topic_configs`` first, so this is a cache read
