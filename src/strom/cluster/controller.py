@@ -97,14 +97,14 @@ class KafkaController:
         self.channel: ControllerChannelManager | None = None
         self._events: asyncio.Queue[tuple[str, Callable[[], Awaitable[Any]]]] = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
+        # The controller's own ZooKeeper thread (Kafka's controller calls ZooKeeper from its event thread):
+        # the loop's default executor also runs the cleaner, retention, flushes and coordinator loads.
+        self._zk_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"controller-{broker_id}-zk")
         self._task: asyncio.Task[None] | None = None
         # Watches of one term as controller check this and stop once it moved on (kazoo: return False).
         self._term = 0
         self._watched_topics: set[str] = set()
         self._rebalance_task: asyncio.Task[None] | None = None
-        # The controller's own ZooKeeper thread (Kafka's controller calls ZooKeeper from its event thread):
-        # the loop's default executor also runs the cleaner, retention, flushes and coordinator loads.
-        self._zk_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"controller-{broker_id}-zk")
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def startup(self) -> None:
