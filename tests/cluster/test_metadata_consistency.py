@@ -126,3 +126,16 @@ def test_delete_topics_answers_once_deleted_so_the_name_can_be_reused(cluster: C
         f.result(60)
     for n in names:
         assert sorted(cluster.topic_assignment(n)) == [0, 1, 2]
+
+
+def test_kafka_python_producer_to_a_new_topic_succeeds_at_once(cluster: ClusterProcess) -> None:
+    from kafka import KafkaProducer
+
+    topic = f"kp-{uuid.uuid4().hex[:8]}"
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap, acks="all", retries=0, max_block_ms=60000)
+    try:
+        futures = [producer.send(topic, value=b"v%d" % i, partition=i % PARTITIONS) for i in range(20)]
+        offsets = [f.get(timeout=60).offset for f in futures]
+    finally:
+        producer.close(timeout=10)
+    assert sorted(offsets) == sorted(i // PARTITIONS for i in range(20))

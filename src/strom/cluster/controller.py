@@ -413,8 +413,9 @@ class KafkaController:
             return
         changed = await self._elect_offline_partitions(new_tps)
         log.info("controller: %d new partitions online", len(changed))
-        self._send_update_metadata(list(self.ctx.live_brokers), changed)
+        # LeaderAndIsr first, as Kafka: a broker shows a leader to clients only after the leader was told.
         self._send_leader_and_isr(changed, is_new=True)
+        self._send_update_metadata(list(self.ctx.live_brokers), changed)
 
     async def _on_config_change(self) -> None:
         """A config changed (Kafka's TopicConfigChange): a topic may now allow unclean election,
