@@ -407,6 +407,56 @@ _BROKER_DEFS: list[ConfigDef] = [
               "http://host:port of the Prometheus /metrics, /healthz and /readyz endpoint; empty = off.",
               validate_metrics_listener),
 ]
+
+# Kafka 3.9 dynamic broker keys Strom has no machinery for (Kerberos, JVM TLS providers, connection
+# limits, remote storage, replication throttles...): accepted in server.properties and by AlterConfigs
+# with Kafka's types and defaults, stored, described, and without effect here (see 0023).
+_NO_EFFECT = "Kafka dynamic broker config, accepted and stored for compatibility; no effect in Strom."
+_LONG_MAX = 2**63 - 1
+_KAFKA_DYNAMIC_ONLY_DEFS: list[ConfigDef] = [
+    ConfigDef(name, ctype, default, _NO_EFFECT, sensitive=ctype is T.PASSWORD)
+    for name, ctype, default in (
+        ("background.threads", T.INT, 10),
+        ("principal.builder.class", T.CLASS, None),
+        ("sasl.kerberos.service.name", T.STRING, None),
+        ("sasl.kerberos.kinit.cmd", T.STRING, "/usr/bin/kinit"),
+        ("sasl.kerberos.ticket.renew.window.factor", T.DOUBLE, 0.8),
+        ("sasl.kerberos.ticket.renew.jitter", T.DOUBLE, 0.05),
+        ("sasl.kerberos.min.time.before.relogin", T.LONG, 60000),
+        ("sasl.kerberos.principal.to.local.rules", T.LIST, ["DEFAULT"]),
+        ("sasl.login.refresh.window.factor", T.DOUBLE, 0.8),
+        ("sasl.login.refresh.window.jitter", T.DOUBLE, 0.05),
+        ("sasl.login.refresh.min.period.seconds", T.SHORT, 60),
+        ("sasl.login.refresh.buffer.seconds", T.SHORT, 300),
+        ("ssl.provider", T.STRING, None),
+        ("ssl.keymanager.algorithm", T.STRING, "SunX509"),
+        ("ssl.trustmanager.algorithm", T.STRING, "PKIX"),
+        ("ssl.secure.random.implementation", T.STRING, None),
+        ("ssl.engine.factory.class", T.CLASS, None),
+        ("ssl.keystore.password", T.PASSWORD, None),
+        ("ssl.truststore.password", T.PASSWORD, None),
+        ("max.connections", T.INT, 2**31 - 1),
+        ("max.connection.creation.rate", T.INT, 2**31 - 1),
+        ("max.connections.per.ip", T.INT, 2**31 - 1),
+        ("max.connections.per.ip.overrides", T.STRING, ""),
+        ("metric.reporters", T.LIST, []),
+        ("log.cleaner.dedupe.buffer.size", T.LONG, 134217728),
+        ("log.cleaner.io.buffer.load.factor", T.DOUBLE, 0.9),
+        ("log.cleaner.io.buffer.size", T.INT, 524288),
+        ("log.cleaner.io.max.bytes.per.second", T.DOUBLE, 1.7976931348623157e308),
+        ("log.local.retention.ms", T.LONG, -2),
+        ("log.local.retention.bytes", T.LONG, -2),
+        ("transaction.partition.verification.enable", T.BOOLEAN, True),
+        ("remote.log.index.file.cache.total.size.bytes", T.LONG, 1073741824),
+        ("remote.fetch.max.wait.ms", T.INT, 500),
+        ("remote.log.manager.copy.max.bytes.per.second", T.LONG, _LONG_MAX),
+        ("remote.log.manager.fetch.max.bytes.per.second", T.LONG, _LONG_MAX),
+        ("leader.replication.throttled.rate", T.LONG, _LONG_MAX),
+        ("follower.replication.throttled.rate", T.LONG, _LONG_MAX),
+        ("replica.alter.log.dirs.io.max.bytes.per.second", T.LONG, _LONG_MAX),
+    )
+]
+_BROKER_DEFS += [d for d in _KAFKA_DYNAMIC_ONLY_DEFS if d.name not in {b.name for b in _BROKER_DEFS}]
 del T
 
 BROKER_CONFIGS: dict[str, ConfigDef] = {d.name: d for d in _BROKER_DEFS}
@@ -539,11 +589,32 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in _TOPIC_DEFS}
 # Kafka's DynamicThreadPool and LogCleaner keys: a change may at most halve or double the current value.
 THREAD_CONFIGS = frozenset({
     "log.cleaner.threads", "num.io.threads", "num.network.threads", "num.replica.fetchers",
-    "num.recovery.threads.per.data.dir",
+    "num.recovery.threads.per.data.dir", "background.threads",
 })
 
-PER_BROKER_CONFIGS = frozenset({"advertised.listeners"})
+# Kafka's DynamicListenerConfig keys except its cluster-level ones (max.connections,
+# max.connection.creation.rate, num.network.threads): listeners and security settings of one broker.
+PER_BROKER_CONFIGS = frozenset({
+    "advertised.listeners", "listeners", "listener.security.protocol.map", "principal.builder.class",
+    "ssl.protocol", "ssl.provider", "ssl.cipher.suites", "ssl.enabled.protocols", "ssl.keystore.type",
+    "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password", "ssl.truststore.type",
+    "ssl.truststore.location", "ssl.truststore.password", "ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
+    "ssl.endpoint.identification.algorithm", "ssl.secure.random.implementation", "ssl.client.auth",
+    "ssl.engine.factory.class", "sasl.mechanism.inter.broker.protocol", "sasl.jaas.config",
+    "sasl.enabled.mechanisms", "sasl.kerberos.service.name", "sasl.kerberos.kinit.cmd",
+    "sasl.kerberos.ticket.renew.window.factor", "sasl.kerberos.ticket.renew.jitter",
+    "sasl.kerberos.min.time.before.relogin", "sasl.kerberos.principal.to.local.rules",
+    "sasl.login.refresh.window.factor", "sasl.login.refresh.window.jitter", "sasl.login.refresh.min.period.seconds",
+    "sasl.login.refresh.buffer.seconds",
+})
 """Dynamic keys that only make sense for one broker (Kafka refuses them at the cluster default)."""
+
+# Kafka's SslConfigs.RECONFIGURABLE_CONFIGS: dynamic only with a listener.name.<listener>. prefix.
+LISTENER_ONLY_DYNAMIC_CONFIGS = frozenset({
+    "ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+    "ssl.truststore.type", "ssl.truststore.location", "ssl.truststore.password", "ssl.keystore.certificate.chain",
+    "ssl.keystore.key", "ssl.truststore.certificates",
+})
 
 DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
     # Kafka's DynamicLogConfig: the first broker synonym of each topic key (log.retention.ms, not .hours)
@@ -551,6 +622,8 @@ DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
     | THREAD_CONFIGS
     | {"log.cleaner.backoff.ms"}
     | PER_BROKER_CONFIGS
+    | {d.name for d in _KAFKA_DYNAMIC_ONLY_DEFS}
+    | {"background.threads", "message.max.bytes", "producer.id.expiration.ms"}
 )
 """Broker keys AlterConfigs may change at run time, per broker or as the cluster default."""
 
@@ -833,6 +906,9 @@ class BrokerConfig:
         lo, hi = self.get("group.min.session.timeout.ms"), self.get("group.max.session.timeout.ms")
         if lo > hi:
             raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
+        if self.get("replica.fetch.wait.max.ms") > self.get("replica.socket.timeout.ms"):
+            raise ConfigError("replica.socket.timeout.ms must be at least replica.fetch.wait.max.ms: a follower's "
+                              "fetch would time out while the leader still waits for data")
 
     # -- access
 
@@ -1043,6 +1119,10 @@ class BrokerConfig:
         static = sorted(k for k in configs if k not in DYNAMIC_BROKER_CONFIGS)
         if static:
             raise DynamicUpdateError(f"Cannot update these configs dynamically: {', '.join(static)}")
+        unprefixed = sorted(k for k in configs if k in LISTENER_ONLY_DYNAMIC_CONFIGS)
+        if unprefixed:
+            raise DynamicUpdateError("These security configs can be dynamically updated only per-listener using "
+                                     f"the listener prefix: {', '.join(unprefixed)}")
         if not per_broker:
             only_one = sorted(k for k in configs if k in PER_BROKER_CONFIGS)
             if only_one:

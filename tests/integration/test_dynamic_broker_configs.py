@@ -153,3 +153,43 @@ def test_existing_logs_follow_a_dynamic_retention_default(broker_factory) -> Non
     while watermarks(b, topic)[0] == 0 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert watermarks(b, topic)[0] > 0, b.log_tail()
+
+
+def test_every_kafka_dynamic_key_is_accepted_and_stored(broker_factory) -> None:  # noqa: ANN001
+    """Keys Kafka 3.9 lists as dynamic (per-broker or cluster-wide) are accepted and kept, even those with no
+    effect in Strom, so tools and test suites written against Kafka can set them."""
+    b = broker_factory()
+    a = AdminClient({"bootstrap.servers": b.bootstrap})
+    alter(a, "0", sasl__kerberos__min__time__before__relogin="120000",
+          leader__replication__throttled__rate="1048576", background__threads="12",
+          sasl__login__refresh__window__factor="0.9", producer__id__expiration__ms="3600000")
+    cfg = describe(a, BROKER, "0")
+    for key, value in (("sasl.kerberos.min.time.before.relogin", "120000"),
+                       ("leader.replication.throttled.rate", "1048576"), ("background.threads", "12"),
+                       ("sasl.login.refresh.window.factor", "0.9"), ("producer.id.expiration.ms", "3600000")):
+        assert (cfg[key].value, source(cfg[key]), cfg[key].is_read_only) == (
+            value, ConfigSource.DYNAMIC_BROKER_CONFIG, False), key
+    res = ConfigResource(BROKER, "0", set_config={"sasl.kerberos.service.name": "kafka",
+                                                  "max.connections": "1000"})
+    a.alter_configs([res])[res].result(15)  # legacy AlterConfigs: replaces the layer
+    cfg = describe(a, BROKER, "0")
+    assert cfg["sasl.kerberos.service.name"].value == "kafka" and cfg["max.connections"].value == "1000"
+    assert source(cfg["sasl.kerberos.min.time.before.relogin"]) is ConfigSource.DEFAULT_CONFIG
+
+    # Values are still checked against Kafka's types; TLS stores only per listener, as Kafka; per-broker keys
+    # are refused at the cluster default.
+    err = error_of(lambda: alter(a, "0", sasl__kerberos__min__time__before__relogin="soon"))
+    assert err.code() == KafkaError.INVALID_CONFIG
+    err = error_of(lambda: alter(a, "0", ssl__keystore__location="/nowhere.pem"))
+    assert err.code() == KafkaError.INVALID_REQUEST and "per-listener" in err.str()
+    out = default_cli(b, "--alter", "--add-config", "sasl.kerberos.min.time.before.relogin=1", exit_code=1)
+    assert "broker id must be specified" in out
+    default_cli(b, "--alter", "--add-config", "log.cleaner.io.max.bytes.per.second=1000000.0")
+
+    b.restart()
+    cfg = describe(AdminClient({"bootstrap.servers": b.bootstrap}), BROKER, "0")
+    assert (cfg["sasl.kerberos.service.name"].value, source(cfg["sasl.kerberos.service.name"])) == (
+        "kafka", ConfigSource.DYNAMIC_BROKER_CONFIG)
+    assert (cfg["log.cleaner.io.max.bytes.per.second"].value,
+            source(cfg["log.cleaner.io.max.bytes.per.second"])) == (
+        "1000000.0", ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)

@@ -70,3 +70,53 @@ def producer_batch(records: list[Record], deltas: list[int], *, producer_id: int
         builder.append(delta, ts, key, value, headers)
         ends.append(builder.size())
     return bytes(builder.build()), ends
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _zigzag(value: int) -> bytes:
+    return _uvarint((value << 1) ^ (value >> 63))
+
+
+def zero_value_batch(codec: str, keys: list[bytes], value_size: int, timestamp_ms: int) -> bytes:
+    """One v2 batch of ``keys`` records whose values are ``value_size`` zero bytes, compressed
+    as it is built (zlib / zstd straight from the codec libraries), so a batch that inflates to
+    gigabytes (a compression bomb) is made without ever holding its records."""
+    import zlib
+
+    from backports import zstd
+
+    if codec == "gzip":
+        z = zlib.compressobj(9, zlib.DEFLATED, 31)
+        feed, finish = z.compress, z.flush
+    elif codec == "zstd":
+        zc = zstd.ZstdCompressor(level=19)
+        feed, finish = zc.compress, zc.flush
+    else:
+        raise ValueError(f"zero_value_batch builds gzip or zstd batches, not {codec}")
+    body = bytearray()
+    zeros = bytes(min(value_size, 1 << 20))
+    for i, key in enumerate(keys):
+        fields = b"\x00" + _zigzag(0) + _zigzag(i) + _zigzag(len(key)) + key + _zigzag(value_size)
+        record_len = len(fields) + value_size + 1  # + headers count
+        body += feed(_zigzag(record_len) + fields)
+        left = value_size
+        while left:
+            n = min(left, len(zeros))
+            body += feed(zeros[:n])
+            left -= n
+        body += feed(_zigzag(0))
+    body += finish()
+    n = len(keys)
+    header = struct.pack(">qiibIhiqqqhii", 0, HEADER_SIZE - LOG_OVERHEAD + len(body), -1, 2, 0,
+                         CODEC_IDS[codec], n - 1, timestamp_ms, timestamp_ms, -1, -1, -1, n)
+    out = bytearray(header) + body
+    fix_crc(out)
+    return bytes(out)

@@ -321,3 +321,11 @@ def test_dynamic_update_validation() -> None:
     # A persisted entry that no longer validates is skipped, not fatal.
     changed, problems = cfg.set_dynamic_configs(per_broker={"log.segment.bytes": "10", "num.partitions": "3"})
     assert changed == set() and len(problems) == 2
+
+
+def test_replica_fetch_wait_above_the_replica_socket_timeout_is_rejected() -> None:
+    # A follower's fetch would time out (and reconnect) while the leader still legitimately waits for data.
+    with pytest.raises(ConfigError, match="replica.socket.timeout.ms must be at least replica.fetch.wait.max.ms"):
+        BrokerConfig.load(None, ["replica.fetch.wait.max.ms=5000", "replica.socket.timeout.ms=1000"])
+    cfg = BrokerConfig.load(None, ["replica.fetch.wait.max.ms=1000", "replica.socket.timeout.ms=1000"])
+    assert cfg.get("replica.socket.timeout.ms") == 1000

@@ -273,3 +273,24 @@ def test_txn_index_entries(tmp_path: Path) -> None:
         "version: 0 producerId: 7 firstOffset: 10 lastOffset: 14 lastStableOffset: 10",
         "version: 0 producerId: 8 firstOffset: 20 lastOffset: 25 lastStableOffset: 22",
     ]
+
+
+def test_deep_dump_of_a_compression_bomb_holds_one_record_at_a_time(tmp_path: Path) -> None:
+    """A 200 KB gzip batch of 200 zero-filled 1 MiB values: every record is listed, and the dump
+    never holds the 200 MiB inflated section (Python's peak allocation stays near one value)."""
+    import tracemalloc
+
+    from tests.support.record_batches import zero_value_batch
+
+    seg = tmp_path / "00000000000000000000.log"
+    seg.write_bytes(zero_value_batch("gzip", [b"k%03d" % i for i in range(200)], 1 << 20, BASE_TS))
+    out = io.StringIO()
+    tracemalloc.start()
+    try:
+        Dumper(out, deep=True).dump(seg)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    lines = [line for line in out.getvalue().splitlines() if line.startswith("| offset:")]
+    assert len(lines) == 200 and "valueSize: 1048576" in lines[-1]
+    assert peak < 32 * 1024 * 1024

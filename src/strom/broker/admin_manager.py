@@ -105,7 +105,8 @@ class AdminManager:
         return await self.metadata.await_leaders(wanted, timeout_ms)
 
     async def delete_topic(self, name: str) -> TopicMetadata:
-        topic = self.metadata.topic(name)
+        # Not in the cache yet (created a moment ago): ZooKeeper knows it, as Kafka's AdminZkClient asks.
+        topic = self.metadata.topic(name) or await self.metadata.read_topic_async(name)
         if topic is None:
             raise Errors.UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
         if not self.config.get("delete.topic.enable"):
@@ -126,9 +127,11 @@ class AdminManager:
         return topic
 
     async def create_partitions(self, name: str, count: int, assignment: list[list[int]] | None,
-                                validate_only: bool) -> dict[int, list[int]]:
-        """Add partitions (returns their assignment); as for CreateTopics, leaders come later."""
-        topic = self.metadata.topic(name)
+                                validate_only: bool) -> tuple[uuid.UUID, dict[int, list[int]]]:
+        """Add partitions (returns the topic id and their assignment); as for CreateTopics, leaders come
+        later. The topic is read from the source of truth, not the cache: a topic created a moment ago
+        (CreateTopics with timeout 0) is there before any UpdateMetadata, and the count must be current."""
+        topic = await self.metadata.read_topic_async(name)
         if topic is None:
             raise Errors.UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")
         current = len(topic.partitions)
@@ -155,11 +158,11 @@ class AdminManager:
             new = assign_replicas_to_brokers(brokers, count - current, topic.replication_factor or 1,
                                              fixed_start_index=start, start_partition_id=current)
         if validate_only:
-            return new
+            return topic.topic_id, new
         rm = self.replica_manager
         if rm is None:
             await self.metadata.add_partitions_async(name, new)
-            return new
+            return topic.topic_id, new
         rm.create_topic_logs(name, new, topic.configs)  # as for new topics: logs first, then the metadata
         try:
             self.metadata.add_partitions(name, new)
@@ -169,7 +172,7 @@ class AdminManager:
             if isinstance(exc, OSError):
                 raise Errors.KafkaStorageError(f"cannot record the new partitions of {name}: {exc}") from exc
             raise
-        return new
+        return topic.topic_id, new
 
     async def set_topic_configs(self, name: str, configs: dict[str, str | None], validate_only: bool) -> None:
         topic = self.metadata.topic(name)

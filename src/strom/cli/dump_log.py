@@ -18,8 +18,9 @@ from typing import Annotated, TextIO
 import typer
 
 from strom.cli.common import cli_errors, print_error
-from strom.protocol.compression import decompress
+from strom.protocol.compression import DecompressedStream
 from strom.protocol.record_batch import read_varint
+from strom.protocol.record_stream import MAX_READ_RECORD_BYTES
 
 # v2 RecordBatch header: baseOffset, batchLength, partitionLeaderEpoch, magic, crc,
 # attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch,
@@ -184,30 +185,45 @@ def _bytes_field(buf: bytes, pos: int) -> tuple[bytes | None, int]:
 
 def decode_records(batch: Batch) -> list[Record]:
     """Decode (and decompress) the records of a batch read with keep_bodies=True."""
-    data = decompress(batch.codec, batch.body)
-    records: list[Record] = []
-    pos = 0
-    for _ in range(max(batch.count, 0)):
-        length, pos = read_varint(data, pos)
-        end = pos + length
-        if length < 0 or end > len(data):
-            raise ValueError(f"record {len(records)} claims {length} bytes past the end of the batch")
-        pos += 1  # record attributes, unused in v2
-        ts_delta, pos = read_varint(data, pos)
-        offset_delta, pos = read_varint(data, pos)
-        key, pos = _bytes_field(data, pos)
-        value, pos = _bytes_field(data, pos)
-        count, pos = read_varint(data, pos)
-        headers: list[tuple[str, bytes | None]] = []
-        for _h in range(max(count, 0)):
-            hkey, pos = _bytes_field(data, pos)
-            hvalue, pos = _bytes_field(data, pos)
-            headers.append(((hkey or b"").decode("utf-8", "backslashreplace"), hvalue))
-        if pos != end:
-            raise ValueError(f"record {len(records)} has {end - pos} unexpected bytes")
-        timestamp = batch.max_timestamp if batch.attributes & 0x08 else batch.base_timestamp + ts_delta
-        records.append(
-            Record(
+    return list(iter_decoded_records(batch))
+
+
+def iter_decoded_records(batch: Batch) -> Iterator[Record]:
+    """The records of a batch one at a time, decompressed a chunk at a time: a batch that
+    inflates to gigabytes costs one record's bytes, never the whole inflated section."""
+    with DecompressedStream(batch.codec, batch.body) as stream:
+        for n in range(max(batch.count, 0)):
+            raw = bytearray()
+            length = 0
+            shift = 0
+            while True:
+                b = stream.read_byte()
+                raw.append(b)
+                length |= (b & 0x7F) << shift
+                if not b & 0x80:
+                    break
+                shift += 7
+                if shift > 63:
+                    raise ValueError(f"record {n} has a length varint longer than 10 bytes")
+            length = (length >> 1) ^ -(length & 1)
+            if length < 0 or length > MAX_READ_RECORD_BYTES:
+                raise ValueError(f"record {n} claims {length} bytes")
+            data = stream.read(length)
+            pos = 1  # record attributes, unused in v2
+            ts_delta, pos = read_varint(data, pos)
+            offset_delta, pos = read_varint(data, pos)
+            key, pos = _bytes_field(data, pos)
+            value, pos = _bytes_field(data, pos)
+            count, pos = read_varint(data, pos)
+            headers: list[tuple[str, bytes | None]] = []
+            for _h in range(max(count, 0)):
+                hkey, pos = _bytes_field(data, pos)
+                hvalue, pos = _bytes_field(data, pos)
+                headers.append(((hkey or b"").decode("utf-8", "backslashreplace"), hvalue))
+            if pos != len(data):
+                raise ValueError(f"record {n} has {len(data) - pos} unexpected bytes")
+            timestamp = batch.max_timestamp if batch.attributes & 0x08 else batch.base_timestamp + ts_delta
+            yield Record(
                 offset=batch.base_offset + offset_delta,
                 timestamp=timestamp,
                 key=key,
@@ -215,10 +231,8 @@ def decode_records(batch: Batch) -> list[Record]:
                 headers=headers,
                 sequence=_add_sequence(batch.base_sequence, offset_delta),
             )
-        )
-    if pos != len(data):
-        raise ValueError(f"{len(data) - pos} bytes left after {len(records)} records")
-    return records
+        if not stream.at_end():
+            raise ValueError(f"bytes left after {max(batch.count, 0)} records")
 
 
 def _text(raw: bytes) -> str:
@@ -341,12 +355,10 @@ class Dumper:
             if not deep:
                 continue
             try:
-                records = decode_records(entry)
+                for record in iter_decoded_records(entry):
+                    self.write(record_line(entry, record, self.print_data))
             except Exception as exc:  # corrupt data of any shape must not stop the dump
                 self.write(f"| could not decode the records of this batch: {exc}")
-                continue
-            for record in records:
-                self.write(record_line(entry, record, self.print_data))
         if scan.valid_bytes < scan.file_size:
             self.write(f"Found {scan.file_size - scan.valid_bytes} invalid bytes at the end of {path.name}")
         if isinstance(data, mmap.mmap):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import socket
 import struct
 import time
 from collections.abc import Callable
@@ -28,8 +29,32 @@ MAX_RESPONSE_BYTES = 1 << 30
 _STAGING_BYTES = 64 * 1024
 _SIZE = struct.Struct(">i")
 
+# A peer that acknowledges nothing at the TCP level for this long is gone (a network partition, a host that
+# died without a reset): the connection is dropped and made again rather than left to retransmission
+# back-off, which can keep a healed link silent for many seconds more. The peer's kernel, not its
+# (possibly busy) process, acknowledges, so a slow broker is not mistaken for a dead one.
+DEAD_PEER_TIMEOUT_S = 6.0
+
 # A SASL session is renewed (KIP-368 re-authentication on the same connection) after this share of its lifetime.
 REAUTHENTICATE_AT = 0.85
+
+
+def detect_dead_peer(sock: socket.socket | None, timeout_s: float) -> None:
+    """Make the kernel end the connection when the peer stops acknowledging for about `timeout_s`.
+
+    Keepalive probes cover a connection waiting for an answer (nothing of ours unacknowledged);
+    TCP_USER_TIMEOUT covers data of ours that is never acknowledged. Either way the socket fails
+    with ETIMEDOUT, the pending requests fail, and the next request connects again.
+    """
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    probes = 3
+    interval = max(1, round(timeout_s / (probes + 1)))
+    for option, value in (("TCP_KEEPIDLE", interval), ("TCP_KEEPINTVL", interval), ("TCP_KEEPCNT", probes),
+                          ("TCP_USER_TIMEOUT", int(timeout_s * 1000))):
+        if hasattr(socket, option):  # Linux has all four; other systems keep their defaults for the rest
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
 
 
 class _Connection(asyncio.BufferedProtocol):
@@ -145,12 +170,14 @@ class BrokerClient:
     """
 
     def __init__(self, host: str, port: int, client_id: str = "strom-broker", request_timeout_ms: int = 30000,
-                 connect_timeout_s: float = 5.0, security: ClientSecurity | None = None) -> None:
+                 connect_timeout_s: float = 5.0, security: ClientSecurity | None = None,
+                 dead_peer_timeout_s: float | None = DEAD_PEER_TIMEOUT_S) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         self.request_timeout_s = request_timeout_ms / 1000
         self.connect_timeout_s = connect_timeout_s
+        self.dead_peer_timeout_s = dead_peer_timeout_s
         self._client_id = client_id.encode()
         self._correlation = itertools.count(1)
         self._conn: _Connection | None = None
@@ -233,6 +260,8 @@ class BrokerClient:
                         self.connect_timeout_s)
                 except (OSError, TimeoutError) as exc:
                     raise ConnectionError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from exc
+                if self.dead_peer_timeout_s is not None and conn.transport is not None:
+                    detect_dead_peer(conn.transport.get_extra_info("socket"), self.dead_peer_timeout_s)
                 self._conn = conn
                 if self.security.uses_sasl:
                     await self._authenticate(conn)

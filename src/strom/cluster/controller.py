@@ -23,6 +23,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -116,6 +117,9 @@ class KafkaController:
         self.channel: ControllerChannelManager | None = None
         self._events: asyncio.Queue[ControllerEvent] = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
+        # The controller's own ZooKeeper thread (Kafka's controller calls ZooKeeper from its event thread):
+        # the loop's default executor also runs the cleaner, retention, flushes and coordinator loads.
+        self._zk_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"controller-{broker_id}-zk")
         self._task: asyncio.Task[None] | None = None
         # Watches of one term as controller check this and stop once it moved on (kazoo: return False).
         self._term = 0
@@ -157,6 +161,7 @@ class KafkaController:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         await self._resign()
+        self._zk_executor.shutdown(wait=False, cancel_futures=True)
 
     def _enqueue(self, name: str, handler: Callable[[], Awaitable[Any]]) -> None:
         """Thread-safe: ZooKeeper watches call this on kazoo's thread."""
@@ -197,8 +202,8 @@ class KafkaController:
                 log.exception("controller event %s failed", name)
 
     async def _zk(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """ZooKeeper round trips run off the event loop."""
-        return await self._loop.run_in_executor(None, lambda: fn(*args, **kwargs))
+        """ZooKeeper round trips run off the event loop, on the controller's ZooKeeper thread."""
+        return await self._loop.run_in_executor(self._zk_executor, lambda: fn(*args, **kwargs))
 
     # -- election ------------------------------------------------------------------------------------
     def _on_controller_znode(self, data: bytes | None, _stat: Any) -> None:
@@ -292,7 +297,9 @@ class KafkaController:
             return []
         if assignment.topic_id is not None:
             self.ctx.topic_ids[topic] = assignment.topic_id
-        states = await self._zk(self.zk.get_partition_states, topic)
+        added = any((topic, p) not in self.ctx.partitions for p in assignment.partitions)
+        # Partition states are only needed for partitions the controller does not know yet.
+        states = await self._zk(self.zk.get_partition_states, topic) if added else {}
         new: list[TopicPartition] = []
         for p, replicas in assignment.partitions.items():
             tp = (topic, p)
@@ -454,9 +461,10 @@ class KafkaController:
         for topic in sorted(topics):
             if topic not in self._watched_topics:  # also topics loaded at failover: partitions may be added
                 self._watched_topics.add(topic)  # kept after a deletion: the watch sees a re-creation too
-                self.zk.watch_data(zd.topic_path(topic), self._term_watch(
+                await self._zk(self.zk.watch_data, zd.topic_path(topic), self._term_watch(  # reads at once
                     f"partitions-{topic}", lambda t=topic: self._on_partition_change(t)))
-            new_tps += await self._load_topic(topic)
+            if topic not in known:  # Kafka's TopicChange reads new topics only; the watch covers the rest
+                new_tps += await self._load_topic(topic)
         await self._bring_online(new_tps)
 
     async def _on_partition_change(self, topic: str) -> None:
@@ -468,8 +476,9 @@ class KafkaController:
             return
         changed = await self._elect_offline_partitions(new_tps)
         log.info("controller: %d new partitions online", len(changed))
-        self._send_update_metadata(list(self.ctx.live_brokers), changed)
+        # LeaderAndIsr first, as Kafka: a broker shows a leader to clients only after the leader was told.
         self._send_leader_and_isr(changed, is_new=True)
+        self._send_update_metadata(list(self.ctx.live_brokers), changed)
 
     async def _on_config_change(self) -> None:
         """A config changed (Kafka's TopicConfigChange): a topic may now allow unclean election,
@@ -493,9 +502,10 @@ class KafkaController:
             self.ctx.deleting.add(topic)
             if tps:
                 self._send_stop_replica(tps, delete=True)
-                self._send_update_metadata(list(self.ctx.live_brokers), tps, deleting=True)
             await self._zk(self.zk.delete_topic_znodes, topic, self.ctx.epoch_zk_version)
             await self._zk(self.zk.remove_topic_deletion, topic, self.ctx.epoch_zk_version)
+            if tps:  # after ZooKeeper: a broker that shows the topic gone lets a client create it again
+                self._send_update_metadata(list(self.ctx.live_brokers), tps, deleting=True)
             for tp in tps:
                 self.ctx.partitions.pop(tp, None)
             self.ctx.topic_ids.pop(topic, None)

@@ -136,6 +136,16 @@ class MetadataStore(ABC):
     def topic(self, name: str) -> TopicMetadata | None:
         return self.topics().get(name)
 
+    def being_created(self, name: str) -> bool:
+        """Whether the topic exists at the source of truth but this broker's cache has no partitions for it
+        yet (Metadata answers LEADER_NOT_AVAILABLE for it, never UNKNOWN_TOPIC_OR_PARTITION)."""
+        return False
+
+    async def read_topic_async(self, name: str) -> TopicMetadata | None:
+        """A topic's assignment as the source of truth has it now, even if the cache has not caught up
+        (Kafka's AdminZkClient reads ZooKeeper before adding partitions)."""
+        return self.topic(name)
+
     def topic_configs(self, name: str) -> dict[str, str]:
         """A topic's config overrides (a cluster store may have them before the topic's partitions)."""
         topic = self.topic(name)
@@ -165,9 +175,21 @@ class MetadataStore(ABC):
                             timeout_ms: int) -> set[str]:
         """Wait until every listed partition has a leader (Kafka's DelayedCreatePartitions) or the time
         is up; returns the topics still missing one. Woken by metadata updates, not by polling."""
+        return await self._await_metadata(lambda: self.missing_leaders(partitions), timeout_ms)
+
+    async def await_deleted(self, topics: Mapping[str, uuid.UUID], timeout_ms: int) -> set[str]:
+        """Kafka's DelayedDeleteTopics: wait until this broker's metadata no longer has these topics (name ->
+        topic id) or the time is up; returns those still there."""
+        def remaining() -> set[str]:
+            return {name for name, topic_id in topics.items()
+                    if (t := self.topic(name)) is not None and t.topic_id == topic_id}
+
+        return await self._await_metadata(remaining, timeout_ms)
+
+    async def _await_metadata(self, pending: Callable[[], set[str]], timeout_ms: int) -> set[str]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout_ms, 0) / 1000
-        while missing := self.missing_leaders(partitions):
+        while missing := pending():
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return missing

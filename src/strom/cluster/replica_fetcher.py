@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import kafka.errors as Errors
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest
 
-from strom.cluster.broker_client import BrokerClient
+from strom.cluster.broker_client import DEAD_PEER_TIMEOUT_S, BrokerClient
 from strom.protocol import replica_fetch
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import build
@@ -65,6 +65,9 @@ class ReplicaFetcher:
         self._min_bytes = config.get("replica.fetch.min.bytes")
         self._partition_max_bytes = config.get("replica.fetch.max.bytes")
         self._request_timeout_ms = config.get("replica.socket.timeout.ms")
+        # A partitioned leader is noticed by TCP within seconds (then we reconnect), not only when a fetch
+        # times out: after a heal the old connection may stay silent for a retransmission back-off.
+        self._dead_peer_timeout_s = min(DEAD_PEER_TIMEOUT_S, self._request_timeout_ms / 1000)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -94,7 +97,7 @@ class ReplicaFetcher:
                 asyncio.get_running_loop().create_task(old.close())
             self._client = BrokerClient(address[0], address[1], client_id=f"broker-{self.broker_id}-fetcher",
                                         request_timeout_ms=self._request_timeout_ms + self._max_wait_ms,
-                                        security=self._security)
+                                        security=self._security, dead_peer_timeout_s=self._dead_peer_timeout_s)
             self._client_address = address
         return self._client
 

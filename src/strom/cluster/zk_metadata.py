@@ -14,9 +14,10 @@ the replicas; DeleteTopics queues ``/admin/delete_topics/<t>`` for the controlle
 Threading: kazoo delivers watches on its own thread; they are handed to the event loop in
 ``_to_loop`` and nowhere else, so the cache is only ever touched from the loop. Request paths
 never call kazoo on the loop: the admin writes, the broker list for placement, producer id
-blocks and configs of topics not cached yet run on a worker thread (``_off_loop``) and their
-results are applied back on the loop, so a slow or absent ZooKeeper delays those requests
-only, never the loop (produce, fetch and replication keep going).
+blocks and configs of topics not cached yet run on the store's own worker threads (``_off_loop``)
+and their results are applied back on the loop, so a slow or absent ZooKeeper delays those requests
+only, never the loop (produce, fetch and replication keep going), and storage work on the loop's
+default executor never delays them.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import kafka.errors as Errors
@@ -47,6 +49,12 @@ from strom.security.acl import AccessControlEntry, ResourcePattern
 log = logging.getLogger(__name__)
 
 LEADER_DURING_DELETE = -2
+# How long a topic known to exist in ZooKeeper is shown as "being created" while no UpdateMetadata has
+# brought it (a topic created and deleted before the controller saw it is never announced).
+CREATED_MEMORY_S = 60.0
+# Worker threads for the request paths' ZooKeeper calls: their own, so storage work on the loop's
+# default executor (compaction, flushes, coordinator loads) never queues an admin request behind it.
+ZK_WORKERS = 4
 
 T = TypeVar("T")
 
@@ -66,10 +74,12 @@ class ZkMetadataStore(MetadataStore):
         self.cluster_id = cluster_id
         self.broker_epoch = -1
         self._topics: dict[str, TopicMetadata] = {}
+        self._created: dict[str, float] = {}  # in ZooKeeper, not in the cache yet: name -> loop time learnt
         self._configs: dict[str, dict[str, str]] = {}
         self._brokers: dict[int, BrokerInfo] = {}
         self._controller_id = -1
         self._loop = asyncio.get_running_loop()
+        self._executor = ThreadPoolExecutor(max_workers=ZK_WORKERS, thread_name_prefix=f"zk-metadata-{broker_id}")
         self._seen_changes: set[str] = set()
         self._me: BrokerInfo | None = None
         # Called on the loop when /config/changes grows: dynamic broker configs may have changed.
@@ -120,6 +130,34 @@ class ZkMetadataStore(MetadataStore):
     def topics(self) -> dict[str, TopicMetadata]:
         return self._topics
 
+    def being_created(self, name: str) -> bool:
+        since = self._created.get(name)
+        if since is None:
+            return False
+        if name in self._topics or self._loop.time() - since > CREATED_MEMORY_S:
+            del self._created[name]
+            return False
+        return True
+
+    def _note_created(self, name: str) -> None:
+        """On the loop: the topic exists in ZooKeeper (we wrote it, or found it there)."""
+        if name not in self._topics:
+            self._created[name] = self._loop.time()
+
+    async def read_topic_async(self, name: str) -> TopicMetadata | None:
+        """``/brokers/topics/<t>`` read off the loop; leaders, where known, from the cache."""
+        self._require_zookeeper()
+        got = await self._off_loop(self.zk.get_topic_assignment, name)
+        if got is None:
+            return None
+        cached = self._topics.get(name)
+        # A znode written by an old tool may lack the topic id: the cache's, or none yet.
+        topic_id = got.topic_id or (cached.topic_id if cached is not None else uuid.UUID(int=0))
+        known = cached.partitions if cached is not None and cached.topic_id == topic_id else {}
+        parts = {p: known[p] if p in known else PartitionState(p, -1, -1, list(reps), [])
+                 for p, reps in sorted(got.partitions.items())}
+        return TopicMetadata(name, topic_id, parts, dict(self._configs.get(name, {})))
+
     def topic_configs(self, name: str) -> dict[str, str]:
         """Configs of a topic. Request paths call ``load_topic_configs`` first, so this is a cache read
         there; the ZooKeeper read is left for callers off the loop."""
@@ -140,7 +178,7 @@ class ZkMetadataStore(MetadataStore):
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a (blocking) kazoo call on a worker thread; its result comes back to the loop."""
-        return await self._loop.run_in_executor(None, fn, *args)
+        return await self._loop.run_in_executor(self._executor, fn, *args)
 
     # -- UpdateMetadata ------------------------------------------------------------------------------
     def apply_update_metadata(self, controller_id: int, brokers: list[BrokerInfo],
@@ -152,6 +190,7 @@ class ZkMetadataStore(MetadataStore):
             topic = self._topics.get(name)
             deleting = [s for s in states if s.leader == LEADER_DURING_DELETE]
             if deleting:
+                self._created.pop(name, None)
                 if topic is not None:
                     for s in deleting:
                         topic.partitions.pop(s.partition, None)
@@ -165,6 +204,7 @@ class ZkMetadataStore(MetadataStore):
                     continue
                 topic = TopicMetadata(name, topic_id, {}, dict(self.topic_configs(name)))
                 self._topics[name] = topic
+                self._created.pop(name, None)
             for s in states:
                 topic.partitions[s.partition] = s
         self._metadata_changed()
@@ -320,7 +360,13 @@ class ZkMetadataStore(MetadataStore):
     async def create_topic_async(self, name: str, assignment: dict[int, list[int]],
                                  configs: dict[str, str]) -> TopicMetadata:
         self._require_zookeeper()  # here too: refused at once, before a worker thread is taken
-        return await self._off_loop(self.create_topic, name, assignment, configs)  # touches no cache
+        try:
+            created = await self._off_loop(self.create_topic, name, assignment, configs)  # touches no cache
+        except Errors.TopicAlreadyExistsError:
+            self._note_created(name)
+            raise
+        self._note_created(name)
+        return created
 
     def delete_topic(self, name: str, recorded_elsewhere: bool = False) -> None:
         self._require_zookeeper()
@@ -337,17 +383,27 @@ class ZkMetadataStore(MetadataStore):
 
     async def add_partitions_async(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
         self._require_zookeeper()
-        await self._off_loop(self._write_partitions, name, assignment)
-        return self._cached_topic(name)
+        topic_id = await self._off_loop(self._write_partitions, name, assignment)
+        cached = self._topics.get(name)
+        if cached is not None:
+            return cached
+        # Not in the cache yet (created a moment ago): what was written, leaders to come.
+        return TopicMetadata(name, topic_id or uuid.UUID(int=0),
+                             {p: PartitionState(p, -1, -1, list(r), []) for p, r in assignment.items()})
 
-    def _write_partitions(self, name: str, assignment: dict[int, list[int]]) -> None:
-        """ZooKeeper only (safe on a worker thread): the merged assignment, set on the znode's version."""
+    def _write_partitions(self, name: str, assignment: dict[int, list[int]]) -> uuid.UUID | None:
+        """ZooKeeper only (safe on a worker thread): the merged assignment, set on the znode's version.
+        Partitions already assigned are never replaced (a caller that counted from a stale view fails)."""
         got = self.zk.get_data(zd.topic_path(name))
         if got is None:
             raise KeyError(name)
         current = zd.decode_topic_assignment(got[0])
+        if set(assignment) & set(current.partitions) or min(assignment, default=0) != len(current.partitions):
+            raise Errors.InvalidPartitionsError(
+                f"Topic {name} has {len(current.partitions)} partitions now; retry with that count.")
         merged = {**current.partitions, **assignment}
         self.zk.set_topic_assignment(name, current.topic_id, merged, got[1].version)
+        return current.topic_id
 
     def _cached_topic(self, name: str) -> TopicMetadata:
         topic = self._topics.get(name)
@@ -388,4 +444,5 @@ class ZkMetadataStore(MetadataStore):
         return await self._off_loop(self.zk.allocate_producer_id_block, self.broker_id, size)
 
     def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
         self.zk.close()

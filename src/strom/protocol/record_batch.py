@@ -396,8 +396,8 @@ def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
 
 
 def decode_records(buf: Buffer, position: int = 0) -> list[Any]:
-    """Decode the records of one batch (decompressing if needed). Slow path only: tools, ListOffsets."""
-    from kafka.record.default_records import DefaultRecordBatch
+    """The records of one batch with their values (any codec), as a list: tools and tests. The
+    broker iterates ``record_stream.iter_records`` instead, which holds one record at a time."""
+    from strom.protocol.record_stream import iter_records
 
-    header = parse_header(buf, position)
-    return list(DefaultRecordBatch(bytes(buf[position : header.end])))
+    return list(iter_records(buf, position))

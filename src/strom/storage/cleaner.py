@@ -19,8 +19,11 @@ A round:
 
 Batches are kept whole when nothing in them is dropped (bytes copied verbatim,
 compression untouched); otherwise they are rebuilt with the survivors, keeping
-base offset, last offset delta, producer id/epoch/sequence, compression and
-timestamp type. Control batches (transaction markers) are kept as they are; records of
+base offset, base timestamp, last offset delta, producer id/epoch/sequence, compression and
+timestamp type. Records are read out of a batch a chunk at a time (``RecordReader``) and the
+survivors' bytes are copied through a streaming compressor straight into the cleaned file, so
+a compressed batch that inflates to gigabytes costs the cleaner a bounded buffer, never its
+inflated size; every codec (gzip, snappy, lz4, zstd) is read. Control batches (transaction markers) are kept as they are; records of
 aborted transactions (found in the transaction indexes) are dropped and never enter the
 offset map, so an aborted write can never erase a committed one; the cleanable range stops at
 the last stable offset, so open transactions are never compacted. Records without a key are
@@ -40,26 +43,19 @@ if TYPE_CHECKING:
 
 import logging
 import os
-import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from typing import BinaryIO
 
 from strom.protocol.record_batch import (
-    CRC_POS,
     HEADER,
     HEADER_SIZE,
-    LAST_OFFSET_DELTA_POS,
     LOG_OVERHEAD,
-    MAX_TIMESTAMP_POS,
     TIMESTAMP_TYPE_MASK,
     RecordBatchHeader,
-    compute_crc,
-    set_base_offset,
-    set_partition_leader_epoch,
 )
+from strom.protocol.record_stream import BatchRewriter, RecordHead, RecordReader
 from strom.server_common.types import TopicPartition
 from strom.storage.checkpoints import OffsetCheckpointFile
 from strom.storage.log import Log
@@ -70,10 +66,6 @@ log = logging.getLogger(__name__)
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 _READ_CHUNK = 1024 * 1024
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
-_U32 = struct.Struct(">I")
 
 
 def time_ms() -> int:
@@ -131,24 +123,32 @@ def iter_segment_batches(seg: LogSegment, end_position: int | None = None
         pos += size
 
 
-def rebuild_batch(original: RecordBatchHeader, records: list, data: bytes) -> bytes:  # type: ignore[type-arg]
-    """A batch holding only ``records`` of ``original``, with its offsets and producer fields kept."""
-    attributes = original.attributes
-    builder = DefaultRecordBatchBuilder(2, attributes & 0x07, original.is_transactional, original.producer_id,
-                                        original.producer_epoch, original.base_sequence, 2**31 - 1)
-    for r in records:
-        builder.append(r.offset - original.base_offset, r.timestamp, r.key, r.value, list(r.headers))
-    out = bytearray(builder.build())
-    set_base_offset(out, 0, original.base_offset)
-    set_partition_leader_epoch(out, 0, original.partition_leader_epoch)
-    # Keep the original last offset delta: the batch still "covers" its producer sequence range.
-    _I32.pack_into(out, LAST_OFFSET_DELTA_POS, original.last_offset_delta)
-    if attributes & TIMESTAMP_TYPE_MASK:
-        (attrs,) = _I16.unpack_from(out, 21)
-        _I16.pack_into(out, 21, attrs | TIMESTAMP_TYPE_MASK)
-        _I64.pack_into(out, MAX_TIMESTAMP_POS, original.max_timestamp)
-    _U32.pack_into(out, CRC_POS, compute_crc(out, 0, len(out)))
-    return bytes(out)
+@dataclass(slots=True)
+class _BatchPlan:
+    """What the rewrite does with one batch: copy it, drop it, or rebuild it with ``kept`` records."""
+
+    position: int
+    kept: int
+    max_timestamp: int
+    whole: bool
+
+
+def _rebuild(f: BinaryIO, header: RecordBatchHeader, data: bytes, plan: _BatchPlan,
+             keep: Callable[[RecordHead], bool]) -> int:
+    """Write the survivors of ``data`` as one batch of the same codec at the end of ``f``; its size."""
+    start = f.tell()
+    f.write(bytes(HEADER_SIZE))  # the header's length and CRC are known once the body is written
+    with RecordReader(data) as reader:
+        rewriter = BatchRewriter(header, data, header.compression, plan.kept, plan.max_timestamp, f.write)
+        for head in reader.heads():
+            if keep(head):
+                rewriter.add(reader, head)
+        new_header = rewriter.finish()
+    end = f.tell()
+    f.seek(start)
+    f.write(new_header)
+    f.seek(end)
+    return end - start
 
 
 class _AbortedRanges:
@@ -270,57 +270,77 @@ class LogCleaner:
             for header, data in iter_segment_batches(seg):
                 if header.next_offset <= first_dirty or header.is_control or aborted.holds(header):
                     continue
-                for r in DefaultRecordBatch(data):
-                    if r.key is not None:
-                        offset_map[bytes(r.key)] = r.offset
+                with RecordReader(data) as reader:
+                    for head in reader.heads():
+                        if head.key is not None:
+                            offset_map[head.key] = head.offset
 
         # 2. rewrite every cleanable segment that loses something
         oldest_tombstone = -1
+
+        def keep(head: RecordHead, batch: RecordBatchHeader) -> bool:
+            if head.key is not None and offset_map.get(head.key, -1) > head.offset:
+                return False  # superseded by a later record with the same key
+            return not (head.key is not None and head.value_size < 0 and batch.max_timestamp <= horizon)
+
         for seg in segments:
-            chunks: list[bytes] = []
+            plans: list[_BatchPlan] = []
             changed = False
             for header, data in iter_segment_batches(seg):
                 stats.bytes_read += len(data)
                 if header.is_control:
-                    chunks.append(data)  # markers stay: consumers and producer state rely on them
+                    # markers stay: consumers and producer state rely on them
+                    plans.append(_BatchPlan(header.position, header.records_count, header.max_timestamp, True))
                     continue
                 if aborted.holds(header):
                     stats.records_read += header.records_count
                     changed = True  # an aborted transaction's records are never read by anyone again
                     continue
-                records = list(DefaultRecordBatch(data))
-                stats.records_read += len(records)
-                keep = []
-                for r in records:
-                    key = None if r.key is None else bytes(r.key)
-                    if key is not None and offset_map.get(key, -1) > r.offset:
-                        continue  # superseded by a later record with the same key
-                    if key is not None and r.value is None:
-                        if header.max_timestamp <= horizon:
-                            stats.tombstones_removed += 1
+                kept = read = 0
+                max_ts = -1
+                with RecordReader(data) as reader:
+                    for head in reader.heads():
+                        read += 1
+                        if not keep(head, header):
+                            if head.key is not None and head.value_size < 0 and \
+                                    offset_map.get(head.key, -1) <= head.offset:
+                                stats.tombstones_removed += 1
                             continue
-                        if oldest_tombstone < 0 or header.max_timestamp < oldest_tombstone:
+                        if head.key is not None and head.value_size < 0 and (
+                                oldest_tombstone < 0 or header.max_timestamp < oldest_tombstone):
                             oldest_tombstone = header.max_timestamp
-                    keep.append(r)
-                stats.records_retained += len(keep)
-                if len(keep) == len(records):
-                    chunks.append(data)
-                elif keep:
-                    chunks.append(rebuild_batch(header, keep, data))
-                    changed = True
-                else:
-                    changed = True
+                        kept += 1
+                        max_ts = max(max_ts, head.timestamp)
+                stats.records_read += read
+                stats.records_retained += kept
+                if kept == read:
+                    plans.append(_BatchPlan(header.position, kept, header.max_timestamp, True))
+                    continue
+                changed = True
+                if kept:
+                    if header.attributes & TIMESTAMP_TYPE_MASK:
+                        max_ts = header.max_timestamp  # LogAppendTime: the batch's time stands for all
+                    plans.append(_BatchPlan(header.position, kept, max_ts, False))
             if not changed:
                 continue
             cleaned_path = seg.log_path + CLEANED_SUFFIX
+            by_position = {p.position: p for p in plans}
+            written = 0
             with open(cleaned_path, "wb") as f:
-                for chunk in chunks:
-                    f.write(chunk)
+                for header, data in iter_segment_batches(seg):
+                    plan = by_position.get(header.position)
+                    if plan is None:
+                        continue
+                    if plan.whole:
+                        f.write(data)
+                        written += len(data)
+                    else:
+                        written += _rebuild(f, header, data, plan, lambda head, h=header: keep(head, h))
                 f.flush()
                 os.fsync(f.fileno())
             if plog.replace_segment(seg, cleaned_path) is not None:
                 stats.segments_rewritten += 1
-                stats.bytes_written += sum(len(c) for c in chunks)
+                stats.bytes_written += written
         state.first_dirty_offset = end_offset
         state.oldest_kept_tombstone_ts = oldest_tombstone
         self._write_checkpoint(plog)

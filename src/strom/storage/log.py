@@ -36,15 +36,16 @@ from strom.protocol.record_batch import (
     TIMESTAMP_TYPE_MASK,
     Buffer,
     RecordBatchHeader,
-    decode_records,
     read_control_marker,
     rewrite_header,
 )
+from strom.protocol.record_stream import iter_record_heads
 from strom.storage.checkpoints import fsync_dir
 from strom.storage.leader_epoch_cache import LeaderEpochFileCache
 from strom.storage.log_config import LogConfig
 from strom.storage.log_loader import LogLoader, rebuild_producer_state
 from strom.storage.producer_state import Marker, ProducerStateManager
+from strom.storage.recompression import recompress
 from strom.storage.segment import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -261,6 +262,11 @@ class Log:
         view = records if isinstance(records, memoryview) else memoryview(records)
         from_client = origin is AppendOrigin.CLIENT
         result = LogValidator.validate(view, config, now, from_client)
+        if from_client and config.compression_type != "producer":
+            converted = recompress(view, result.headers, config)
+            if converted is not None:  # some batch was not in the topic's codec: store it in that codec
+                view = memoryview(converted)
+                result = LogValidator.validate(view, config, now, from_client)
         append_time = now if config.log_append_time else None
         # Clients cannot write control batches (the validator refused them): only coordinators have markers.
         markers = None if from_client else _markers_in(view, result.headers)
@@ -511,7 +517,7 @@ class Log:
             if header.timestamp_type == LOG_APPEND_TIME:
                 return header.base_offset, max_ts
             data = os.pread(best.file.fileno(), header.size, header.position)
-            for record in decode_records(data):
+            for record in iter_record_heads(data):
                 if record.timestamp == max_ts:
                     return record.offset, max_ts
             return header.last_offset, max_ts

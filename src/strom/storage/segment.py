@@ -29,8 +29,8 @@ from strom.protocol.record_batch import (
     Buffer,
     RecordBatchHeader,
     compute_crc,
-    decode_records,
 )
+from strom.protocol.record_stream import iter_record_heads
 from strom.storage.index import NO_TIMESTAMP, AbstractIndex, CorruptIndexError, OffsetIndex, TimeIndex
 from strom.storage.log_config import INT_MAX, LogConfig
 from strom.storage.transaction_index import TXN_INDEX_SUFFIX, TransactionIndex
@@ -399,7 +399,7 @@ class LogSegment:
             if header.timestamp_type == LOG_APPEND_TIME:
                 return max(header.base_offset, start_offset), header.max_timestamp
             data = os.pread(self._fd, header.size, header.position)
-            for record in decode_records(data):
+            for record in iter_record_heads(data):
                 if record.offset >= start_offset and record.timestamp >= timestamp:
                     return record.offset, record.timestamp
         return None

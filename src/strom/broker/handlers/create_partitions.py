@@ -28,10 +28,10 @@ async def handle(ctx: RequestContext, request: Any) -> CreatePartitionsResponse:
             if not ctx.authorize(AclOperation.ALTER, ResourceType.TOPIC, t.name):
                 raise Errors.TopicAuthorizationFailedError(f"Not authorized to alter topic {t.name}")
             assignment = [list(a.broker_ids) for a in t.assignments] if t.assignments else None
-            new = await ctx.admin_manager.create_partitions(t.name, t.count, assignment, request.validate_only)
-            topic = ctx.services.metadata.topic(t.name)
-            if not request.validate_only and topic is not None:
-                added[t.name] = (topic.topic_id, list(new))
+            topic_id, new = await ctx.admin_manager.create_partitions(t.name, t.count, assignment,
+                                                                      request.validate_only)
+            if not request.validate_only:
+                added[t.name] = (topic_id, list(new))
         except Exception as exc:
             res.error_code = error_code_of(exc)
             res.error_message = error_message_of(exc)

@@ -1,6 +1,8 @@
 """Metadata: brokers, controller, topics with stable IDs, partition leaders and ISR.
 
-Auto-creates unknown topics when `auto.create.topics.enable` and the client allow it.
+Auto-creates unknown topics when `auto.create.topics.enable` and the client allow it. A topic that
+exists but has no leaders in this broker's cache yet (being created) is answered LEADER_NOT_AVAILABLE,
+as Kafka does, so clients retry; it never flips back to UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
@@ -90,22 +92,28 @@ async def handle(ctx: RequestContext, request: Any) -> MetadataResponse:
                 topics.append(_error_topic(name, TOPIC_AUTHORIZATION_FAILED))
                 continue
             t = store.topic(name)
-            if t is None and allow_auto and services.config.get("auto.create.topics.enable"):
+            if (t is None and not store.being_created(name) and allow_auto
+                    and services.config.get("auto.create.topics.enable")):
                 if authorizer is not None and not ctx.authorize_cluster(AclOperation.CREATE) and not ctx.authorize(
                         AclOperation.CREATE, ResourceType.TOPIC, name):
                     topics.append(_error_topic(name, TOPIC_AUTHORIZATION_FAILED))
                     continue
                 try:
-                    t = await services.admin_manager.create_topic(name)
+                    await services.admin_manager.create_topic(name)
                 except Errors.TopicAlreadyExistsError:
-                    t = store.topic(name)
+                    pass
                 except Errors.KafkaError as exc:
                     topics.append(_error_topic(name, error_code_of(exc)))
                     continue
-            if t is None:
-                topics.append(_error_topic(name, Errors.UnknownTopicOrPartitionError.errno))
-            else:
+                t = store.topic(name)  # a single node has it at once; a cluster once the controller told us
+            if t is not None:
                 topics.append(topic_response(t))
+            elif store.being_created(name):
+                # As Kafka: the topic exists but this broker has no leaders for it yet. Never its partitions
+                # without leaders, nor UNKNOWN_TOPIC_OR_PARTITION afterwards (metadata must not go backwards).
+                topics.append(_error_topic(name, Errors.LeaderNotAvailableError.errno))
+            else:
+                topics.append(_error_topic(name, Errors.UnknownTopicOrPartitionError.errno))
     brokers = [MetadataResponse.MetadataResponseBroker(node_id=b.broker_id, host=ep[0], port=ep[1], rack=b.rack)
                for b in store.live_brokers() if (ep := b.endpoint(ctx.listener_name)) is not None]
     cluster_ops = ctx.authorized_operations(ResourceType.CLUSTER, CLUSTER_NAME) \

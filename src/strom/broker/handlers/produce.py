@@ -13,16 +13,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from typing import Any
 
 import kafka.errors as Errors
 
+from strom.broker.handlers import error_code_of, error_message_of
 from strom.broker.replica_manager import ProducePartitionResult, ProduceResults, TopicPartition
 from strom.broker.request import CloseConnection, DeferredResponse, RequestContext
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.primitives import array_len, nullable_string, string
 from strom.security.acl import AclOperation, ResourceType
+from strom.storage.recompression import convert_for_append, needs_recompression
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +55,13 @@ async def handle(ctx: RequestContext, request: Any) -> bytes | DeferredResponse 
                 entries[(name, pd.index)] = pd.records
         for tp in denied:
             del entries[tp]
+    todo = _to_recompress(ctx, entries)
+    refused = await _recompress_off_loop(todo, entries) if todo else None
     results, done = ctx.replica_manager.append_records(entries, acks, request.timeout_ms)
     for tp in denied:
         results[tp] = PartitionResult(tp[1], TOPIC_AUTHORIZATION_FAILED)
+    if refused:
+        results.update(refused)
     quotas = ctx.services.quotas
     if quotas is not None and quotas.produce.enabled:
         user, client_id = quotas.client_of(ctx)
@@ -80,6 +87,39 @@ async def handle(ctx: RequestContext, request: Any) -> bytes | DeferredResponse 
 
     done.add_done_callback(answer)
     return DeferredResponse([], ready)
+
+
+def _to_recompress(ctx: RequestContext, entries: dict[TopicPartition, Any]) -> list[tuple[TopicPartition, Any]]:
+    """Partitions led here whose topic's compression.type names a codec some batch is not in."""
+    todo = []
+    partitions = ctx.replica_manager.partitions
+    for tp, records in entries.items():
+        part = partitions.get(tp)
+        if part is None or records is None or part.log.config.compression_type == "producer" or not part.is_leader:
+            continue
+        if needs_recompression(records, part.log.config):
+            todo.append((tp, part.log.config))
+    return todo
+
+
+async def _recompress_off_loop(todo: list[tuple[TopicPartition, Any]], entries: dict[TopicPartition, Any]
+                               ) -> ProduceResults:
+    """Convert those batches in a worker thread (inflating and recompressing can take seconds); the
+    log then finds them in its codec. Partitions whose conversion fails are taken out of
+    ``entries`` and answered here, as the log would have answered them."""
+    refused: ProduceResults = {}
+    loop = asyncio.get_running_loop()
+    for tp, config in todo:
+        try:
+            converted = await loop.run_in_executor(None, convert_for_append, entries[tp], config,
+                                                   int(time.time() * 1000))
+        except Exception as exc:  # noqa: BLE001 - every failure maps to a Kafka error code
+            del entries[tp]
+            refused[tp] = PartitionResult(tp[1], error_code_of(exc), error_message=error_message_of(exc))
+            continue
+        if converted is not None:
+            entries[tp] = converted
+    return refused
 
 
 def _authorize(ctx: RequestContext, request: Any) -> tuple[int, list[TopicPartition]]:

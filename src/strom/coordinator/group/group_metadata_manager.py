@@ -47,10 +47,10 @@ from strom.protocol.record_batch import (
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     build_batch,
-    decode_records,
     iter_batches,
     transaction_marker_type,
 )
+from strom.protocol.record_stream import iter_records
 from strom.server_common.types import TopicPartition
 from strom.storage.validator import AppendOrigin
 
@@ -335,13 +335,13 @@ class GroupMetadataManager:
                     continue
                 pid = header.producer_id
                 if header.is_control:
-                    for rec in decode_records(data, header.position):
+                    for rec in iter_records(data, header.position):
                         marker = transaction_marker_type(rec.key)
                         if marker is not None:
                             yield LogRecord(rec.offset, None, None, pid, _MARKER_KINDS[marker])
                     continue
                 kind = TXN_RECORD if header.is_transactional else RECORD
-                for rec in decode_records(data, header.position):
+                for rec in iter_records(data, header.position):
                     if rec.offset >= offset:
                         yield LogRecord(rec.offset, rec.key, rec.value, pid, kind)
             if next_offset <= offset:

@@ -31,7 +31,8 @@ from strom.coordinator.transaction.transaction_metadata import (
     TxnTransitMetadata,
     now_ms,
 )
-from strom.protocol.record_batch import build_batch, decode_records, iter_batches
+from strom.protocol.record_batch import build_batch, iter_batches
+from strom.protocol.record_stream import iter_records
 from strom.storage.validator import AppendOrigin
 
 log = logging.getLogger(__name__)
@@ -189,7 +190,7 @@ class TransactionStateManager:
                 next_offset = header.next_offset
                 if header.is_control or header.next_offset <= offset:
                     continue
-                for rec in decode_records(data, header.position):
+                for rec in iter_records(data, header.position):
                     if rec.offset >= offset:
                         yield rec.key, rec.value
             if next_offset <= offset:
