@@ -385,6 +385,18 @@ class FakeZkClient:
         node = self._data(zd.topic_path(name))
         return zd.decode_topic_assignment(node.data, node.stat.version) if node else None
 
+    def set_topic_assignment(self, name: str, topic_id: uuid.UUID | None, assignment: dict[int, list[int]],
+                             expected_version: int) -> int:
+        """Replace the assignment (kafka-topics --alter --partitions) if still at `expected_version`."""
+        try:
+            results = self._multi([("set", zd.topic_path(name), zd.encode_topic_assignment(topic_id, assignment),
+                                    expected_version)])
+        except ZkOpError as exc:
+            if exc.reason == BAD_VERSION:
+                raise BadVersionError(f"assignment of {name!r} changed since version {expected_version}") from exc
+            raise ZNodeNotFoundError(f"assignment of {name!r} does not exist") from exc
+        return int(results[0].version)
+
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         """Replace a topic's overrides and announce it under `/config/changes`, as `kafka-configs` does."""
         path = zd.config_entity_path(zd.CONFIG_TYPE_TOPIC, name)

@@ -206,6 +206,24 @@ async def test_a_topic_created_later_comes_online_with_is_new(c: Cluster) -> Non
 
 
 @scenario_with()
+async def test_partitions_added_to_a_topic_come_online(c: Cluster) -> None:
+    """Adding partitions rewrites the topic's assignment znode: the controller's watch on it brings the
+    new partitions online and leaves the existing ones (and their epochs) alone."""
+    topic_id = c.create_topic("t", {0: [1, 2]})
+    await c.start()
+    before = c.state("t", 0), c.version("t", 0)
+    assignment = c.admin.get_topic_assignment("t")
+    assert assignment is not None
+    mark = c.mark()
+    c.admin.set_topic_assignment("t", topic_id, {0: [1, 2], 1: [2, 3], 2: [3, 1]}, assignment.zk_version)
+    await settle(c.controller)
+    assert (c.state("t", 0), c.version("t", 0)) == before
+    assert [(c.state("t", p).leader, c.state("t", p).isr) for p in (1, 2)] == [(2, [2, 3]), (3, [3, 1])]
+    sent = leader_and_isr_by_broker(c.sent_since(mark, LeaderAndIsrRequest))
+    assert {b: sorted(states) for b, states in sent.items()} == {1: [("t", 2)], 2: [("t", 1)], 3: [("t", 1), ("t", 2)]}
+
+
+@scenario_with()
 async def test_a_second_controller_waits_for_the_seat(c: Cluster) -> None:
     """Broker 2's controller loses the election while broker 1 holds /controller, and takes over
     (epoch 2) when broker 1 dies."""
