@@ -307,6 +307,10 @@ class FakeZkClient:
         self._require_session()
         self.server.add_watch(_Watch(self, path, "data", callback))
 
+    def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        """zkCli's delete: what an operator does by hand (e.g. to force a controller election)."""
+        self._multi([("delete", path, version)])
+
     # -- brokers -------------------------------------------------------------------------------------
     def register_broker(self, broker_id: int, endpoints: list[str] | None = None) -> int:
         """The broker's ephemeral `/brokers/ids/<id>`; returns its czxid (the broker epoch)."""

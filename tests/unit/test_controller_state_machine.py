@@ -416,7 +416,7 @@ async def test_a_deposed_controller_is_fenced_and_answers_not_controller(c: Clus
     await c.start()
     state0, state1 = c.state("t", 0), c.state("t", 1)
     # An operator deletes /controller (zkCli) and broker 2 is elected at once, all before broker 1's loop runs.
-    c.admin.server.multi(c.admin.session_id or 0, [("delete", zd.CONTROLLER_PATH, -1)])
+    c.admin.delete(zd.CONTROLLER_PATH)
     epoch, _ = c.sessions[2].register_controller_and_increment_controller_epoch(2)
     alter = c.controller.alter_partition(1, [(("t", 0), 0, [1, 2], c.version("t", 0))])
     shutdown = c.controller.controlled_shutdown(2, c.epochs[2])
