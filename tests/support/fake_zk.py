@@ -448,6 +448,26 @@ class FakeZkClient:
                 raise ControllerMovedError("controller epoch moved: refusing to delete") from exc
             raise KafkaZkError(f"deleting {exc.path} failed: {exc.reason}") from exc
 
+    # -- log dir events (KIP-112) ----------------------------------------------------------------------
+    # Kafka's /log_dir_event_notification/log_dir_event_<seq> znodes, {"version":1,"broker":b,"event":1}:
+    # what a broker writes when one of its log dirs fails, and what the controller reads and deletes.
+    def propagate_log_dir_event(self, broker_id: int) -> str:
+        return str(self._multi([("create", f"{zd.LOG_DIR_EVENT_NOTIFICATION_PATH}/log_dir_event_",
+                                 zd.to_json_bytes({"version": 1, "broker": broker_id, "event": 1}), False, True)])[0])
+
+    def get_log_dir_events(self) -> dict[str, int | None]:
+        out: dict[str, int | None] = {}
+        for child in self._children(zd.LOG_DIR_EVENT_NOTIFICATION_PATH):
+            node = self._data(f"{zd.LOG_DIR_EVENT_NOTIFICATION_PATH}/{child}")
+            body = zd.parse_json(node.data) if node else None
+            broker = body.get("broker") if isinstance(body, dict) and body.get("event", 1) == 1 else None
+            out[child] = broker if isinstance(broker, int) and not isinstance(broker, bool) else None
+        return out
+
+    def delete_log_dir_events(self, children: list[str], expected_controller_epoch_zk_version: int) -> None:
+        self._delete_fenced([f"{zd.LOG_DIR_EVENT_NOTIFICATION_PATH}/{c}" for c in children],
+                            expected_controller_epoch_zk_version)
+
     # -- partition state ---------------------------------------------------------------------------------
     def get_partition_state(self, topic: str, partition: int) -> tuple[LeaderIsrAndControllerEpoch, int] | None:
         node = self._data(zd.partition_state_path(topic, partition))
