@@ -585,6 +585,10 @@ class KafkaController:
                 if not future.done():
                     future.set_exception(Errors.NotControllerError(f"broker {self.broker_id} is no longer the controller"))
                 raise
+            except Errors.KafkaError as exc:  # a refusal for the requester (stale epoch ...), not a controller failure
+                if not future.done():
+                    future.set_exception(exc)
+                return
             except BaseException as exc:
                 if not future.done():
                     future.set_exception(exc)
