@@ -298,6 +298,44 @@ async def test_a_restarted_broker_gets_the_whole_picture(c: Cluster) -> None:
     assert any(b == 3 for b, _ in c.sent_since(mark, UpdateMetadataRequest))
 
 
+@scenario_with()
+async def test_a_broker_that_bounces_before_the_controller_looks_is_treated_as_restarted(c: Cluster) -> None:
+    """Broker 3 dies and registers again before the controller reads /brokers/ids: the ids are the same,
+    only the broker epoch (the registration's czxid) tells. A restarted broker lost its in-memory state,
+    so it leaves leadership and every ISR, and hears LeaderAndIsr addressed to its new epoch."""
+    c.create_topic("t", {0: [3, 1], 1: [1, 3]})
+    await c.start()
+    old_epoch = c.epochs[3]
+    mark = c.mark()
+    c.kill_broker(3)
+    c.start_broker(3)  # both before the loop runs: the controller sees one change of /brokers/ids
+    await settle(c.controller)
+    assert c.epochs[3] != old_epoch
+    assert [(c.state("t", p).leader, c.state("t", p).isr) for p in (0, 1)] == [(1, [1]), (1, [1])]
+    to_3 = [r for b, r in c.sent_since(mark, LeaderAndIsrRequest) if b == 3]
+    assert to_3 and all(r.broker_epoch == c.epochs[3] for r in to_3)
+
+
+@scenario_with()
+async def test_an_offline_partition_comes_back_with_its_last_in_sync_replica(c: Cluster) -> None:
+    """t-0's only in-sync replica (2) died with unclean election off: offline. When 2 registers again
+    it is elected (it was last in sync); the out-of-sync 3, alive all along, never was."""
+    c.create_topic("t", {0: [2, 3]})
+    await c.start()
+    result = await c.controller.alter_partition(2, [(("t", 0), 0, [2], c.version("t", 0))])
+    assert result[("t", 0)][0] == 0
+    c.kill_broker(2)
+    await settle(c.controller)
+    assert c.state("t", 0).leader == -1
+    mark = c.mark()
+    c.start_broker(2)
+    await settle(c.controller)
+    state = c.state("t", 0)
+    assert (state.leader, state.leader_epoch, state.isr) == (2, 2, [2])
+    sent = leader_and_isr_by_broker(c.sent_since(mark, LeaderAndIsrRequest))
+    assert sent[2][("t", 0)].leader == 2 and sent[3][("t", 0)].leader == 2
+
+
 # -- controller failover with dead brokers ----------------------------------------------------------------
 
 def test_a_new_controller_removes_unregistered_brokers_from_every_isr_at_once() -> None:
