@@ -496,7 +496,8 @@ async def test_alter_partition_shrinks_and_expands_the_isr(c: Cluster) -> None:
 async def test_alter_partition_refusals(c: Cluster) -> None:
     """Each refusal leaves the state znode untouched: an older leader epoch is fenced, a stale partition
     epoch is INVALID_UPDATE_VERSION, a dead replica cannot join, a follower cannot ask, an ISR without
-    the leader is invalid, an unknown partition is UNKNOWN_TOPIC_OR_PARTITION."""
+    the leader, with a replica twice or with a non-replica is invalid, an unknown partition is
+    UNKNOWN_TOPIC_OR_PARTITION."""
     c.create_topic("t", {0: [1, 2, 3]})
     await c.start()
     c.kill_broker(3)
@@ -514,6 +515,9 @@ async def test_alter_partition_refusals(c: Cluster) -> None:
     assert await ask(1, 1, [1, 2, 3], version) == Errors.IneligibleReplicaError.errno
     assert await ask(2, 1, [2], version) == Errors.NotLeaderForPartitionError.errno
     assert await ask(1, 1, [2], version) == Errors.InvalidRequestError.errno
+    # A replica named twice would count twice towards min.insync.replicas.
+    assert await ask(1, 1, [1, 2, 2], version) == Errors.InvalidRequestError.errno
+    assert await ask(1, 1, [1, 9], version) == Errors.InvalidRequestError.errno  # not a replica
     assert await ask(1, 1, [1], version, ("nope", 0)) == Errors.UnknownTopicOrPartitionError.errno
     assert (c.state("t", 0), c.version("t", 0)) == (state, version)
 

@@ -559,7 +559,7 @@ class KafkaController:
             return Errors.InvalidUpdateVersionError.errno, None
         if sorted(new_isr) == sorted(pl.isr):
             return 0, pl
-        if broker_id not in new_isr or not set(new_isr) <= set(pl.replicas):
+        if broker_id not in new_isr or not set(new_isr) <= set(pl.replicas) or len(set(new_isr)) < len(new_isr):
             return Errors.InvalidRequestError.errno, None
         joining = [b for b in new_isr if b not in pl.isr and not self.ctx.is_live(b)]
         if joining:
