@@ -32,8 +32,9 @@ import kafka.errors as Errors
 from strom.broker.listeners import SECURITY_PROTOCOL_IDS
 from strom.cluster.controller_channel import ControllerChannelManager
 from strom.cluster.zk import zk_data as zd
+from strom.cluster.zk.controller_zk import ControllerZk
 from strom.cluster.zk.errors import BadVersionError, ControllerMovedError, KafkaZkError, ZNodeNotFoundError
-from strom.cluster.zk.kafka_zk_client import KafkaZkClient, SessionState
+from strom.cluster.zk.kafka_zk_client import SessionState
 from strom.config import BrokerConfig
 from strom.protocol.inter_broker import (
     LeaderAndIsrRequest,
@@ -105,9 +106,12 @@ class ControllerEvent:
 
 
 class KafkaController:
-    def __init__(self, broker_id: int, config: BrokerConfig, zk: KafkaZkClient,
-                 unclean_election_enabled: Callable[[str], bool], security: ClientSecurity | None = None) -> None:
+    def __init__(self, broker_id: int, config: BrokerConfig, zk: ControllerZk,
+                 unclean_election_enabled: Callable[[str], bool], security: ClientSecurity | None = None,
+                 channel_factory: Callable[..., ControllerChannelManager] = ControllerChannelManager) -> None:
         self.broker_id = broker_id
+        # How requests reach brokers: (controller id, timeout ms, security) -> channel; tests record them.
+        self._channel_factory = channel_factory
         self.security = security  # how the controller reaches brokers (the inter-broker listener)
         self.config = config
         self.zk = zk
@@ -183,6 +187,9 @@ class KafkaController:
         while True:
             event = await self._events.get()
             name = event.name
+            if event.reply is not None and not self.active:
+                event.drop(self.broker_id)  # a request queued before this controller resigned: NOT_CONTROLLER
+                continue
             try:
                 if self.active and name not in ("resign", "elect") and not self._session_current():
                     event.drop(self.broker_id)
@@ -251,8 +258,8 @@ class KafkaController:
 
     async def _on_controller_failover(self) -> None:
         """Load the cluster from ZooKeeper, bring every partition online, tell every broker."""
-        self.channel = ControllerChannelManager(self.broker_id, self.config.get("controller.socket.timeout.ms"),
-                                                self.security)
+        self.channel = self._channel_factory(self.broker_id, self.config.get("controller.socket.timeout.ms"),
+                                             self.security)
         brokers = await self._zk(self.zk.get_all_brokers)
         for b in brokers.values():
             self._add_live_broker(b)
@@ -629,6 +636,9 @@ class KafkaController:
                     result[tp] = await self._alter_one(broker_id, tp, leader_epoch, new_isr, partition_epoch)
                     if result[tp][0] == 0:
                         updated.append(tp)
+            except (ControllerMoved, KafkaZkError):
+                future.set_exception(Errors.NotControllerError(f"broker {self.broker_id} is no longer the controller"))
+                raise
             finally:
                 if updated:
                     self._send_update_metadata(list(self.ctx.live_brokers), updated)
@@ -656,7 +666,7 @@ class KafkaController:
             return Errors.InvalidUpdateVersionError.errno, None
         if sorted(new_isr) == sorted(pl.isr):
             return 0, pl
-        if broker_id not in new_isr or not set(new_isr) <= set(pl.replicas):
+        if broker_id not in new_isr or not set(new_isr) <= set(pl.replicas) or len(set(new_isr)) < len(new_isr):
             return Errors.InvalidRequestError.errno, None
         joining = [b for b in new_isr if b not in pl.isr and (not self.ctx.is_live(b)
                                                                 or b in self._offline_replicas_of(tp))]
@@ -678,6 +688,15 @@ class KafkaController:
         async def handle() -> None:
             try:
                 result = await work()
+            except (ControllerMoved, KafkaZkError):
+                # Fenced or cut off from ZooKeeper: the requester retries with whoever is controller now.
+                if not future.done():
+                    future.set_exception(Errors.NotControllerError(f"broker {self.broker_id} is no longer the controller"))
+                raise
+            except Errors.KafkaError as exc:  # a refusal for the requester (stale epoch ...), not a controller failure
+                if not future.done():
+                    future.set_exception(exc)
+                return
             except BaseException as exc:
                 if not future.done():
                     future.set_exception(exc)
