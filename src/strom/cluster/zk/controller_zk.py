@@ -58,5 +58,10 @@ class ControllerZk(Protocol):
 
     def remove_topic_deletion(self, name: str, expected_controller_epoch_zk_version: int | None = None) -> None: ...
 
+    # -- log dir failures (KIP-112) --
+    def get_log_dir_events(self) -> dict[str, int | None]: ...
+
+    def delete_log_dir_events(self, children: list[str], expected_controller_epoch_zk_version: int) -> None: ...
+
 
 __all__ = ["ControllerZk"]
