@@ -301,9 +301,6 @@ class ReplicaFetcherManager:
             for fetcher in self.fetchers.values():
                 fetcher.remove(tp)
 
-    def is_fetching(self, tp: TopicPartition) -> bool:
-        return any(tp in f.partitions for f in self.fetchers.values())
-
     async def shutdown(self) -> None:
         await asyncio.gather(*(f.stop() for f in self.fetchers.values()), return_exceptions=True)
         self.fetchers.clear()
