@@ -729,19 +729,6 @@ _LISTENER_KEY_PREFIXES = ("ssl.", "sasl.", "connections.", "connection.")
 _PREFIXABLE_MECHANISMS = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER"})
 
 
-def _split_host_port(addr: str, key: str) -> tuple[str, int]:
-    """Split ``host:port`` / ``[v6]:port`` / ``NAME://host:port`` into (host, port)."""
-    rest = addr.split("://", 1)[1] if "://" in addr else addr
-    m = re.fullmatch(r"\[([^\]]*)\]:(\d+)|([^:\[\]]*):(\d+)", rest)
-    if not m:
-        raise ConfigError(f"Invalid value '{addr}' for configuration '{key}': expected [NAME://]host:port")
-    host = m.group(1) if m.group(1) is not None else m.group(3)
-    port = int(m.group(2) or m.group(4))
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"Invalid value '{addr}' for configuration '{key}': port must be 0..65535")
-    return host, port
-
-
 class BrokerConfig:
     """Parsed broker configuration (``server.properties`` plus ``--override`` values).
 

@@ -136,10 +136,9 @@ class BrokerCollector:
         snap.offline_replicas = len(rm.offline_partitions)
         snap.isr_shrinks, snap.isr_expands = rm.isr_shrinks, rm.isr_expands
         for (topic, index), part in list(rm.partitions.items()):
-            plog = part.log
             snap.partitions.append(PartitionSnapshot(
-                topic, index, plog.size_in_bytes, len(plog.segments), plog.log_start_offset, plog.log_end_offset,
-                plog.high_watermark, part.is_leader, len(part.replicas), len(part.isr), part.min_insync_replicas))
+                topic, index, part.size_in_bytes, part.num_log_segments, part.log_start_offset, part.log_end_offset,
+                part.high_watermark, part.is_leader, len(part.replicas), len(part.isr), part.min_insync_replicas))
 
     @staticmethod
     def _controller(snap: Snapshot, srv: Any) -> None:

@@ -102,18 +102,6 @@ class GroupCoordinator:
             return NOT_COORDINATOR
         return NONE
 
-    @staticmethod
-    def _validate_static_member(group: GroupMetadata, member_id: str, instance_id: str | None) -> int:
-        if instance_id is not None:
-            known = group.static_member_id(instance_id)
-            if known is None:
-                return UNKNOWN_MEMBER_ID
-            if known != member_id:
-                return FENCED_INSTANCE_ID
-        elif not group.has(member_id):
-            return UNKNOWN_MEMBER_ID
-        return NONE
-
     def _validate_current_member(self, group: GroupMetadata, member_id: str, instance_id: str | None,
                                  generation_id: int | None) -> int:
         if instance_id is not None:

@@ -108,7 +108,7 @@ class GroupMetadataManager:
 
     ``replica_manager`` needs ``append_records({tp: bytes}, acks)`` (results, and None or a future
     of them while acks=all waits for the ISR) and
-    ``get_partition(topic, partition).log`` (a storage Log) — the broker's
+    ``get_partition(topic, partition)`` (a broker Partition) — the broker's
     ReplicaManager in production, a small stand-in in unit tests.
     """
 
@@ -321,11 +321,11 @@ class GroupMetadataManager:
 
     # -- loading -----------------------------------------------------------------
     def _read_records(self, partition: int) -> Iterator[LogRecord]:
-        plog = self.replica_manager.get_partition(GROUP_METADATA_TOPIC_NAME, partition).log
-        offset = plog.log_start_offset
-        end = plog.log_end_offset
+        part = self.replica_manager.get_partition(GROUP_METADATA_TOPIC_NAME, partition)
+        offset = part.log_start_offset
+        end = part.log_end_offset
         while offset < end:
-            data = plog.read(offset, _LOAD_CHUNK, end, True).to_bytes()
+            data = part.read_records_up_to(offset, _LOAD_CHUNK, end).to_bytes()
             if not data:
                 break
             next_offset = offset

@@ -78,7 +78,7 @@ class TransactionStateManager:
     """Owns the transaction metadata of the ``__transaction_state`` partitions this broker leads.
 
     ``replica_manager`` needs ``append_records({tp: bytes}, acks)`` and
-    ``get_partition(topic, partition)`` (``.log``, ``.leader_epoch``) — the broker's ReplicaManager.
+    ``get_partition(topic, partition)`` (a broker Partition) — the broker's ReplicaManager.
     """
 
     def __init__(self, broker_id: int, replica_manager: Any, num_partitions: int = 50,
@@ -178,11 +178,11 @@ class TransactionStateManager:
 
     # -- loading -------------------------------------------------------------------
     def _read_records(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
-        plog = self.replica_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME, partition).log
-        offset = plog.log_start_offset
-        end = plog.log_end_offset
+        part = self.replica_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME, partition)
+        offset = part.log_start_offset
+        end = part.log_end_offset
         while offset < end:
-            data = plog.read(offset, _LOAD_CHUNK, end, True).to_bytes()
+            data = part.read_records_up_to(offset, _LOAD_CHUNK, end).to_bytes()
             if not data:
                 break
             next_offset = offset
