@@ -7,7 +7,7 @@ tests/conftest.py can fail the test that caused a stall, with the stack in the m
 
 STROM_STALL_WARN_MS sets the threshold (default 250 ms, above the scheduling noise measured on
 a loaded 2-core machine: docs/decisions/0025-threading-model.md); STROM_STALL_FAIL=0 keeps the
-reports in the logs but stops failing tests on them.
+reports in the logs but stops failing tests on them. Stalls in ``KNOWN_UNFIXED`` only warn.
 """
 
 from __future__ import annotations
@@ -20,6 +20,20 @@ from strom.server_common.stall_detector import LOOP_STALL_MARKER
 
 STALL_WARN_MS = int(os.environ.get("STROM_STALL_WARN_MS", "250"))
 FAIL_ON_STALL = os.environ.get("STROM_STALL_FAIL", "1") != "0"
+
+# Known violations not fixed yet (docs/decisions/0025-threading-model.md lists them): a stall whose
+# stack passes through one of these (file, function or None for any) is reported as a pytest
+# warning, not a failure. Delete an entry when its fix lands; any other stall fails the test.
+KNOWN_UNFIXED: tuple[tuple[str, str | None], ...] = (
+    ("strom/storage/leader_epoch_cache.py", "assign"),  # epoch checkpoint + dir fsync (append, make_leader)
+    ("strom/storage/log_manager.py", None),  # log creation, StopReplica close/rename/fsync/unlink
+    ("strom/broker/replica_manager.py", "_create_partition"),  # partition.metadata written and fsynced
+    ("strom/broker/replica_manager.py", "_record_topic_in_dir"),
+    ("strom/broker/replica_manager.py", "create_topic_logs"),
+    ("strom/broker/replica_manager.py", "purge_tombstones"),  # rmtree
+    ("strom/cluster/replica_fetcher.py", None),  # follower truncation rebuilding producer state
+    ("strom/cluster/controller.py", None),  # kazoo DataWatch / ChildrenWatch constructors
+)
 
 _read_up_to: dict[Path, int] = {}  # broker log -> bytes already looked at
 # A log line starts with "[date time] LEVEL name: ..."; a report runs until the next such line.
@@ -34,6 +48,15 @@ def watch_broker_log(path: Path) -> None:
             _read_up_to[path] = path.stat().st_size
         except OSError:
             _read_up_to[path] = 0
+
+
+def is_known_unfixed(report: str) -> bool:
+    """Whether a stall's stack passes through a known violation that is not fixed yet."""
+    for path, function in KNOWN_UNFIXED:
+        for frame in re.finditer(rf'File "[^"]*{re.escape(path)}", line \d+, in (\w+)', report):
+            if function is None or frame.group(1) == function:
+                return True
+    return False
 
 
 def new_stall_reports() -> list[str]:
