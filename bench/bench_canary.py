@@ -137,7 +137,8 @@ def measure(cluster: ClusterProcess, partitions: int, baseline_s: float, settle_
     others = [b for b in cluster.broker_ids if b != controller]
     canary_leader, victim = others[0], others[1]
     replicas = [canary_leader, *[b for b in cluster.broker_ids if b != canary_leader]]
-    admin.create_topics([NewTopic("canary", replication_factor=-1, replica_assignment=[replicas])])["canary"].result(timeout=60)
+    admin.create_topics([NewTopic("canary", num_partitions=1, replication_factor=-1,
+                                  replica_assignment=[replicas])])["canary"].result(timeout=60)
     cluster.wait_isr("canary", 0, replicas, timeout=60)
     canary = Canary(cluster.bootstrap, "canary").start()
     phases: dict[str, dict[str, object]] = {}
