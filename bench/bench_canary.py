@@ -147,22 +147,26 @@ def measure(cluster: ClusterProcess, partitions: int, baseline_s: float, settle_
         t0 = time.monotonic()
         time.sleep(baseline_s)
         phases["baseline"] = canary.figures(t0, time.monotonic())
+        print("baseline", phases["baseline"], file=sys.stderr, flush=True)
 
         t0 = time.monotonic()
         cluster.kill9(victim)
-        cluster.wait_for(lambda: cluster.registered_brokers() == sorted(others) or None, 120,
+        survivors = sorted(b for b in cluster.broker_ids if b != victim)
+        cluster.wait_for(lambda: cluster.registered_brokers() == survivors or None, 120,
                          "the victim's session expired")
         time.sleep(settle_s)  # the controller moves leadership off the victim
         cluster.start_broker(victim)
         rejoined = wait_settled(cluster, topics, 600)
         time.sleep(settle_s)
         phases["kill9_restart"] = {**canary.figures(t0, time.monotonic()), "rejoined_every_isr": rejoined}
+        print("kill9_restart", phases["kill9_restart"], file=sys.stderr, flush=True)
 
         t0 = time.monotonic()
         admin.elect_leaders(ElectionType.PREFERRED, None).result()
         moved_back = wait_settled(cluster, topics, 600, preferred=True)
         time.sleep(settle_s)
         phases["preferred_election"] = {**canary.figures(t0, time.monotonic()), "all_preferred": moved_back}
+        print("preferred_election", phases["preferred_election"], file=sys.stderr, flush=True)
 
         t0 = time.monotonic()
         zk_pid = cluster.zookeeper.pid
