@@ -59,6 +59,7 @@ class LoopStallDetector:
         self._timer: asyncio.TimerHandle | None = None
         self._expected = 0.0  # when the heartbeat should run next (monotonic)
         self._reported = 0.0  # the `_expected` of the stall already reported by the watchdog
+        self._seen_s = 0.0  # the watchdog's count of the current silence
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -95,7 +96,8 @@ class LoopStallDetector:
         if late > self.threshold_s:
             self.stats.stalls += 1
             if self._reported == self._expected:
-                log.info("event loop ran again after %.0f ms", late * 1000)
+                log.info("event loop ran again after %.0f ms (%.0f ms of it seen by the watchdog)",
+                         late * 1000, self._seen_s * 1000)
         self._expected = now + HEARTBEAT_S
         if not self._stopping.is_set() and self._loop is not None:
             self._timer = self._loop.call_later(HEARTBEAT_S, self._beat)
@@ -117,21 +119,23 @@ class LoopStallDetector:
                 seen, watched = expected, 0.0
                 continue
             watched += min(gap, 2 * period, now - expected)
+            self._seen_s = watched
             if watched <= self.threshold_s or self._reported == expected:
                 continue
             self._reported = expected
-            self._report(now - expected)
+            self._report(watched, now - expected)
 
-    def _report(self, silent: float) -> None:
+    def _report(self, watched: float, silent: float) -> None:
         frame = sys._current_frames().get(self._loop_thread_id)
         if frame is None:
             return
         stack = traceback.extract_stack(frame)
         if stack and stack[-1].name in _IDLE_FUNCTIONS and "selectors" in stack[-1].filename:
             log.info("event loop silent for %.0f ms while idle in its selector: the process was not "
-                     "scheduled (machine load), no callback to blame", silent * 1000)
+                     "scheduled (machine load), no callback to blame", watched * 1000)
             return
         self.stats.blocked_stalls += 1
-        log.warning("%s: a callback has blocked the loop for %.0f ms (threshold %.0f ms); "
-                    "loop thread stack:\n%s", LOOP_STALL_MARKER, silent * 1000, self.threshold_s * 1000,
+        log.warning("%s: a callback has blocked the loop for %.0f ms (threshold %.0f ms; %.0f ms since the "
+                    "loop was due, pauses of the whole process included); loop thread stack:\n%s",
+                    LOOP_STALL_MARKER, watched * 1000, self.threshold_s * 1000, silent * 1000,
                     "".join(traceback.format_list(stack)).rstrip())
