@@ -54,6 +54,7 @@ class Canary:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        next_at = time.monotonic()
         while not self._stop.is_set():
             sent = time.monotonic()
 
@@ -64,7 +65,9 @@ class Canary:
                     self.errors += 1
 
             self.producer.produce(self.topic, b"c" * 100, partition=0, on_delivery=done)
-            self.producer.poll(max(INTERVAL_S - (time.monotonic() - sent), 0))
+            next_at = max(next_at + INTERVAL_S, time.monotonic())
+            while (left := next_at - time.monotonic()) > 0:
+                self.producer.poll(left)  # returns early when it served a delivery
 
     def start(self) -> Canary:
         self._thread.start()
@@ -198,6 +201,7 @@ def main() -> None:
     parser.add_argument("--baseline", type=float, default=10.0, help="seconds of the baseline phase")
     parser.add_argument("--settle", type=float, default=5.0, help="seconds measured after each phase settles")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the cluster on the way out
     json.dump(run(args.partitions, args.baseline, args.settle), sys.stdout, indent=2)
     print()
 
