@@ -7,7 +7,7 @@ stall detector of Seastar's reactor.
 
 Two halves:
 
-* On the loop, a heartbeat re-arms itself every ``HEARTBEAT_S``. How late it runs is the
+* On the loop, a heartbeat re-arms itself every ``HEARTBEAT_S`` (100 ms). How late it runs is the
   length of the loop iteration that delayed it: the longest lateness and the number of
   stalls past the threshold are the metrics (``strom_loop_stall_max_seconds``,
   ``strom_loop_stalls_total``).
@@ -17,7 +17,7 @@ Two halves:
   WARN (``LOOP_STALL_MARKER``). If the loop thread is sitting in its selector, no callback
   is to blame (the process was not scheduled): that is logged at INFO only.
 
-Cost: one timer callback per ``HEARTBEAT_S`` on the loop and one wake-up of a thread that
+Cost: one timer callback per ``HEARTBEAT_S`` on the loop and a watchdog wake-up every 50 ms that
 reads two floats; stacks are only formatted when a stall is caught.
 """
 
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_S = 0.05
+HEARTBEAT_S = 0.1
 LOOP_STALL_MARKER = "event loop stalled"  # the WARN's fixed words: tests look for them in broker logs
 # Frames that mean "the loop is waiting for I/O, nothing is running on it".
 _IDLE_FUNCTIONS = frozenset({"select", "poll", "epoll", "_run_once"})
@@ -107,7 +107,7 @@ class LoopStallDetector:
         """Count only silence the watchdog saw while itself running on time: when the whole process
         is not scheduled (a loaded machine, SIGSTOP), each missed wake-up adds at most two periods,
         so a pause of the process is not blamed on whatever callback it interrupted."""
-        period = max(min(self.threshold_s / 4, HEARTBEAT_S), 0.005)
+        period = max(min(self.threshold_s / 4, 0.05), 0.005)
         last_wake = time.monotonic()
         watched = 0.0  # silence of the loop since its heartbeat was due, as the watchdog saw it
         seen = self._expected
