@@ -14,8 +14,9 @@ Two halves:
 * A watchdog thread looks at the last heartbeat. When the loop has been silent for longer
   than the threshold, it takes the loop thread's stack at that very moment
   (``sys._current_frames``), which names the callback still blocking, and logs it once as a
-  WARN (``LOOP_STALL_MARKER``). If the loop thread is sitting in its selector, no callback
-  is to blame (the process was not scheduled): that is logged at INFO only.
+  WARN (``LOOP_STALL_MARKER``). If the loop thread is sitting in its selector, or spent at
+  least half the silence runnable but waiting for a CPU (Linux schedstat), the machine's load
+  is to blame, not a callback: that is logged at INFO only.
 
 Cost: one timer callback per ``HEARTBEAT_S`` on the loop and a watchdog wake-up every 50 ms that
 reads two floats; stacks are only formatted when a stall is caught.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import threading
 import time
@@ -62,6 +64,7 @@ class LoopStallDetector:
         self._seen_s = 0.0  # the watchdog's count of the current silence
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._schedstat: str | None = None  # the loop thread's scheduler counters (Linux)
 
     @property
     def enabled(self) -> bool:
@@ -73,6 +76,8 @@ class LoopStallDetector:
             return
         self._loop = asyncio.get_running_loop()
         self._loop_thread_id = threading.get_ident()
+        path = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+        self._schedstat = path if os.path.exists(path) else None
         self._expected = time.monotonic() + HEARTBEAT_S
         self._timer = self._loop.call_later(HEARTBEAT_S, self._beat)
         self._thread = threading.Thread(target=self._watch, name="loop-stall-watchdog", daemon=True)
@@ -111,6 +116,7 @@ class LoopStallDetector:
         last_wake = time.monotonic()
         watched = 0.0  # silence of the loop since its heartbeat was due, as the watchdog saw it
         seen = self._expected
+        run_delay = 0.0  # the loop thread's time waiting for a CPU when the silence began
         while not self._stopping.wait(period):
             now = time.monotonic()
             gap, last_wake = now - last_wake, now
@@ -118,14 +124,26 @@ class LoopStallDetector:
             if expected != seen or now <= expected:
                 seen, watched = expected, 0.0
                 continue
+            if watched == 0.0:
+                run_delay = self._run_delay()
             watched += min(gap, 2 * period, now - expected)
             self._seen_s = watched
             if watched <= self.threshold_s or self._reported == expected:
                 continue
             self._reported = expected
-            self._report(watched, now - expected)
+            self._report(watched, now - expected, self._run_delay() - run_delay)
 
-    def _report(self, watched: float, silent: float) -> None:
+    def _run_delay(self) -> float:
+        """Seconds the loop thread has spent runnable but waiting for a CPU (0 where unknown)."""
+        if self._schedstat is None:
+            return 0.0
+        try:
+            with open(self._schedstat) as f:
+                return int(f.read().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+    def _report(self, watched: float, silent: float, waited_for_cpu: float) -> None:
         frame = sys._current_frames().get(self._loop_thread_id)
         if frame is None:
             return
@@ -133,6 +151,10 @@ class LoopStallDetector:
         if stack and stack[-1].name in _IDLE_FUNCTIONS and "selectors" in stack[-1].filename:
             log.info("event loop silent for %.0f ms while idle in its selector: the process was not "
                      "scheduled (machine load), no callback to blame", watched * 1000)
+            return
+        if waited_for_cpu >= watched / 2:
+            log.info("event loop silent for %.0f ms, %.0f ms of it waiting for a CPU (machine load) in %s:%d",
+                     watched * 1000, waited_for_cpu * 1000, stack[-1].filename, stack[-1].lineno or 0)
             return
         self.stats.blocked_stalls += 1
         log.warning("%s: a callback has blocked the loop for %.0f ms (threshold %.0f ms; %.0f ms since the "
