@@ -12,7 +12,8 @@ each phase is the p50 / p99 / max produce latency of the records sent during it:
 
 The canary's leader hosts followers of most partitions, so it takes every LeaderAndIsr,
 UpdateMetadata and StopReplica of the phases: a blocking callback there shows as canary latency.
-Prints one JSON document. Usage: python bench/bench_canary.py [--partitions 1500]
+Prints one JSON document, with the number of loop stall WARNs each broker logged.
+Usage: python bench/bench_canary.py [--partitions 1500] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ if str(ROOT) not in sys.path:
 from confluent_kafka import ElectionType, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.support.cluster import ClusterProcess  # noqa: E402
+
+from strom.server_common.stall_detector import LOOP_STALL_MARKER  # noqa: E402
 
 INTERVAL_S = 0.02
 TOPIC_PARTITIONS = 100  # load partitions per topic
@@ -119,15 +122,20 @@ def wait_settled(cluster: ClusterProcess, topics: list[str], timeout: float, pre
     return False
 
 
-def run(partitions: int, baseline_s: float, settle_s: float) -> dict[str, object]:
-    with tempfile.TemporaryDirectory(prefix="bench-canary-") as workdir:
-        cluster = ClusterProcess(Path(workdir), 3, session_timeout_ms=SESSION_TIMEOUT_MS,
+def run(partitions: int, baseline_s: float, settle_s: float, keep: str | None) -> dict[str, object]:
+    with tempfile.TemporaryDirectory(prefix="bench-canary-") as tmp:
+        workdir = Path(keep) if keep else Path(tmp)
+        cluster = ClusterProcess(workdir, 3, session_timeout_ms=SESSION_TIMEOUT_MS,
                                  overrides={"auto.leader.rebalance.enable": "false"})
         cluster.start()
         try:
-            return measure(cluster, partitions, baseline_s, settle_s)
+            result = measure(cluster, partitions, baseline_s, settle_s)
         finally:
             cluster.close()
+        result["stall_warnings"] = {b: sum(1 for line in open(p.log_path, errors="replace")
+                                           if LOOP_STALL_MARKER in line and "WARNING" in line)
+                                    for b, p in cluster.brokers.items()}
+        return result
 
 
 def measure(cluster: ClusterProcess, partitions: int, baseline_s: float, settle_s: float) -> dict[str, object]:
@@ -200,9 +208,10 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=1500, help="RF 3 load partitions")
     parser.add_argument("--baseline", type=float, default=10.0, help="seconds of the baseline phase")
     parser.add_argument("--settle", type=float, default=5.0, help="seconds measured after each phase settles")
+    parser.add_argument("--keep", metavar="DIR", help="run in DIR and keep it (broker logs name any loop stall)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # stop the cluster on the way out
-    json.dump(run(args.partitions, args.baseline, args.settle), sys.stdout, indent=2)
+    json.dump(run(args.partitions, args.baseline, args.settle, args.keep), sys.stdout, indent=2)
     print()
 
 
