@@ -406,6 +406,9 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("metrics.listener", T.STRING, "",
               "http://host:port of the Prometheus /metrics, /healthz and /readyz endpoint; empty = off.",
               validate_metrics_listener),
+    ConfigDef("strom.loop.stall.warn.ms", T.INT, 200,
+              "Log a WARN with the blocking callback's stack when the event loop runs nothing for this long; "
+              "0 = off (docs/decisions/0025-threading-model.md).", at_least(0)),
 ]
 
 # Kafka 3.9 dynamic broker keys Strom has no machinery for (Kerberos, JVM TLS providers, connection
