@@ -205,12 +205,29 @@ class Log:
         """The newest leader epoch that wrote to this log, None if none did (or all of it was truncated)."""
         return self.leader_epoch_cache.latest_epoch
 
-    def assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> None:
+    def assign_epoch_start_offset(self, leader_epoch: int, start_offset: int | None = None) -> None:
         """A new leader's epoch starts at its LEO (Kafka assigns it on becoming leader, not on the
-        first append), so followers asking OffsetForLeaderEpoch learn the divergence point at once."""
+        first append), so followers asking OffsetForLeaderEpoch learn the divergence point at once.
+
+        ``start_offset`` None: the LEO. Run on the dir's storage thread, the fsynced checkpoint
+        write happens outside ``_lock``, which the event loop takes for every append; only
+        deciding and adopting the new entries hold it. Raises OSError if the write fails.
+        """
+        cache = self.leader_epoch_cache
         with self._lock:
-            if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch:
-                self.leader_epoch_cache.assign(leader_epoch, start_offset)
+            if leader_epoch < 0 or leader_epoch == cache.latest_epoch:
+                return
+            start = self._leo if start_offset is None else start_offset
+            version = cache.version
+            entries = cache.prepare_assign(leader_epoch, start)
+        if entries is None:
+            return
+        cache.write(entries)
+        with self._lock:
+            if cache.version == version:
+                cache.adopt(entries)
+            elif leader_epoch != cache.latest_epoch:  # the entries changed meanwhile (rare): write again
+                cache.assign(leader_epoch, start)
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: ``(epoch, end_offset)``, or ``(-1, -1)`` if nothing is known.

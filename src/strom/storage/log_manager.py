@@ -5,18 +5,26 @@ creates and deletes partition logs, runs retention and time-based flushes, and
 writes the per-directory checkpoint files.  Topic metadata (ids, partition
 counts, configs) lives in the broker; this class only manages directories.
 All methods are synchronous and thread-safe; call slow ones from an executor.
+
+Each log dir has its own storage executor (``executor_for``): one worker thread that runs
+the dir's file mutations (checkpoint fsyncs, deletions, renames, truncations) off the event
+loop, one at a time and in submission order, so a slow or failing disk holds up only its
+own dir's work.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import os
 import shutil
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kafka.errors import KafkaStorageError
 
@@ -34,6 +42,8 @@ from strom.storage.log_config import LogConfig
 from strom.storage.partition_metadata import encode_topic_id, read_topic_id
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
@@ -83,6 +93,30 @@ class LogManager:
         self.offline_log_dirs: set[str] = set()
         # The subset that failed while serving (take_offline): locked and loaded once, so they may come back.
         self._failed_while_serving: set[str] = set()
+        self._executors: dict[str, ThreadPoolExecutor] = {}
+
+    # -- storage executors --------------------------------------------------------------------------
+
+    def executor_for(self, log_dir: str) -> ThreadPoolExecutor:
+        """The dir's storage executor: one thread, so the dir's mutations run in the order submitted."""
+        log_dir = os.path.abspath(log_dir)
+        with self._lock:
+            executor = self._executors.get(log_dir)
+            if executor is None:
+                name = f"storage-{self.log_dirs.index(log_dir) if log_dir in self.log_dirs else log_dir}"
+                executor = self._executors[log_dir] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+            return executor
+
+    async def run_in_dir(self, log_dir: str, fn: Callable[..., T], *args: object) -> T:
+        """Run a file mutation of ``log_dir`` on its storage executor and await its result (or error)."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor_for(log_dir), fn, *args)
+
+    def close_executors(self) -> None:
+        """Let queued work finish and stop the storage threads (after shutdown)."""
+        with self._lock:
+            executors, self._executors = list(self._executors.values()), {}
+        for executor in executors:
+            executor.shutdown(wait=True)
 
     # -- startup ------------------------------------------------------------------------------------
 
@@ -445,6 +479,7 @@ class LogManager:
                 return
             self._shutdown = True
             logs = dict(self._logs)
+        self.close_executors()  # file mutations already queued finish before the logs close
         clean = True
         for lg in logs.values():
             try:
