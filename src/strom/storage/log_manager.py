@@ -190,6 +190,7 @@ class LogManager:
                         high_watermark=(hws or {}).get(tp),
                         now_ms=now_ms,
                     )
+                    self._logs[tp].storage_executor = self.executor_for(log_dir)
                     self._log_dir_of[tp] = log_dir
                 # A crash from here on must trigger recovery at the next start.
                 if os.path.exists(marker):
@@ -242,6 +243,7 @@ class LogManager:
                 if not existed:
                     shutil.rmtree(path, ignore_errors=True)
                 raise KafkaStorageError(f"cannot create log for {topic}-{partition} in {log_dir}: {exc}") from exc
+            new.storage_executor = self.executor_for(log_dir)
             self._logs[tp] = new
             self._log_dir_of[tp] = log_dir
             return new
@@ -358,10 +360,10 @@ class LogManager:
                 if log_dir not in self.offline_log_dirs and os.path.isdir(path):
                     shutil.rmtree(path, ignore_errors=True)
 
-    def tombstones(self) -> list[Tombstone]:
-        """Every ``-delete`` dir in the online log dirs."""
+    def tombstones(self, only_dir: str | None = None) -> list[Tombstone]:
+        """Every ``-delete`` dir in the online log dirs (or in ``only_dir`` alone)."""
         found = []
-        for log_dir in self.log_dirs:
+        for log_dir in self.log_dirs if only_dir is None else [os.path.abspath(only_dir)]:
             if log_dir in self.offline_log_dirs:
                 continue
             try:
@@ -374,15 +376,15 @@ class LogManager:
                     found.append(stone)
         return found
 
-    def purge_tombstones(self, live_topic_ids: Iterable[str] | None) -> int:
+    def purge_tombstones(self, live_topic_ids: Iterable[str] | None, log_dir: str | None = None) -> int:
         """Remove tombstones of topics the durable metadata no longer lists; returns how many.
 
         ``None``: the metadata file is behind (a write is pending), so every tombstone may still
-        be needed; only the space inside them is freed.
+        be needed; only the space inside them is freed. ``log_dir``: only that dir's tombstones.
         """
         live = set(live_topic_ids) if live_topic_ids is not None else None
         removed = 0
-        for stone in self.tombstones():
+        for stone in self.tombstones(log_dir):
             if live is None or stone.topic_id in live:
                 _empty_dir(stone.path)  # free the space now; the dir itself must wait
                 continue
