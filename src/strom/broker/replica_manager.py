@@ -323,12 +323,14 @@ class ReplicaManager:
             self.produce_purgatory.check_and_complete(tp)
         return done
 
-    def purge_tombstones(self) -> None:
-        """Drop tombstone dirs once the metadata durably forgot their topics."""
+    async def purge_tombstones(self) -> None:
+        """Drop tombstone dirs once the metadata durably forgot their topics (on the dirs' storage threads)."""
         pending = self.metadata.save_pending
         self.purge_due = pending  # the metadata write is retried later; purge again once it succeeds
         live = None if pending else [t.topic_id.hex for t in self.metadata.topics().values()]
-        self.log_manager.purge_tombstones(live)
+        dirs = [d for d in self.log_manager.log_dirs if d not in self.log_manager.offline_log_dirs]
+        await asyncio.gather(*(self.log_manager.run_in_dir(d, self.log_manager.purge_tombstones, live, d)
+                               for d in dirs))
 
     def apply_topic_change(self, change: TopicChange) -> None:
         """First step of every metadata change (see MetadataPublisher): logs and partition states."""
