@@ -3,6 +3,7 @@
 In process, on a real disk: a ReplicaManager hosts `--partitions` follower replicas (created by a
 first LeaderAndIsr); then, with a heartbeat callback scheduled every 10 ms on the loop, it applies
 
+- `create`: the first LeaderAndIsr, creating them as followers (new partition dirs and files);
 - `lead`: a LeaderAndIsr making this broker leader of all of them (a new leader epoch each, so
   every partition writes and fsyncs its leader-epoch checkpoint and its directory);
 - `follow`: one making it a follower again (no file writes);
@@ -93,10 +94,9 @@ async def run(partitions: int, base: str) -> dict[str, Any]:
                             DelayedOperationPurgatory("Fetch", Timer()))
         topics = [(f"t{i}", uuid.uuid4()) for i in range((partitions + PER_TOPIC - 1) // PER_TOPIC)]
         no_configs = lambda _t: {}  # noqa: E731
-        start = time.perf_counter()
-        await maybe_await(rm.become_leader_or_follower(1, lai(topics, partitions, 2, 0, True), no_configs))
-        create_s = time.perf_counter() - start
         results = [
+            await measured("create", lambda: rm.become_leader_or_follower(
+                1, lai(topics, partitions, 2, 0, True), no_configs)),
             await measured("lead", lambda: rm.become_leader_or_follower(
                 1, lai(topics, partitions, 1, 1, False), no_configs)),
             await measured("follow", lambda: rm.become_leader_or_follower(
@@ -105,7 +105,7 @@ async def run(partitions: int, base: str) -> dict[str, Any]:
                 1, {(lp.topic, lp.state.partition): True for lp in lai(topics, partitions, 2, 2, False)})),
         ]
         leaders_ok = not rm.partitions
-        return {"partitions": partitions, "create_s": round(create_s, 2), "all_deleted": leaders_ok,
+        return {"partitions": partitions, "all_deleted": leaders_ok,
                 "results": results}
     finally:
         shutil.rmtree(work, ignore_errors=True)

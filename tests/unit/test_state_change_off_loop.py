@@ -18,6 +18,7 @@ from typing import Any
 import kafka.errors as Errors
 import pytest
 
+import strom.broker.replica_manager as replica_manager_module
 import strom.storage.leader_epoch_cache as leader_epoch_cache
 from strom.broker.replica_manager import LeaderAndIsrPartition, ReplicaManager
 from strom.cluster.metadata import PartitionState
@@ -60,12 +61,18 @@ def test_leader_and_isr_lets_other_work_run_and_fsyncs_epochs_on_the_storage_thr
         real_write(path, data, fsync)
 
     monkeypatch.setattr(leader_epoch_cache, "write_atomically", recording_write)
+    creators: list[str] = []
+    real_ensure = replica_manager_module.ensure_topic_id
 
-    async def scenario() -> tuple[int, int]:
+    def recording_ensure(directory: str, topic_id: uuid.UUID) -> None:
+        creators.append(threading.current_thread().name)
+        real_ensure(directory, topic_id)
+
+    monkeypatch.setattr(replica_manager_module, "ensure_topic_id", recording_ensure)
+
+    async def scenario() -> tuple[int, int, int]:
         rm = replica_manager(tmp_path)
         tid = uuid.uuid4()
-        await settle(rm.become_leader_or_follower(1, leader_and_isr(tid, 2, 0, is_new=True), configs))
-        writers.clear()
         ticks = 0
         stop = False
 
@@ -78,6 +85,12 @@ def test_leader_and_isr_lets_other_work_run_and_fsyncs_epochs_on_the_storage_thr
         other = asyncio.create_task(other_connection())
         await asyncio.sleep(0)
         started = ticks
+        await settle(rm.become_leader_or_follower(1, leader_and_isr(tid, 2, 0, is_new=True), configs))
+        during_creation = ticks - started
+        assert len(rm.partitions) == PARTITIONS and all(
+            (tmp_path / f"t-{p}").is_dir() for p in range(PARTITIONS))
+        writers.clear()
+        started = ticks
         errors = await settle(rm.become_leader_or_follower(1, leader_and_isr(tid, 1, 1), configs))
         during = ticks - started
         stop = True
@@ -86,12 +99,14 @@ def test_leader_and_isr_lets_other_work_run_and_fsyncs_epochs_on_the_storage_thr
         assert all(rm.partitions[("t", p)].is_leader for p in range(PARTITIONS))
         assert all(rm.partitions[("t", p)].log.latest_epoch == 1 for p in range(PARTITIONS))
         rm.log_manager.shutdown()
-        return during, len(writers)
+        return during_creation, during, len(writers)
 
-    during, written = asyncio.run(scenario())
+    during_creation, during, written = asyncio.run(scenario())
     assert written == PARTITIONS  # one durable write per new leader epoch
     assert all(name.startswith("storage-") for name in writers), set(writers)
     assert during >= PARTITIONS // 200  # the other coroutine ran between chunks
+    assert during_creation >= PARTITIONS // 200  # and while the new replicas' files were created
+    assert len(creators) == PARTITIONS and all(name.startswith("storage-") for name in creators), set(creators)
 
 
 def test_stop_replica_deletes_on_the_storage_thread_between_other_work(tmp_path: Path) -> None:

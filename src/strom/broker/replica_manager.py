@@ -25,6 +25,7 @@ from strom.metrics.topic_stats import BrokerTopicStats
 from strom.protocol.record_batch import build_control_batch
 from strom.server_common.purgatory import DelayedOperation, DelayedOperationPurgatory
 from strom.server_common.types import TopicPartition
+from strom.storage.log import Log
 from strom.storage.log_config import LogConfig
 from strom.storage.log_manager import LogManager, close_offline_log, is_log_dir_failure
 from strom.storage.partition_metadata import ensure_topic_configs, ensure_topic_id
@@ -390,6 +391,7 @@ class ReplicaManager:
                                          topic_configs: Callable[[str], dict[str, str]],
                                          errors: dict[TopicPartition, int]) -> None:
         """One chunk: check and create replicas, write new leaders' epochs off the loop, then apply."""
+        created_logs = await self._open_new_replica_logs(partitions, topic_configs)
         accepted: list[tuple[LeaderAndIsrPartition, Partition, bool]] = []
         for lp in partitions:
             st = lp.state
@@ -409,12 +411,13 @@ class ReplicaManager:
                 continue
             created = part is None
             if part is None:
-                try:
-                    part = self._create_partition(lp, topic_configs(lp.topic))
-                except Errors.KafkaError as exc:
+                opened = created_logs.get(tp)
+                if opened is None or isinstance(opened, Errors.KafkaError):
+                    exc = opened or Errors.KafkaStorageError(f"no log for {tp[0]}-{tp[1]}")
                     log.error("cannot create replica %s-%d: %s", *tp, exc)
                     errors[tp] = exc.errno
                     continue
+                part = self._add_partition(lp, opened)
             accepted.append((lp, part, created))
         failed = await self._assign_new_leader_epochs(accepted)
         leaders: list[TopicPartition] = []
@@ -493,16 +496,50 @@ class ReplicaManager:
             failed.update(result)
         return failed
 
-    def _create_partition(self, lp: LeaderAndIsrPartition, configs: dict[str, str]) -> Partition:
+    async def _open_new_replica_logs(self, partitions: list[LeaderAndIsrPartition],
+                                     topic_configs: Callable[[str], dict[str, str]]
+                                     ) -> dict[TopicPartition, Log | Errors.KafkaError]:
+        """Open or create the logs of replicas new to this broker, each on its log dir's storage thread
+        (a partition dir, its segment and index files, its topic id file); returns a log or the error."""
+        new = [lp for lp in partitions if self.broker_id in lp.state.replicas
+               and (lp.topic, lp.state.partition) not in self.partitions
+               and (lp.topic, lp.state.partition) not in self.offline_partitions]
+        if not new:
+            return {}
+        plan = self.log_manager.plan_log_dirs((lp.topic, lp.state.partition) for lp in new)
+        by_dir: dict[str, list[tuple[LeaderAndIsrPartition, dict[str, str]]]] = {}
+        for lp in new:
+            by_dir.setdefault(plan[(lp.topic, lp.state.partition)], []).append((lp, topic_configs(lp.topic)))
+        opened: dict[TopicPartition, Log | Errors.KafkaError] = {}
+        for result in await asyncio.gather(*(self.log_manager.run_in_dir(d, self._open_replica_logs, d, items)
+                                             for d, items in by_dir.items())):
+            opened.update(result)
+        return opened
+
+    def _open_replica_logs(self, log_dir: str, items: list[tuple[LeaderAndIsrPartition, dict[str, str]]]
+                           ) -> dict[TopicPartition, Log | Errors.KafkaError]:
+        """On a log dir's storage thread: get_or_create_log and record the topic id and configs."""
+        out: dict[TopicPartition, Log | Errors.KafkaError] = {}
+        for lp, configs in items:
+            tp = (lp.topic, lp.state.partition)
+            log_config = LogConfig.from_props({**self.config.topic_defaults(), **configs})
+            try:
+                plog = self.log_manager.get_or_create_log(lp.topic, lp.state.partition, log_config,
+                                                          is_new=lp.is_new, log_dir=log_dir)
+            except Errors.KafkaError as exc:
+                out[tp] = exc
+                continue
+            try:
+                ensure_topic_id(plog.directory, lp.topic_id)
+                ensure_topic_configs(plog.directory, configs)
+            except OSError as exc:
+                log.warning("could not record the topic id of %s-%d: %s", *tp, exc)
+            out[tp] = plog
+        return out
+
+    def _add_partition(self, lp: LeaderAndIsrPartition, plog: Log) -> Partition:
         st = lp.state
         tp = (lp.topic, st.partition)
-        log_config = LogConfig.from_props({**self.config.topic_defaults(), **configs})
-        plog = self.log_manager.get_or_create_log(lp.topic, st.partition, log_config, is_new=lp.is_new)
-        try:
-            ensure_topic_id(plog.directory, lp.topic_id)
-            ensure_topic_configs(plog.directory, configs)
-        except OSError as exc:
-            log.warning("could not record the topic id of %s-%d: %s", *tp, exc)
         part = Partition(lp.topic, st.partition, lp.topic_id, st, plog, self.broker_id, self.isr_change_sender)
         self.partitions[tp] = part
         self.offline_partitions.discard(tp)

@@ -215,8 +215,10 @@ class LogManager:
         config: LogConfig | None = None,
         now_ms: int | None = None,
         is_new: bool = True,
+        log_dir: str | None = None,
     ) -> Log:
-        """The partition's log, created in the least loaded online dir if missing.
+        """The partition's log, created in the least loaded online dir (or ``log_dir``, from
+        plan_log_dirs) if missing.
 
         ``is_new=False`` (attaching partitions the metadata already knew) refuses to create
         a log while a dir is offline, like Kafka: the log probably lives there, and an empty
@@ -234,7 +236,8 @@ class LogManager:
                     f"cannot create log for {topic}-{partition}: log dirs "
                     f"{', '.join(sorted(self.offline_log_dirs))} are offline"
                 )
-            log_dir = self._next_log_dir()
+            if log_dir is None or log_dir in self.offline_log_dirs:
+                log_dir = self._next_log_dir()
             path = os.path.join(log_dir, f"{topic}-{partition}")
             existed = os.path.isdir(path)
             try:
@@ -247,6 +250,27 @@ class LogManager:
             self._logs[tp] = new
             self._log_dir_of[tp] = log_dir
             return new
+
+    def plan_log_dirs(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, str]:
+        """The dir each partition's log is in, or would be created in by get_or_create_log (the least
+        loaded, counting the ones planned before it), so creations can run on that dir's storage thread."""
+        with self._lock:
+            online = [d for d in self.log_dirs if d not in self.offline_log_dirs]
+            counts = dict.fromkeys(online, 0)
+            for d in self._log_dir_of.values():
+                if d in counts:
+                    counts[d] += 1
+            plan: dict[TopicPartition, str] = {}
+            for tp in partitions:
+                existing = self._log_dir_of.get(tp)
+                if existing is not None:
+                    plan[tp] = existing
+                elif online:
+                    plan[tp] = min(online, key=lambda d: counts[d])
+                    counts[plan[tp]] += 1
+                else:
+                    plan[tp] = self.log_dirs[0]  # get_or_create_log raises KafkaStorageError
+            return plan
 
     def _next_log_dir(self) -> str:
         """Online directory holding the fewest partitions (Kafka's placement rule)."""
