@@ -182,11 +182,11 @@ class Log:
         self._last_flush_ms = now_ms if now_ms is not None else time_ms()
         self._rolled_since_flush = False
         self.closed = False
-        # Segments retention took out of the list, still to be renamed to .deleted: renamed outside
-        # _lock (the event loop takes it for every append), or first thing by anything creating segments.
         # The log dir's storage thread (LogManager.executor_for) for file mutations off the event loop;
         # None (a log no LogManager owns) runs them on the loop's default executor.
         self.storage_executor: Executor | None = None
+        # Segments retention took out of the list, still to be renamed to .deleted: renamed outside
+        # _lock (the event loop takes it for every append), or first thing by anything creating segments.
         self._doomed: list[LogSegment] = []
         self._doomed_lock = threading.Lock()
         self._snapshots_below = -1
