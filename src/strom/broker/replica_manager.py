@@ -417,7 +417,8 @@ class ReplicaManager:
                     log.error("cannot create replica %s-%d: %s", *tp, exc)
                     errors[tp] = exc.errno
                     continue
-                part = self._add_partition(lp, opened)
+                part = Partition(lp.topic, st.partition, lp.topic_id, st, opened, self.broker_id,
+                                 self.isr_change_sender)  # registered once its epoch is written
             accepted.append((lp, part, created))
         failed = await self._assign_new_leader_epochs(accepted)
         leaders: list[TopicPartition] = []
@@ -425,7 +426,12 @@ class ReplicaManager:
         for lp, part, created in accepted:
             st = lp.state
             tp = (lp.topic, st.partition)
-            if self.partitions.get(tp) is not part:  # its dir went offline while the epochs were written
+            if created:
+                if tp in self.offline_partitions or tp in self.partitions:  # its dir failed meanwhile
+                    errors[tp] = Errors.KafkaStorageError.errno
+                    continue
+                self.partitions[tp] = part
+            elif self.partitions.get(tp) is not part:  # its dir went offline while the epochs were written
                 errors[tp] = Errors.KafkaStorageError.errno
                 continue
             if tp in failed:
@@ -537,13 +543,6 @@ class ReplicaManager:
             out[tp] = plog
         return out
 
-    def _add_partition(self, lp: LeaderAndIsrPartition, plog: Log) -> Partition:
-        st = lp.state
-        tp = (lp.topic, st.partition)
-        part = Partition(lp.topic, st.partition, lp.topic_id, st, plog, self.broker_id, self.isr_change_sender)
-        self.partitions[tp] = part
-        self.offline_partitions.discard(tp)
-        return part
 
     async def stop_replicas(self, controller_epoch: int, partitions: dict[TopicPartition, bool]
                             ) -> dict[TopicPartition, int]:
