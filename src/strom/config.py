@@ -406,6 +406,9 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("metrics.listener", T.STRING, "",
               "http://host:port of the Prometheus /metrics, /healthz and /readyz endpoint; empty = off.",
               validate_metrics_listener),
+    ConfigDef("strom.loop.stall.warn.ms", T.INT, 200,
+              "Log a WARN with the blocking callback's stack when the event loop runs nothing for this long; "
+              "0 = off (docs/decisions/0025-threading-model.md).", at_least(0)),
 ]
 
 # Kafka 3.9 dynamic broker keys Strom has no machinery for (Kerberos, JVM TLS providers, connection
@@ -727,19 +730,6 @@ LISTENER_PREFIX = "listener.name."
 # Keys a listener may override, and the mechanisms that may prefix its sasl.* keys.
 _LISTENER_KEY_PREFIXES = ("ssl.", "sasl.", "connections.", "connection.")
 _PREFIXABLE_MECHANISMS = frozenset({"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI", "OAUTHBEARER"})
-
-
-def _split_host_port(addr: str, key: str) -> tuple[str, int]:
-    """Split ``host:port`` / ``[v6]:port`` / ``NAME://host:port`` into (host, port)."""
-    rest = addr.split("://", 1)[1] if "://" in addr else addr
-    m = re.fullmatch(r"\[([^\]]*)\]:(\d+)|([^:\[\]]*):(\d+)", rest)
-    if not m:
-        raise ConfigError(f"Invalid value '{addr}' for configuration '{key}': expected [NAME://]host:port")
-    host = m.group(1) if m.group(1) is not None else m.group(3)
-    port = int(m.group(2) or m.group(4))
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"Invalid value '{addr}' for configuration '{key}': port must be 0..65535")
-    return host, port
 
 
 class BrokerConfig:

@@ -22,8 +22,9 @@ from playwright.sync_api import expect
 from starlette.testclient import TestClient
 
 from strom.console.app import ConsoleSettings, create_app
-from tests.support.broker import BrokerProcess, free_port
+from tests.support.broker import BrokerProcess
 from tests.support.console import ConsoleProcess
+from tests.support.security import start_acl_sasl_broker
 
 if importlib.util.find_spec("strom.security.authorizer") is None or importlib.util.find_spec(
         "strom.security.scram") is None:
@@ -43,17 +44,7 @@ def sasl(user: str, password: str, mechanism: str = "PLAIN") -> dict[str, str]:
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """Only a SASL listener; admin is a super user, everyone else needs ACLs."""
-    port = free_port()
-    b = BrokerProcess(tmp_path_factory.mktemp("console-sasl"), {
-        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
-        "inter.broker.listener.name": "SASL_PLAINTEXT",
-        "sasl.mechanism.inter.broker.protocol": "PLAIN",
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:admin",
-    }, port=port)
-    b.start()
+    b = start_acl_sasl_broker(tmp_path_factory.mktemp("console-sasl"), JAAS, "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512")
     try:
         yield b
     finally:

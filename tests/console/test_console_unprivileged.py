@@ -32,8 +32,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tests.support.broker import BrokerProcess, free_port
+from tests.support.broker import BrokerProcess
 from tests.support.console import ConsoleProcess
+from tests.support.security import start_acl_sasl_broker
 
 if importlib.util.find_spec("strom.security.authorizer") is None:
     pytest.skip("this build of the broker has no ACL support", allow_module_level=True)
@@ -52,17 +53,7 @@ def sasl(user: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """Only a SASL listener; admin is a super user, alice and bob get only what a test grants."""
-    port = free_port()
-    b = BrokerProcess(tmp_path_factory.mktemp("console-unprivileged"), {
-        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
-        "inter.broker.listener.name": "SASL_PLAINTEXT",
-        "sasl.mechanism.inter.broker.protocol": "PLAIN",
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:admin",
-    }, port=port)
-    b.start()
+    b = start_acl_sasl_broker(tmp_path_factory.mktemp("console-unprivileged"), JAAS, "PLAIN,SCRAM-SHA-256")
     try:
         yield b
     finally:

@@ -183,7 +183,11 @@ def test_health_readiness_and_http_edges(metered: BrokerProcess) -> None:
     answer = http_request(port, "/metrics?name[]=x")
     assert answer.status == 200
     assert answer.headers["content-type"].startswith("text/plain; version=0.0.4")
-    assert Samples(answer.body.decode()).get("strom_broker_ready") == 1
+    samples = Samples(answer.body.decode())
+    assert samples.get("strom_broker_ready") == 1
+    # The loop stall detector runs in every broker (docs/decisions/0025-threading-model.md).
+    assert samples.get("strom_loop_stall_max_seconds") is not None
+    assert samples.get("strom_loop_stalls_total") is not None
     head = http_request(port, "/metrics", method="HEAD")
     assert head.status == 200 and head.body == b"" and int(head.headers["content-length"]) > 0
     assert http_request(port, "/nothing").status == 404

@@ -36,7 +36,8 @@ from kafka.protocol.metadata import FindCoordinatorRequest
 
 from strom.protocol.inter_broker import build
 from tests.integration.test_acl_users import sasl_call
-from tests.support.broker import BrokerProcess, free_port
+from tests.support.broker import BrokerProcess
+from tests.support.security import start_acl_sasl_broker
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
         'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
@@ -45,17 +46,7 @@ CLUSTER_DENIED, GROUP_DENIED, TXN_DENIED = 31, 30, 53
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    port = free_port()
-    b = BrokerProcess(tmp_path_factory.mktemp("unprivileged"), {
-        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
-        "inter.broker.listener.name": "SASL_PLAINTEXT",
-        "sasl.mechanism.inter.broker.protocol": "PLAIN",
-        "sasl.enabled.mechanisms": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
-        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
-        "super.users": "User:admin",
-    }, port=port)
-    b.start()
+    b = start_acl_sasl_broker(tmp_path_factory.mktemp("unprivileged"), JAAS, "PLAIN")
     try:
         yield b
     finally:

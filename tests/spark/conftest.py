@@ -147,15 +147,6 @@ def produce_values(bootstrap: str, topic: str, partitions: int, count: int, star
     )
 
 
-def latest_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    from confluent_kafka import TopicPartition
-    from confluent_kafka.admin import OffsetSpec
-
-    client = admin(bootstrap)
-    fs = client.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)})
-    return {tp.partition: f.result().offset for tp, f in fs.items()}
-
-
 def strom_reader(spark: Any, bootstrap: str, stream: bool = False, **options: str) -> Any:
     r = spark.readStream if stream else spark.read
     r = r.format("strom").option("kafka.bootstrap.servers", bootstrap)

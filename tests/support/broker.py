@@ -12,6 +12,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.support.stalls import STALL_WARN_MS, watch_broker_log
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -47,7 +49,8 @@ class BrokerProcess:
 
     def command(self) -> list[str]:
         opts = {"listeners": f"PLAINTEXT://127.0.0.1:{self.port}", "log.dirs": self.data_dir,
-                "group.initial.rebalance.delay.ms": 0, **self.overrides}
+                "group.initial.rebalance.delay.ms": 0, "strom.loop.stall.warn.ms": STALL_WARN_MS,
+                **self.overrides}
         cmd = [sys.executable, "-m", "strom.broker.main"]
         for k, v in opts.items():
             cmd += ["--override", f"{k}={v}"]
@@ -55,6 +58,7 @@ class BrokerProcess:
 
     def start(self, timeout: float = 30.0, wait: bool = True) -> BrokerProcess:
         """Start the process; with wait (the default) return once the Kafka port accepts connections."""
+        watch_broker_log(self.log_path)
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT,
                                          env={**os.environ, **self.env}, preexec_fn=self._preexec())

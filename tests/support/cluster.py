@@ -25,6 +25,7 @@ from kazoo.exceptions import NoNodeError
 
 from strom.cluster.zookeeper_server import ZooKeeperServer
 from tests.support.broker import BrokerProcess
+from tests.support.raw_client import RawClient, decode
 
 T = TypeVar("T")
 
@@ -181,10 +182,8 @@ class ClusterProcess:
         then waits for its next metadata refresh, up to a minute)."""
         from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
-        from tests.support.raw_client import RawClient, decode
-
         try:
-            client = RawClient(self._brokers[broker_id])
+            client = self._raw_client(broker_id)
         except OSError:
             return False
         try:
@@ -194,6 +193,10 @@ class ClusterProcess:
         finally:
             client.close()
         return answer.controller_id >= 0 and {b.node_id for b in answer.brokers} >= set(self.broker_ids)
+
+    def _raw_client(self, broker_id: int) -> RawClient:
+        """A bare client connected to the broker (clusters on other addresses override this)."""
+        return RawClient(self._brokers[broker_id])
 
     def start_broker(self, broker_id: int, timeout: float = 60.0, wait_registered: bool = True) -> BrokerProcess:
         """(Re)start one broker with its old data; by default wait until it is registered again."""

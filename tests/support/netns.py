@@ -241,21 +241,7 @@ class NetnsCluster(ClusterProcess):
         for broker_id, broker in self._brokers.items():
             broker.overrides = self._broker_config(broker_id)
 
-    def _metadata_names_controller(self, broker_id: int) -> bool:
-        from kafka.protocol.metadata import MetadataRequest, MetadataResponse
-
-        from tests.support.raw_client import decode
-
+    def _raw_client(self, broker_id: int) -> RawClient:
         broker = self._brokers[broker_id]
         assert isinstance(broker, NetnsBroker)
-        try:
-            client = _NetnsRawClient(broker)
-        except OSError:
-            return False
-        try:
-            answer = decode(MetadataResponse, client.request(MetadataRequest(topics=[]), 1), 1, False)
-        except (OSError, ConnectionError):
-            return False
-        finally:
-            client.close()
-        return answer.controller_id >= 0 and {b.node_id for b in answer.brokers} >= set(self.broker_ids)
+        return _NetnsRawClient(broker)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import gzip
 import struct
+from typing import Any
 
 import cramjam
-from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from strom.protocol.compression import XERIAL_MAGIC
 from strom.protocol.record_batch import ATTRIBUTES_POS, CRC_POS, HEADER_SIZE, LOG_OVERHEAD, compute_crc
@@ -120,3 +121,10 @@ def zero_value_batch(codec: str, keys: list[bytes], value_size: int, timestamp_m
     out = bytearray(header) + body
     fix_crc(out)
     return bytes(out)
+
+
+def decode_batch(buf: bytes | bytearray | memoryview, position: int = 0) -> list[Any]:
+    """The records of the batch at ``position``, decoded by kafka-python: an oracle independent of
+    Strom's own record reader (``record_stream``), so a bug there cannot hide in a test's check."""
+    (length,) = struct.unpack_from(">i", buf, position + 8)
+    return list(DefaultRecordBatch(bytes(buf[position:position + 12 + length])))

@@ -189,3 +189,21 @@ def start_sasl_broker(directory: Path, jaas: str, extra: dict[str, object] | Non
     broker.sasl_port = sasl  # type: ignore[attr-defined]
     broker.start()
     return broker
+
+
+def start_acl_sasl_broker(directory: Path, jaas: str, mechanisms: str = "PLAIN") -> Any:
+    """A started broker whose only listener is SASL_PLAINTEXT (also between brokers), with the ACL
+    authorizer on and `User:admin` as the one super user: everyone else gets what a test grants."""
+    from tests.support.broker import BrokerProcess, free_port
+
+    port = free_port()
+    broker = BrokerProcess(directory, {
+        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
+        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "sasl.enabled.mechanisms": mechanisms,
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas,
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:admin",
+    }, port=port)
+    return broker.start()

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
+from strom.broker.partition import Partition
+from strom.cluster.metadata import PartitionState
 from strom.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
 from strom.server_common.purgatory import TimerDriver
@@ -17,6 +20,7 @@ from strom.storage.log_config import LogConfig
 from strom.storage.validator import AppendOrigin
 
 T = TypeVar("T")
+TOPIC_ID = uuid.uuid4()
 
 
 class LogBackedReplicaManager:
@@ -48,8 +52,10 @@ class LogBackedReplicaManager:
                                                           base_offset=info.first_offset)
         return results, None
 
-    def get_partition(self, topic: str, partition: int) -> Any:
-        return SimpleNamespace(log=self.log(partition))
+    def get_partition(self, topic: str, partition: int) -> Partition:
+        """A real Partition led here (broker 0) over the partition's Log, as the ReplicaManager hands out."""
+        state = PartitionState(partition, leader=0, leader_epoch=0, replicas=[0], isr=[0])
+        return Partition(topic, partition, TOPIC_ID, state, self.log(partition), local_broker_id=0)
 
     def close(self) -> None:
         for plog in self.logs.values():

@@ -6,7 +6,9 @@ import os
 import time
 from pathlib import Path
 
-from strom.protocol.record_batch import COMPRESSION_GZIP, build_batch, decode_records, iter_batches
+from tests.support.record_batches import decode_batch
+
+from strom.protocol.record_batch import COMPRESSION_GZIP, build_batch, iter_batches
 from strom.storage.cleaner import LogCleaner
 from strom.storage.log import Log
 from strom.storage.log_config import LogConfig
@@ -29,7 +31,7 @@ def read_all(plog: Log) -> list[tuple[int, bytes | None, bytes | None]]:
     data = plog.read(plog.log_start_offset, 1 << 30, plog.log_end_offset, True).to_bytes()
     out = []
     for h in iter_batches(data):
-        out += [(r.offset, r.key, r.value) for r in decode_records(data, h.position)]
+        out += [(r.offset, r.key, r.value) for r in decode_batch(data, h.position)]
     return out
 
 

@@ -7,6 +7,7 @@ import struct
 import pytest
 from kafka.errors import CorruptRecordError, UnsupportedForMessageFormatError
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from tests.support.record_batches import decode_batch
 
 from strom.protocol import record_batch as rb
 
@@ -123,7 +124,7 @@ def test_rewrite_header_equals_in_place_edits() -> None:
 
 def test_build_batch_round_trips_records() -> None:
     data = rb.build_batch([(b"a", b"1", [("x", b"y")], 10), (None, None, [], 11)], base_offset=50)
-    records = rb.decode_records(data)
+    records = decode_batch(data)
     assert [(r.offset, r.key, r.value, r.timestamp) for r in records] == [
         (50, b"a", b"1", 10),
         (51, None, None, 11),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +16,8 @@ from typing import Any
 
 import kafka.errors as Errors
 
+from strom.broker.partition import Partition
+from strom.cluster.metadata import PartitionState
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME
 from strom.coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from strom.coordinator.transaction.transaction_marker_channel_manager import TransactionMarkerChannelManager
@@ -28,6 +31,7 @@ from strom.storage.log_config import LogConfig
 
 S = TransactionState
 NUM_PARTITIONS = 3
+TOPIC_ID = uuid.uuid4()
 
 
 class Partitions:
@@ -57,8 +61,10 @@ class Partitions:
             results[(topic, partition)] = SimpleNamespace(error_code=0, error_message=None)
         return results, None
 
-    def get_partition(self, topic: str, partition: int) -> Any:
-        return SimpleNamespace(log=self.log(partition), leader_epoch=self.leader_epoch)
+    def get_partition(self, topic: str, partition: int) -> Partition:
+        """A real Partition led here (broker 0) over the partition's Log, as the ReplicaManager hands out."""
+        state = PartitionState(partition, leader=0, leader_epoch=self.leader_epoch, replicas=[0], isr=[0])
+        return Partition(topic, partition, TOPIC_ID, state, self.log(partition), local_broker_id=0)
 
     async def write_txn_markers(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool,
                                 partitions: list[tuple[str, int]], timeout_ms: int = 30000) -> dict[tuple[str, int], int]:

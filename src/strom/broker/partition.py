@@ -19,7 +19,10 @@ from typing import Any, TypeVar
 import kafka.errors as Errors
 
 from strom.cluster.metadata import PartitionState
-from strom.storage.log import Log
+from strom.storage.log import FetchDataInfo, Log
+from strom.storage.log_config import LogConfig
+from strom.storage.producer_state import ProducerStateEntry
+from strom.storage.transaction_index import AbortedTxn
 from strom.storage.validator import AppendOrigin
 
 # FetchRequest / ListOffsetsRequest isolation_level.
@@ -122,6 +125,34 @@ class Partition:
         """The log dir (not the partition dir) holding this partition."""
         return os.path.dirname(self.log.directory)
 
+    # -- the local log, as callers outside storage may see it (one seam for a later local/remote split)
+    @property
+    def partition_dir(self) -> str:
+        """This partition's own directory (``<log dir>/<topic>-<partition>``)."""
+        return self.log.directory
+
+    @property
+    def log_config(self) -> LogConfig:
+        return self.log.config
+
+    def update_log_config(self, config: LogConfig) -> None:
+        """A topic or broker-default config change reaches the log (Kafka's updateConfig)."""
+        self.log.update_config(config)
+
+    @property
+    def num_log_segments(self) -> int:
+        return len(self.log.segments)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        """The newest leader epoch in the log (not the current ``leader_epoch``); None if none wrote to it."""
+        return self.log.latest_epoch
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
+        """``(epoch, end_offset)`` of ``leader_epoch`` in the local log, unfenced: a follower looks up
+        its own divergence point with it; ``last_offset_for_leader_epoch`` answers other brokers."""
+        return self.log.end_offset_for_epoch(leader_epoch)
+
     def fetch_offset_limit(self, isolation: int, replica_id: int = -1) -> int:
         """Exclusive upper offset a fetch may read: LEO for a follower, else HW (LSO for read_committed)."""
         if replica_id >= 0:
@@ -157,7 +188,7 @@ class Partition:
         if fetch_only_from_leader and not self.is_leader:
             raise Errors.NotLeaderForPartitionError(f"broker {self.local_broker_id} is not the leader of "
                                                     f"{self.topic}-{self.index}")
-        return self.log.end_offset_for_epoch(leader_epoch)
+        return self.end_offset_for_epoch(leader_epoch)
 
     # -- leadership (LeaderAndIsr) -----------------------------------------------------------------
     def update_state(self, state: PartitionState) -> None:
@@ -303,6 +334,11 @@ class Partition:
         max_offset = self.fetch_offset_limit(isolation, replica_id)
         return self.log.read(fetch_offset, max_bytes, max_offset, min_one_message)
 
+    def read_records_up_to(self, fetch_offset: int, max_bytes: int, max_offset: int) -> FetchDataInfo:
+        """Batches below ``max_offset`` whatever the HW (Kafka's FetchIsolation.LOG_END with a fixed end):
+        a coordinator replays its partition up to the LEO it saw when the load began."""
+        return self.log.read(fetch_offset, max_bytes, max_offset, True)
+
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to offset (-1 = the HW); returns the new start."""
         return self.log.delete_records(offset)  # checks the offset against [0, HW]
@@ -313,3 +349,12 @@ class Partition:
         if found is None or found[0] >= self.fetch_offset_limit(isolation):
             return None
         return found
+
+    # -- transactions --------------------------------------------------------------------------------
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [fetch_offset, upper_bound_offset), for a read_committed fetch."""
+        return self.log.collect_aborted_transactions(fetch_offset, upper_bound_offset)
+
+    def active_producers(self) -> list[ProducerStateEntry]:
+        """DescribeProducers: the producers the log still tracks (a copy, safe to iterate)."""
+        return list(self.log.producer_state.producers.values())

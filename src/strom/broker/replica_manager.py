@@ -347,8 +347,8 @@ class ReplicaManager:
         cfg = self.log_config_for(topic)
         for (name, _), part in self.partitions.items():
             if name == topic.name:
-                part.log.update_config(cfg)
-                self._record_topic_in_dir(part.log.directory, topic)
+                part.update_log_config(cfg)
+                self._record_topic_in_dir(part.partition_dir, topic)
 
     def update_default_configs(self) -> None:
         """Broker-level topic defaults changed (a dynamic log.* key): every hosted log picks up the new
@@ -360,7 +360,7 @@ class ReplicaManager:
             cfg = by_topic.get(name)
             if cfg is None:
                 cfg = by_topic[name] = LogConfig.from_props({**defaults, **self.metadata.topic_configs(name)})
-            part.log.update_config(cfg)
+            part.update_log_config(cfg)
 
     # -- leadership from the controller (LeaderAndIsr, StopReplica) -----------------------------------
     async def become_leader_or_follower(self, controller_epoch: int, partitions: list[LeaderAndIsrPartition],
@@ -860,7 +860,7 @@ class ReplicaManager:
                     res.records = data
                     res.size = data.size
                     if params.isolation_level == READ_COMMITTED and params.replica_id < 0 and data.size:
-                        res.aborted_transactions = part.log.collect_aborted_transactions(
+                        res.aborted_transactions = part.collect_aborted_transactions(
                             req.fetch_offset, res.last_stable_offset)
                     remaining -= data.size
                     total += data.size

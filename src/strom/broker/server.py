@@ -100,6 +100,7 @@ from strom.protocol.inter_broker import ControlledShutdownRequest
 from strom.security.authorizer import AclAuthorizer, create_authorizer
 from strom.security.client_security import ClientSecurity
 from strom.server_common.purgatory import DelayedOperationPurgatory, TimerDriver
+from strom.server_common.stall_detector import LoopStallDetector
 from strom.server_common.timing_wheel import Timer
 from strom.storage.cleaner import LogCleaner, cleaner_backoff_ms
 from strom.storage.log_config import LogConfig
@@ -182,6 +183,7 @@ class KafkaServer:
                                  if metrics_address else None)
         self.broker_state = BrokerState.NOT_RUNNING
         self.ready = False  # listeners open and logs recovered (/readyz)
+        self.stall_detector = LoopStallDetector(config.get("strom.loop.stall.warn.ms"))
 
     @property
     def port(self) -> int:
@@ -193,6 +195,7 @@ class KafkaServer:
         loop = asyncio.get_running_loop()
         started = time.monotonic()
         self.broker_state = BrokerState.STARTING
+        self.stall_detector.start()  # first: a stall during start-up is reported too
         if self.metrics_endpoint is not None:
             await self.metrics_endpoint.start()  # first: /healthz answers during a long recovery
         log_dirs, failed_dirs = cfg.check_log_dirs()
@@ -605,6 +608,7 @@ class KafkaServer:
         self.broker_state = BrokerState.NOT_RUNNING
         if self.metrics_endpoint is not None:
             await step("metrics endpoint", self.metrics_endpoint.stop)
+        self.stall_detector.stop()
         log.info("shut down" if failed else "shut down cleanly")
 
 

@@ -137,7 +137,7 @@ class ReplicaFetcher:
             if part is None or part.is_leader:
                 self.partitions.pop(tp, None)
                 continue
-            epoch = part.log.latest_epoch
+            epoch = part.latest_epoch
             if epoch is None:  # no epochs (an empty log, or data written before them): Kafka's fallback, the HW
                 await self._truncation_done(tp, None)
                 continue
@@ -168,7 +168,7 @@ class ReplicaFetcher:
                 offset = p.end_offset
                 if p.leader_epoch < asked[tp]:
                     # The leader never had our latest epoch: our log ends that older epoch wherever it does.
-                    _, own_end = part.log.end_offset_for_epoch(p.leader_epoch)
+                    _, own_end = part.end_offset_for_epoch(p.leader_epoch)
                     if own_end >= 0:
                         offset = min(offset, own_end)
                 await self._truncation_done(tp, offset)
@@ -208,11 +208,10 @@ class ReplicaFetcher:
             part = self.replica_manager.partitions.get(tp)
             if st.truncating or st.delayed_until > now or part is None:
                 continue
-            log_ = part.log
-            epoch = log_.latest_epoch
+            epoch = part.latest_epoch
             by_topic.setdefault(tp[0], []).append(FetchPartition(
-                tp[1], st.leader_epoch, log_.log_end_offset, epoch if epoch is not None else -1,
-                log_.log_start_offset, self._partition_max_bytes))
+                tp[1], st.leader_epoch, part.log_end_offset, epoch if epoch is not None else -1,
+                part.log_start_offset, self._partition_max_bytes))
         if not by_topic:
             await asyncio.sleep(RETRY_BACKOFF_S / 5)
             return
@@ -301,9 +300,6 @@ class ReplicaFetcherManager:
         for tp in partitions:
             for fetcher in self.fetchers.values():
                 fetcher.remove(tp)
-
-    def is_fetching(self, tp: TopicPartition) -> bool:
-        return any(tp in f.partitions for f in self.fetchers.values())
 
     async def shutdown(self) -> None:
         await asyncio.gather(*(f.stop() for f in self.fetchers.values()), return_exceptions=True)

@@ -80,7 +80,7 @@ class ZkMetadataStore(MetadataStore):
         self._controller_id = -1
         self._loop = asyncio.get_running_loop()
         self._executor = ThreadPoolExecutor(max_workers=ZK_WORKERS, thread_name_prefix=f"zk-metadata-{broker_id}")
-        self._seen_changes: set[str] = set()
+        self._seen_changes: set[str] | None = set()  # None until the /config/changes watch first delivers
         self._me: BrokerInfo | None = None
         # Called on the loop when /config/changes grows: dynamic broker configs may have changed.
         self.on_config_change: Callable[[], None] | None = None
@@ -94,9 +94,28 @@ class ZkMetadataStore(MetadataStore):
         self._loop.call_soon_threadsafe(fn, *args)
 
     def start_watches(self) -> None:
-        self._seen_changes = set(self.zk.get_config_changes())
-        self.zk.watch_children(zd.CONFIG_CHANGES_PATH, lambda children: self._to_loop(self._on_config_changes,
-                                                                                      list(children)))
+        """Watch /config/changes. kazoo's ChildrenWatch reads the children synchronously (with retries)
+        in its constructor, so it is built on a worker thread: a frozen ZooKeeper must not freeze the
+        loop. Its first delivery is the baseline; changes made before the watch existed are caught by
+        one re-read of the configs then."""
+        self._seen_changes = None
+        task = self._loop.create_task(self._arm_watch(
+            "config changes", zd.CONFIG_CHANGES_PATH,
+            lambda children: self._to_loop(self._on_config_changes, list(children))), name="zk-config-watch")
+        self._config_tasks.add(task)
+        task.add_done_callback(self._config_tasks.discard)
+
+    async def _arm_watch(self, what: str, path: str, callback: Callable[[list[str]], None]) -> None:
+        """Construct a ChildrenWatch off the loop, retrying while ZooKeeper is away."""
+        delay = 0.5
+        while True:
+            try:
+                await self._off_loop(self.zk.watch_children, path, callback)
+                return
+            except Exception as exc:  # noqa: BLE001 - ZooKeeper away: keep trying, the loop keeps serving
+                log.warning("could not watch %s (%s); retrying in %.1f s", what, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
 
     # -- reads ---------------------------------------------------------------------------------------
     def register_broker(self, broker: BrokerInfo) -> None:
@@ -210,8 +229,15 @@ class ZkMetadataStore(MetadataStore):
         self._metadata_changed()
 
     def _on_config_changes(self, children: list[str]) -> None:
-        new = [c for c in children if c not in self._seen_changes]
-        self._seen_changes = set(children)
+        seen, self._seen_changes = self._seen_changes, set(children)
+        if seen is None:  # the watch's first delivery: re-read what changed before it was armed
+            if self.on_config_change is not None:
+                self.on_config_change()
+            task = self._loop.create_task(self._reload_topic_configs(), name="zk-config-changes")
+            self._config_tasks.add(task)
+            task.add_done_callback(self._config_tasks.discard)
+            return
+        new = [c for c in children if c not in seen]
         if not new:
             return
         if self.on_config_change is not None:

@@ -25,15 +25,6 @@ def human_bytes(size: int | None) -> str:
     return f"{size} B"  # unreachable
 
 
-def human_rate(per_second: float | None, unit: str = "B") -> str:
-    """Bytes (or messages) per second, readable."""
-    if per_second is None:
-        return "–"
-    if unit == "B":
-        return human_bytes(int(per_second)) + "/s"
-    return f"{per_second:,.0f} {unit}/s"
-
-
 def format_timestamp(ms: int | None) -> str:
     """Milliseconds since the epoch -> '2024-01-31 12:00:00.123 UTC'; unknown -> '–'."""
     if ms is None or ms < 0:

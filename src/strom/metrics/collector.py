@@ -87,6 +87,8 @@ class Snapshot:
     group_members: dict[str, int] = field(default_factory=dict)
     # (group, topic, partition, committed offset, lag or None when the partition is not hosted here)
     group_offsets_detail: list[tuple[str, str, int, int, int | None]] = field(default_factory=list)
+    loop_stall_max_s: float = 0.0
+    loop_stalls: int = 0
 
 
 GROUP_STATES = ("PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty")
@@ -101,6 +103,9 @@ class BrokerCollector:
     def snapshot(self) -> Snapshot:
         srv = self._server
         snap = Snapshot(broker_id=srv.broker_id, state=int(srv.broker_state), ready=srv.ready)
+        stalls = getattr(srv, "stall_detector", None)
+        if stalls is not None:
+            snap.loop_stall_max_s, snap.loop_stalls = stalls.stats.max_stall_s, stalls.stats.stalls
         if srv.request_metrics is not None:
             snap.requests = srv.request_metrics.snapshot()
         rm = getattr(srv, "replica_manager", None)
@@ -136,10 +141,9 @@ class BrokerCollector:
         snap.offline_replicas = len(rm.offline_partitions)
         snap.isr_shrinks, snap.isr_expands = rm.isr_shrinks, rm.isr_expands
         for (topic, index), part in list(rm.partitions.items()):
-            plog = part.log
             snap.partitions.append(PartitionSnapshot(
-                topic, index, plog.size_in_bytes, len(plog.segments), plog.log_start_offset, plog.log_end_offset,
-                plog.high_watermark, part.is_leader, len(part.replicas), len(part.isr), part.min_insync_replicas))
+                topic, index, part.size_in_bytes, part.num_log_segments, part.log_start_offset, part.log_end_offset,
+                part.high_watermark, part.is_leader, len(part.replicas), len(part.isr), part.min_insync_replicas))
 
     @staticmethod
     def _controller(snap: Snapshot, srv: Any) -> None:
@@ -211,6 +215,11 @@ def _server_families(snap: Snapshot) -> list[Metric]:
                snap.state),
         _gauge("strom_broker_ready", "1 once the listeners are open and log recovery is done (as /readyz).",
                1 if snap.ready else 0),
+        _gauge("strom_loop_stall_max_seconds",
+               "Longest time the event loop ran no callback since start (docs/decisions/0025-threading-model.md).",
+               snap.loop_stall_max_s),
+        CounterMetricFamily("strom_loop_stalls", "Event loop stalls longer than strom.loop.stall.warn.ms.",
+                            value=snap.loop_stalls),
     ]
 
 

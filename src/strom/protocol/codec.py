@@ -181,7 +181,3 @@ def frame_response(header: RequestHeader, body: bytes | bytearray) -> bytes:
     flexible = header.flexible and header.api_key != 18
     head = response_header(header.correlation_id, flexible)
     return struct.pack(">i", len(head) + len(body)) + head + bytes(body)
-
-
-def encode_response_body(api_key: int, version: int, response: ApiMessage) -> bytes:
-    return bytes(response.encode(version=version))

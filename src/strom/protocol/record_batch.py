@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
 
 import crc32c
 from kafka.errors import CorruptRecordError, UnsupportedForMessageFormatError
@@ -393,11 +392,3 @@ def read_varint(buf: Buffer, pos: int) -> tuple[int, int]:
         shift += 7
         if shift > 63:
             raise ValueError("varint is longer than 10 bytes")
-
-
-def decode_records(buf: Buffer, position: int = 0) -> list[Any]:
-    """The records of one batch with their values (any codec), as a list: tools and tests. The
-    broker iterates ``record_stream.iter_records`` instead, which holds one record at a time."""
-    from strom.protocol.record_stream import iter_records
-
-    return list(iter_records(buf, position))

@@ -21,7 +21,6 @@ from strom.broker.session import Session
 from strom.security.login_throttle import LoginThrottle
 from strom.security.principal import USER_TYPE, KafkaPrincipal
 from strom.security.sasl import PLAIN, AuthenticationFailed, PlainServer, SaslServer
-from strom.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from strom.security.scram import CredentialLookup, ScramServer
 
 log = logging.getLogger(__name__)
@@ -143,7 +142,3 @@ class SaslServerAuthenticator:
         if delay > 0:
             await asyncio.sleep(delay)
         return AuthenticateResult(SASL_AUTHENTICATION_FAILED, reason, b"", 0)
-
-
-def is_scram(mechanism: str) -> bool:
-    return mechanism in SCRAM_MECHANISMS

@@ -66,16 +66,8 @@ class LeaderEpochFileCache:
         return list(self._entries)
 
     @property
-    def latest_entry(self) -> EpochEntry | None:
-        return self._entries[-1] if self._entries else None
-
-    @property
     def latest_epoch(self) -> int | None:
         return self._entries[-1].epoch if self._entries else None
-
-    @property
-    def earliest_entry(self) -> EpochEntry | None:
-        return self._entries[0] if self._entries else None
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """``(epoch, end_offset)`` for OffsetForLeaderEpoch, as Kafka 3.x answers it.

@@ -72,19 +72,6 @@ class LogConfig:
             updates[field_name] = convert(value)
         return replace(base or cls(), **updates)
 
-    def to_props(self) -> dict[str, str]:
-        """Kafka-keyed string form, e.g. for DescribeConfigs."""
-        out: dict[str, str] = {}
-        for key, (field_name, _) in _KEYS.items():
-            value = getattr(self, field_name)
-            if isinstance(value, tuple):
-                out[key] = ",".join(value)
-            elif isinstance(value, bool):
-                out[key] = "true" if value else "false"
-            else:
-                out[key] = str(value)
-        return out
-
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"

@@ -46,11 +46,6 @@ _DENIED: dict[ResourceType, type[Errors.BrokerResponseError]] = {
 }
 
 
-def authorization_error(resource_type: ResourceType) -> int:
-    """TOPIC_ (29), GROUP_ (30), CLUSTER_ (31) or TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53)."""
-    return _DENIED[resource_type].errno
-
-
 def denied_message(operation: AclOperation, resource_type: ResourceType, name: str = CLUSTER_NAME) -> str:
     """The error_message of an authorization failure. Kafka always sends one, and some clients
     (librdkafka's DescribeUserScramCredentials) abort the process on a refusal without it."""

@@ -40,7 +40,7 @@ def _describe(ctx: RequestContext, topic: str, index: int) -> Any:
         Producer(producer_id=e.producer_id, producer_epoch=e.producer_epoch, last_sequence=e.last_seq,
                  last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
                  current_txn_start_offset=e.current_txn_first_offset)
-        for e in list(part.log.producer_state.producers.values())]
+        for e in part.active_producers()]
     return Part(partition_index=index, error_code=0, error_message=None, active_producers=producers)
 
 

@@ -95,10 +95,10 @@ def _to_recompress(ctx: RequestContext, entries: dict[TopicPartition, Any]) -> l
     partitions = ctx.replica_manager.partitions
     for tp, records in entries.items():
         part = partitions.get(tp)
-        if part is None or records is None or part.log.config.compression_type == "producer" or not part.is_leader:
+        if part is None or records is None or part.log_config.compression_type == "producer" or not part.is_leader:
             continue
-        if needs_recompression(records, part.log.config):
-            todo.append((tp, part.log.config))
+        if needs_recompression(records, part.log_config):
+            todo.append((tp, part.log_config))
     return todo
 
 

@@ -196,19 +196,10 @@ class KafkaZkClient:
         cid = self._zk.client_id
         return cid[0] if cid else None
 
-    @property
-    def kazoo(self) -> KazooClient:
-        """The underlying kazoo client, for tools that need raw ZooKeeper access (the shell)."""
-        return self._zk
-
     def add_state_listener(self, listener: StateListener) -> None:
         """Call `listener(SessionState)` on every session-state change (on kazoo's thread)."""
         with self._listeners_lock:
             self._listeners.append(listener)
-
-    def remove_state_listener(self, listener: StateListener) -> None:
-        with self._listeners_lock, contextlib.suppress(ValueError):
-            self._listeners.remove(listener)
 
     def _on_state(self, state: str) -> None:
         mapped = {
@@ -276,10 +267,6 @@ class KafkaZkClient:
                 return
             except NodeExistsError:
                 continue
-
-    def _delete_recursive(self, path: str) -> None:
-        with contextlib.suppress(NoNodeError):
-            self._call(self._zk.delete, path, recursive=True)
 
     def _subtree(self, path: str) -> list[str]:
         """`path` and every descendant, parents before children."""

@@ -44,6 +44,7 @@ INVALID_GROUP_ID = Errors.InvalidGroupIdError.errno
 UNKNOWN_MEMBER_ID = Errors.UnknownMemberIdError.errno
 INVALID_SESSION_TIMEOUT = Errors.InvalidSessionTimeoutError.errno
 REBALANCE_IN_PROGRESS = Errors.RebalanceInProgressError.errno
+LOAD_YIELD_EVERY = 500  # groups whose heartbeats are scheduled per loop iteration after a load
 MEMBER_ID_REQUIRED = Errors.MemberIdRequiredError.errno
 FENCED_INSTANCE_ID = Errors.FencedInstanceIdError.errno
 GROUP_MAX_SIZE_REACHED = Errors.GroupMaxSizeReachedError.errno
@@ -100,18 +101,6 @@ class GroupCoordinator:
             return COORDINATOR_LOAD_IN_PROGRESS
         if not self.manager.is_group_local(group_id):
             return NOT_COORDINATOR
-        return NONE
-
-    @staticmethod
-    def _validate_static_member(group: GroupMetadata, member_id: str, instance_id: str | None) -> int:
-        if instance_id is not None:
-            known = group.static_member_id(instance_id)
-            if known is None:
-                return UNKNOWN_MEMBER_ID
-            if known != member_id:
-                return FENCED_INSTANCE_ID
-        elif not group.has(member_id):
-            return UNKNOWN_MEMBER_ID
         return NONE
 
     def _validate_current_member(self, group: GroupMetadata, member_id: str, instance_id: str | None,
@@ -786,18 +775,27 @@ class GroupCoordinator:
         self.manager.load_partition(partition, self._on_group_loaded)
 
     async def load_partition(self, partition: int) -> None:
-        """Like on_election, but reads the log in a worker thread; meanwhile requests for
-        the partition's groups get COORDINATOR_LOAD_IN_PROGRESS and clients retry. A read
-        failure propagates so the caller (``coordinator.common.load_with_retry``) retries it."""
+        """Like on_election, but off the loop: a worker thread reads the log and rebuilds the groups
+        (decoding every record of a large partition would stall the loop), the loop only installs
+        them and schedules their members' heartbeats in chunks. Meanwhile requests for the
+        partition's groups get COORDINATOR_LOAD_IN_PROGRESS and clients retry. A read failure
+        propagates so the caller (``coordinator.common.load_with_retry``) retries it."""
         if self.manager.is_partition_owned(partition):
             return
         self.manager.loading_partitions.add(partition)  # callers may have marked it already
         try:
-            records = await asyncio.get_running_loop().run_in_executor(None, self.manager.read_partition, partition)
+            groups = await asyncio.get_running_loop().run_in_executor(
+                None, self.manager.read_and_rebuild, partition)
         finally:
             self.manager.loading_partitions.discard(partition)
-        if self.active:
-            self.manager.replay(partition, records, self._on_group_loaded)
+        if not self.active:
+            return
+        self.manager.install_groups(partition, groups)
+        for i, group in enumerate(groups):
+            if i and i % LOAD_YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # let requests in between chunks
+            if self.manager.groups.get(group.group_id) is group:  # not unloaded meanwhile
+                self._on_group_loaded(group)
 
     def _on_group_loaded(self, group: GroupMetadata) -> None:
         # Members recovered from the log get a full session to reconnect and heartbeat.

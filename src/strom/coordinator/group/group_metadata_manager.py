@@ -12,7 +12,7 @@ group. Becoming leader of a partition means replaying it to rebuild the cache
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 import kafka.errors as Errors
@@ -108,7 +108,7 @@ class GroupMetadataManager:
 
     ``replica_manager`` needs ``append_records({tp: bytes}, acks)`` (results, and None or a future
     of them while acks=all waits for the ISR) and
-    ``get_partition(topic, partition).log`` (a storage Log) — the broker's
+    ``get_partition(topic, partition)`` (a broker Partition) — the broker's
     ReplicaManager in production, a small stand-in in unit tests.
     """
 
@@ -321,11 +321,11 @@ class GroupMetadataManager:
 
     # -- loading -----------------------------------------------------------------
     def _read_records(self, partition: int) -> Iterator[LogRecord]:
-        plog = self.replica_manager.get_partition(GROUP_METADATA_TOPIC_NAME, partition).log
-        offset = plog.log_start_offset
-        end = plog.log_end_offset
+        part = self.replica_manager.get_partition(GROUP_METADATA_TOPIC_NAME, partition)
+        offset = part.log_start_offset
+        end = part.log_end_offset
         while offset < end:
-            data = plog.read(offset, _LOAD_CHUNK, end, True).to_bytes()
+            data = part.read_records_up_to(offset, _LOAD_CHUNK, end).to_bytes()
             if not data:
                 break
             next_offset = offset
@@ -361,9 +361,21 @@ class GroupMetadataManager:
             self.loading_partitions.discard(partition)
         return self.replay(partition, records, on_group_loaded)
 
-    def replay(self, partition: int, records: list[LogRecord],
+    def replay(self, partition: int, records: Iterable[LogRecord],
                on_group_loaded: Callable[[GroupMetadata], None]) -> int:
-        """Rebuild the groups of one partition from its records; returns groups loaded.
+        """Rebuild and install the groups of one partition in one go; returns groups loaded."""
+        groups = self.rebuild_groups(partition, records)
+        self.install_groups(partition, groups)
+        for group in groups:
+            on_group_loaded(group)
+        return len(groups)
+
+    def read_and_rebuild(self, partition: int) -> list[GroupMetadata]:
+        """Blocking, for a worker thread: read a partition and rebuild its groups, installing nothing."""
+        return self.rebuild_groups(partition, self.read_partition(partition))
+
+    def rebuild_groups(self, partition: int, records: Iterable[LogRecord]) -> list[GroupMetadata]:
+        """The groups one partition's records describe; touches no shared state, so it may run off the loop.
 
         The latest record per key wins and tombstones delete, exactly what compaction
         would leave behind, so a compacted and an uncompacted log load the same.
@@ -404,7 +416,7 @@ class GroupMetadataManager:
             except SchemaError as exc:
                 log.warning("skipping unreadable record in %s-%d: %s", GROUP_METADATA_TOPIC_NAME, partition, exc)
         pending_groups = {g for per_producer in pending.values() for g, tps in per_producer.items() if tps}
-        loaded = 0
+        groups: list[GroupMetadata] = []
         for group_id in set(offsets) | set(metadata) | pending_groups:
             if self.partition_for(group_id) != partition:
                 continue
@@ -416,15 +428,18 @@ class GroupMetadataManager:
             for producer_id, per_group in pending.items():
                 if per_group.get(group_id):
                     group.pending_transactional_offset_commits[producer_id] = dict(per_group[group_id])
-            self.groups[group_id] = group
-            loaded += 1
-            on_group_loaded(group)
+            groups.append(group)
+        return groups
+
+    def install_groups(self, partition: int, groups: list[GroupMetadata]) -> None:
+        """On the loop: serve rebuilt groups, then apply transaction markers that arrived during the load."""
+        for group in groups:
+            self.groups[group.group_id] = group
         self.owned_partitions.add(partition)
         for producer_id, committed in self._completions_during_load.pop(partition, []):
             self.complete_txn(producer_id, {partition}, committed)
-        if loaded:
-            log.info("loaded %d groups from %s-%d", loaded, GROUP_METADATA_TOPIC_NAME, partition)
-        return loaded
+        if groups:
+            log.info("loaded %d groups from %s-%d", len(groups), GROUP_METADATA_TOPIC_NAME, partition)
 
     @staticmethod
     def _rebuild_group(group_id: str, rec: GroupMetadataRecord | None,

@@ -368,13 +368,13 @@ class TransactionCoordinator:
         self.txn_manager.loading_partitions.add(partition)
         try:
             epoch = self.txn_manager.current_leader_epoch(partition)
-            records = await asyncio.get_running_loop().run_in_executor(
-                None, self.txn_manager.read_partition, partition)
+            ids = await asyncio.get_running_loop().run_in_executor(
+                None, self.txn_manager.read_and_rebuild, partition)  # decoding every record: not on the loop
         finally:
             self.txn_manager.loading_partitions.discard(partition)
         if not self.active:
             return
-        ids = self.txn_manager.replay(partition, epoch, records)
+        self.txn_manager.install(partition, epoch, ids)
         for md in ids.values():
             if md.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
                 log.info("completing %s of %s found on load", md.state.kafka_name, md.transactional_id)

@@ -128,13 +128,6 @@ class TransactionMetadata:
         return TxnTransitMetadata(producer_id, self.last_producer_id if last_producer_id is None else last_producer_id,
                                   epoch, last_epoch, timeout_ms, state, partitions, start_ts, update_ts)
 
-    def prepare_no_transit(self) -> TxnTransitMetadata:
-        """The current state as a target: for an append that changes nothing but must be durable."""
-        return TxnTransitMetadata(self.producer_id, self.last_producer_id, self.producer_epoch,
-                                  self.last_producer_epoch, self.txn_timeout_ms, self.state,
-                                  frozenset(self.topic_partitions), self.txn_start_timestamp,
-                                  self.txn_last_update_timestamp)
-
     def prepare_increment_producer_epoch(self, timeout_ms: int, expected_epoch: int | None, now: int
                                          ) -> TxnTransitMetadata | None:
         """InitProducerId on a known id: bump the epoch. None means the caller is fenced.

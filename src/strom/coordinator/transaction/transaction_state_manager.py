@@ -10,7 +10,7 @@ time: markers carry it, so a partition leader can refuse markers from a deposed 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,7 +78,7 @@ class TransactionStateManager:
     """Owns the transaction metadata of the ``__transaction_state`` partitions this broker leads.
 
     ``replica_manager`` needs ``append_records({tp: bytes}, acks)`` and
-    ``get_partition(topic, partition)`` (``.log``, ``.leader_epoch``) — the broker's ReplicaManager.
+    ``get_partition(topic, partition)`` (a broker Partition) — the broker's ReplicaManager.
     """
 
     def __init__(self, broker_id: int, replica_manager: Any, num_partitions: int = 50,
@@ -178,11 +178,11 @@ class TransactionStateManager:
 
     # -- loading -------------------------------------------------------------------
     def _read_records(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
-        plog = self.replica_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME, partition).log
-        offset = plog.log_start_offset
-        end = plog.log_end_offset
+        part = self.replica_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME, partition)
+        offset = part.log_start_offset
+        end = part.log_end_offset
         while offset < end:
-            data = plog.read(offset, _LOAD_CHUNK, end, True).to_bytes()
+            data = part.read_records_up_to(offset, _LOAD_CHUNK, end).to_bytes()
             if not data:
                 break
             next_offset = offset
@@ -204,9 +204,21 @@ class TransactionStateManager:
     def current_leader_epoch(self, partition: int) -> int:
         return self.replica_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME, partition).leader_epoch
 
-    def replay(self, partition: int, coordinator_epoch: int, records: list[tuple[bytes | None, bytes | None]]
+    def replay(self, partition: int, coordinator_epoch: int, records: Iterable[tuple[bytes | None, bytes | None]]
                ) -> dict[str, TransactionMetadata]:
-        """Rebuild one partition's ids (latest record per key wins, tombstones delete) and own it."""
+        """Rebuild one partition's ids and own it, in one go (tools and tests; the broker rebuilds off the loop)."""
+        ids = self.rebuild(partition, records)
+        self.install(partition, coordinator_epoch, ids)
+        return ids
+
+    def read_and_rebuild(self, partition: int) -> dict[str, TransactionMetadata]:
+        """Blocking, for a worker thread: read a partition and rebuild its ids, installing nothing."""
+        return self.rebuild(partition, self.read_partition(partition))
+
+    def rebuild(self, partition: int, records: Iterable[tuple[bytes | None, bytes | None]]
+                ) -> dict[str, TransactionMetadata]:
+        """The ids one partition's records describe (latest record per key wins, tombstones delete);
+        touches no shared state, so it may run off the loop."""
         latest: dict[str, TxnTransitMetadata | None] = {}
         for key, value in records:
             if key is None:
@@ -216,13 +228,15 @@ class TransactionStateManager:
                 latest[tid] = None if value is None else read_value(value)
             except SchemaError as exc:
                 log.warning("skipping unreadable record in %s-%d: %s", TRANSACTION_STATE_TOPIC_NAME, partition, exc)
-        ids = {tid: TransactionMetadata.from_transit(tid, t) for tid, t in latest.items()
-               if t is not None and self.partition_for(tid) == partition}
+        return {tid: TransactionMetadata.from_transit(tid, t) for tid, t in latest.items()
+                if t is not None and self.partition_for(tid) == partition}
+
+    def install(self, partition: int, coordinator_epoch: int, ids: dict[str, TransactionMetadata]) -> None:
+        """On the loop: serve the rebuilt ids under this coordinator epoch."""
         self.transaction_metadata_cache[partition] = (coordinator_epoch, ids)
         if ids:
             log.info("loaded %d transactional ids from %s-%d (coordinator epoch %d)", len(ids),
                      TRANSACTION_STATE_TOPIC_NAME, partition, coordinator_epoch)
-        return ids
 
     def unload_partition(self, partition: int) -> dict[str, TransactionMetadata]:
         entry = self.transaction_metadata_cache.pop(partition, None)
