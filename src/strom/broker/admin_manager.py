@@ -123,7 +123,7 @@ class AdminManager:
             self.metadata.delete_topic(name, recorded_elsewhere=tombstoned > 0)
         except OSError as exc:
             raise Errors.KafkaStorageError(f"cannot record the deletion of topic {name}: {exc}") from exc
-        rm.purge_tombstones()
+        await rm.purge_tombstones()
         return topic
 
     async def create_partitions(self, name: str, count: int, assignment: list[list[int]] | None,

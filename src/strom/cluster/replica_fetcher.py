@@ -139,7 +139,7 @@ class ReplicaFetcher:
                 continue
             epoch = part.latest_epoch
             if epoch is None:  # no epochs (an empty log, or data written before them): Kafka's fallback, the HW
-                self._truncation_done(tp, None)
+                await self._truncation_done(tp, None)
                 continue
             asked[tp] = epoch
             by_topic.setdefault(tp[0], []).append({
@@ -163,7 +163,7 @@ class ReplicaFetcher:
                 if part is None:
                     continue
                 if p.leader_epoch == UNDEFINED_EPOCH or p.end_offset < 0:
-                    self._truncation_done(tp, None)
+                    await self._truncation_done(tp, None)
                     continue
                 offset = p.end_offset
                 if p.leader_epoch < asked[tp]:
@@ -171,24 +171,25 @@ class ReplicaFetcher:
                     _, own_end = part.end_offset_for_epoch(p.leader_epoch)
                     if own_end >= 0:
                         offset = min(offset, own_end)
-                self._truncation_done(tp, offset)
+                await self._truncation_done(tp, offset)
 
-    def _truncation_done(self, tp: TopicPartition, offset: int | None) -> None:
+    async def _truncation_done(self, tp: TopicPartition, offset: int | None) -> None:
         part = self.replica_manager.partitions.get(tp)
-        if part is None:
+        state = self.partitions.get(tp)
+        if part is None or state is None:
             return
         log_ = part.log
         target = log_.high_watermark if offset is None else offset
         if target < log_.log_end_offset:
             log.info("truncating %s-%d from %d to %d (divergence with leader %d)", *tp, log_.log_end_offset,
                      target, self.source_id)
-            try:
-                log_.truncate_to(target)
+            try:  # on the dir's storage thread: it rewrites indexes, the epoch file, producer state
+                await part.run_on_storage(log_.truncate_to, target)
             except (OSError, Errors.KafkaStorageError) as exc:  # the epoch checkpoint on a full disk
                 if not self.replica_manager.maybe_take_log_dir_offline(tp, exc, part.log_dir):
                     raise
                 return  # its dir is offline: no longer fetched
-        self.partitions[tp].truncating = False
+        state.truncating = False  # this fetch state only: one made meanwhile (a new leader) truncates afresh
 
     def _partition_error(self, tp: TopicPartition, error_code: int) -> None:
         """Leadership errors wait for the controller's next LeaderAndIsr; retry after a pause."""
@@ -253,7 +254,7 @@ class ReplicaFetcher:
         if leader_start is not None and leader_start > part.log.log_end_offset:
             log.warning("follower %s-%d at %d is below the leader's log start %d: starting over there",
                         *tp, part.log.log_end_offset, leader_start)
-            part.log.truncate_fully_and_start_at(leader_start)
+            await part.run_on_storage(part.log.truncate_fully_and_start_at, leader_start)
 
     async def _leader_log_start(self, client: BrokerClient, tp: TopicPartition) -> int | None:
         from kafka.protocol.consumer import ListOffsetsRequest
