@@ -120,6 +120,10 @@ class Partition:
         """Run a file mutation of this replica's log on its log dir's storage thread, off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(self.log.storage_executor, fn, *args)
 
+    def assign_epoch_starts(self, starts: list[tuple[int, int]]) -> None:
+        """Follower: record the leader epochs fetched batches start (storage thread; see Log)."""
+        self.log.assign_epoch_starts(starts)
+
     @property
     def log_dir(self) -> str:
         """The log dir (not the partition dir) holding this partition."""

@@ -22,6 +22,7 @@ from strom.cluster.broker_client import DEAD_PEER_TIMEOUT_S, BrokerClient
 from strom.protocol import replica_fetch
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import build
+from strom.protocol.record_batch import new_epoch_starts
 from strom.protocol.replica_fetch import FetchPartition
 from strom.security.client_security import ClientSecurity
 from strom.server_common.types import TopicPartition
@@ -231,6 +232,8 @@ class ReplicaFetcher:
             if p.error_code:
                 self._partition_error(tp, p.error_code)
                 continue
+            if p.records and not await self._assign_new_epochs(tp, p.records):
+                continue  # the partition moved on while its epochs were written
             try:
                 self.replica_manager.append_as_follower(tp, p.records, p.high_watermark, p.log_start_offset)
             except Errors.KafkaStorageError:  # logged (rate-limited) by the replica manager; back off
@@ -241,6 +244,23 @@ class ReplicaFetcher:
             except OSError as exc:
                 log.error("storage error appending to follower %s-%d: %s", *tp, exc)
                 self._partition_error(tp, Errors.KafkaStorageError.errno)
+
+    async def _assign_new_epochs(self, tp: TopicPartition, records: Any) -> bool:
+        """Write the leader epochs these records start (a fsynced checkpoint) on the dir's storage
+        thread, so the append on the loop finds them assigned. Returns whether tp is still fetched
+        here as it was; a failed write is left to the append, which meets it again and handles it."""
+        part = self.replica_manager.partitions.get(tp)
+        state = self.partitions.get(tp)
+        if part is None or state is None:
+            return False
+        starts = new_epoch_starts(records, part.latest_epoch, state.leader_epoch)
+        if not starts:
+            return True
+        try:
+            await part.run_on_storage(part.assign_epoch_starts, starts)
+        except (OSError, Errors.KafkaStorageError):
+            pass
+        return self.partitions.get(tp) is state and not state.truncating
 
     async def _handle_out_of_range(self, client: BrokerClient, tp: TopicPartition) -> None:
         """Our LEO is outside the leader's log: below its start (retention) -> start over at its start."""

@@ -129,15 +129,20 @@ class LeaderEpochFileCache:
 
     def assign_all(self, entries: Iterable[tuple[int, int]]) -> bool:
         """Assign many ``(epoch, start_offset)`` pairs in order with one file write (rebuilds, follower batches)."""
+        current = self.prepare_assign_all(entries)
+        if current is None:
+            return False
+        self._replace(current, fsync=True)
+        return True
+
+    def prepare_assign_all(self, entries: Iterable[tuple[int, int]]) -> list[EpochEntry] | None:
+        """The entries ``assign_all`` would write, or None if nothing changes; writes nothing."""
         current: list[EpochEntry] | None = None
         for epoch, start_offset in entries:
             merged = self._with(epoch, start_offset, current)
             if merged is not None:
                 current = merged
-        if current is None:
-            return False
-        self._replace(current, fsync=True)
-        return True
+        return current
 
     def rebuild(self, entries: Iterable[tuple[int, int]]) -> None:
         """Replace every entry with ``(epoch, start_offset)`` pairs found by scanning the log.

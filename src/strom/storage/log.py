@@ -218,25 +218,34 @@ class Log:
         """A new leader's epoch starts at its LEO (Kafka assigns it on becoming leader, not on the
         first append), so followers asking OffsetForLeaderEpoch learn the divergence point at once.
 
-        ``start_offset`` None: the LEO. Run on the dir's storage thread, the fsynced checkpoint
-        write happens outside ``_lock``, which the event loop takes for every append; only
-        deciding and adopting the new entries hold it. Raises OSError if the write fails.
+        ``start_offset`` None: the LEO. Run on the dir's storage thread (see ``assign_epoch_starts``).
+        """
+        with self._lock:
+            if leader_epoch < 0 or leader_epoch == self.leader_epoch_cache.latest_epoch:
+                return
+            start = self._leo if start_offset is None else start_offset
+        self.assign_epoch_starts([(leader_epoch, start)])
+
+    def assign_epoch_starts(self, starts: list[tuple[int, int]]) -> None:
+        """Record where leader epochs start before the data that needs them is appended.
+
+        Run on the dir's storage thread: the fsynced checkpoint write happens outside ``_lock``,
+        which the event loop takes for every append; only deciding and adopting the new entries
+        hold it. An append that later meets these epochs finds them assigned and writes nothing.
+        Raises OSError if the write fails.
         """
         cache = self.leader_epoch_cache
         with self._lock:
-            if leader_epoch < 0 or leader_epoch == cache.latest_epoch:
-                return
-            start = self._leo if start_offset is None else start_offset
             version = cache.version
-            entries = cache.prepare_assign(leader_epoch, start)
+            entries = cache.prepare_assign_all(starts)
         if entries is None:
             return
         cache.write(entries)
         with self._lock:
             if cache.version == version:
                 cache.adopt(entries)
-            elif leader_epoch != cache.latest_epoch:  # the entries changed meanwhile (rare): write again
-                cache.assign(leader_epoch, start)
+            else:  # the entries changed meanwhile (rare): decide and write again, under the lock
+                cache.assign_all(starts)
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: ``(epoch, end_offset)``, or ``(-1, -1)`` if nothing is known.
@@ -412,18 +421,25 @@ class Log:
         return found
 
     def _assign_epochs_of(self, headers: list[RecordBatchHeader]) -> None:
-        """Record the start of each new leader epoch among the leader's batches (one file write at most)."""
-        latest = self.leader_epoch_cache.latest_epoch
+        """Record the start of each new leader epoch among the leader's batches (one file write at most).
+
+        Epochs already recorded where these batches start (written ahead on the storage thread by
+        ``assign_epoch_starts``) cost nothing here."""
+        cache = self.leader_epoch_cache
+        latest = cache.latest_epoch
         changes: list[tuple[int, int]] | None = None
         for h in headers:
             epoch = h.partition_leader_epoch
             if epoch != latest and epoch >= 0:
+                if changes is None and cache.epoch_for_offset(h.base_offset) == epoch:
+                    latest = epoch  # recorded ahead of this append
+                    continue
                 if changes is None:
                     changes = []
                 changes.append((epoch, h.base_offset))
                 latest = epoch
         if changes is not None:
-            self.leader_epoch_cache.assign_all(changes)
+            cache.assign_all(changes)
 
     def _maybe_roll(self, incoming: int, max_ts: int, max_offset: int, now: int) -> None:
         reason = self.active_segment.should_roll(self.config, incoming, max_ts, max_offset, now)
