@@ -304,9 +304,9 @@ class ReplicaFetcherManager:
 
     def add_partitions(self, partitions: dict[TopicPartition, tuple[int, int]]) -> None:
         for tp, (leader, epoch) in partitions.items():
-            for source, fetcher in self.fetchers.items():
+            for source, other in self.fetchers.items():
                 if source != leader:
-                    fetcher.remove(tp)
+                    other.remove(tp)
             if leader < 0:
                 continue  # no leader: nothing to fetch until one is elected
             fetcher = self.fetchers.get(leader)
