@@ -124,6 +124,11 @@ class Partition:
         """Follower: record the leader epochs fetched batches start (storage thread; see Log)."""
         self.log.assign_epoch_starts(starts)
 
+    def assign_epoch_start_offset(self, leader_epoch: int) -> None:
+        """About to lead ``leader_epoch``: record that it starts at the LEO (storage thread; see Log), so
+        ``make_leader`` on the loop finds it assigned and writes nothing."""
+        self.log.assign_epoch_start_offset(leader_epoch)
+
     @property
     def log_dir(self) -> str:
         """The log dir (not the partition dir) holding this partition."""
@@ -324,6 +329,16 @@ class Partition:
         info = self.log.append_as_follower(records) if records else None
         self.update_follower_high_watermark(leader_high_watermark, leader_log_start_offset)
         return info
+
+    def truncate_to(self, offset: int) -> bool:
+        """Follower divergence: drop everything at/after ``offset``; whether anything changed.
+        File work: run it with ``run_on_storage``."""
+        return self.log.truncate_to(offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Follower below the leader's log start: drop the whole log and restart it empty at ``offset``.
+        File work: run it with ``run_on_storage``."""
+        self.log.truncate_fully_and_start_at(offset)
 
     def update_follower_high_watermark(self, leader_high_watermark: int, leader_log_start_offset: int) -> None:
         """A follower's HW is the leader's, capped at its own LEO; its log start follows the leader's."""

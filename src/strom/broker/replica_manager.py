@@ -480,7 +480,7 @@ class ReplicaManager:
             if st.leader != self.broker_id or not (created or not part.is_leader or
                                                    st.leader_epoch != part.leader_epoch):
                 continue
-            if st.leader_epoch >= 0 and st.leader_epoch != part.log.latest_epoch:
+            if st.leader_epoch >= 0 and st.leader_epoch != part.latest_epoch:
                 todo.setdefault(part.log_dir, []).append(((lp.topic, st.partition), part, st.leader_epoch))
         if not todo:
             return {}
@@ -491,7 +491,7 @@ class ReplicaManager:
             failed: dict[TopicPartition, BaseException] = {}
             for tp, part, epoch in items:
                 try:
-                    part.log.assign_epoch_start_offset(epoch)
+                    part.assign_epoch_start_offset(epoch)
                 except (OSError, Errors.KafkaStorageError) as exc:
                     failed[tp] = exc
             return failed

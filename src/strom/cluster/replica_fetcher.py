@@ -179,13 +179,12 @@ class ReplicaFetcher:
         state = self.partitions.get(tp)
         if part is None or state is None:
             return
-        log_ = part.log
-        target = log_.high_watermark if offset is None else offset
-        if target < log_.log_end_offset:
-            log.info("truncating %s-%d from %d to %d (divergence with leader %d)", *tp, log_.log_end_offset,
+        target = part.high_watermark if offset is None else offset
+        if target < part.log_end_offset:
+            log.info("truncating %s-%d from %d to %d (divergence with leader %d)", *tp, part.log_end_offset,
                      target, self.source_id)
             try:  # on the dir's storage thread: it rewrites indexes, the epoch file, producer state
-                await part.run_on_storage(log_.truncate_to, target)
+                await part.run_on_storage(part.truncate_to, target)
             except (OSError, Errors.KafkaStorageError) as exc:  # the epoch checkpoint on a full disk
                 if not self.replica_manager.maybe_take_log_dir_offline(tp, exc, part.log_dir):
                     raise
@@ -267,14 +266,14 @@ class ReplicaFetcher:
         part = self.replica_manager.partitions.get(tp)
         if part is None:
             return
-        if part.log.log_end_offset > part.high_watermark:
+        if part.log_end_offset > part.high_watermark:
             self.partitions[tp].truncating = True  # ahead of the leader: find the divergence point
             return
         leader_start = await self._leader_log_start(client, tp)
-        if leader_start is not None and leader_start > part.log.log_end_offset:
+        if leader_start is not None and leader_start > part.log_end_offset:
             log.warning("follower %s-%d at %d is below the leader's log start %d: starting over there",
-                        *tp, part.log.log_end_offset, leader_start)
-            await part.run_on_storage(part.log.truncate_fully_and_start_at, leader_start)
+                        *tp, part.log_end_offset, leader_start)
+            await part.run_on_storage(part.truncate_fully_and_start_at, leader_start)
 
     async def _leader_log_start(self, client: BrokerClient, tp: TopicPartition) -> int | None:
         from kafka.protocol.consumer import ListOffsetsRequest
