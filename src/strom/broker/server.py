@@ -8,7 +8,6 @@ checkpoints plus a clean-shutdown marker so the next start skips recovery.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 import time
@@ -99,6 +98,7 @@ from strom.metrics.topic_stats import BrokerTopicStats
 from strom.protocol.inter_broker import ControlledShutdownRequest
 from strom.security.authorizer import AclAuthorizer, create_authorizer
 from strom.security.client_security import ClientSecurity
+from strom.server_common.lifecycle import Lifecycle
 from strom.server_common.purgatory import DelayedOperationPurgatory, TimerDriver
 from strom.server_common.stall_detector import LoopStallDetector
 from strom.server_common.timing_wheel import Timer
@@ -164,6 +164,8 @@ class KafkaServer:
         self.publisher: MetadataPublisher  # metadata changes -> replica manager, then coordinators
         self._timer_driver: TimerDriver
         self._tasks: list[asyncio.Task[None]] = []
+        self._lifecycle = Lifecycle()  # stop steps, registered as components start
+        self._controller_started = False
         self._log_dir_locks: list[LogDirLock] = []
         self._stopped = asyncio.Event()
         self._loop = asyncio.get_event_loop()
@@ -209,6 +211,7 @@ class KafkaServer:
             topic_configs, expected = await self._open_zookeeper(log_dirs)
         else:
             self.metadata = open_metadata_store(log_dirs, self.broker_id, cfg.get("cluster.id") or None)
+            self._stop_with_metadata()
             self._load_dynamic_config()
             self._complete_interrupted_deletions()
             topic_configs = {
@@ -225,6 +228,7 @@ class KafkaServer:
         timer = Timer(tick_ms=1, wheel_size=20)
         self._timer_driver = TimerDriver(timer, loop)
         self._timer_driver.start()
+        self._lifecycle.on_stop("timer", self._timer_driver.stop)
         fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
         produce_purgatory = DelayedOperationPurgatory("Produce", timer)  # acks=all waiting for the ISR
         self.replica_manager = ReplicaManager(cfg, self.log_manager, self.metadata, fetch_purgatory,
@@ -248,7 +252,9 @@ class KafkaServer:
             self._set_aside_unhosted_logs()
             await self.replica_manager.purge_tombstones()
         self.group_coordinator: GroupCoordinator = create_group_coordinator(self, timer)
+        self._lifecycle.on_stop("group coordinator", self.group_coordinator.shutdown)
         self.transaction_coordinator: TransactionCoordinator = create_transaction_coordinator(self)
+        self._lifecycle.on_stop("transaction coordinator", self.transaction_coordinator.shutdown)
         self.publisher.sync_coordinators()
         self.quotas = self._start_quotas()
         cluster_link = self._start_cluster_services() if self.clustered else None
@@ -266,7 +272,9 @@ class KafkaServer:
             quotas=self.quotas,
         )
         self.dynamic_config.add_reconfigurable(self._reconfigure)
+        self._lifecycle.on_stop("background tasks", self._cancel_tasks)  # after the listener closed
         self.socket_server = SocketServer(self, cfg.listeners(), cfg.get("socket.request.max.bytes"))
+        self._lifecycle.on_stop("socket server", self.socket_server.stop)
         await self.socket_server.start()
         me = self._broker_info()
         if self.clustered:
@@ -274,6 +282,7 @@ class KafkaServer:
             await loop.run_in_executor(None, self.metadata.register_broker, me)
             self.zk.add_state_listener(self._on_zookeeper_state)
             self.controller.startup()
+            self._controller_started = True
             self._schedule("isr-expiration", max(cfg.get("replica.lag.time.max.ms") // 2, 100),
                            self._maybe_shrink_isr)
         else:
@@ -365,6 +374,7 @@ class KafkaServer:
         self.metadata = ZkMetadataStore(self.zk, self.broker_id, cluster_id,
                                         protocol_map={ep.listener_name: ep.security_protocol
                                                       for ep in cfg.listeners()})
+        self._stop_with_metadata()
         await loop.run_in_executor(None, self._load_dynamic_config)
         await loop.run_in_executor(None, self.metadata.load_entities)
 
@@ -413,6 +423,10 @@ class KafkaServer:
 
         self.controller = KafkaController(self.broker_id, self.config, self.zk, unclean_enabled,
                                           self.inter_broker_security)
+        # Stopped fetchers first, then the ISR sender, then the controller (reverse of registration).
+        self._lifecycle.on_stop("controller", self.controller.shutdown)
+        self._lifecycle.on_stop("alter partition manager", self.alter_partition_manager.close)
+        self._lifecycle.on_stop("replica fetchers", self.fetcher_manager.shutdown)
         for module in CLUSTER_HANDLER_MODULES:
             self.apis.register_module(module)
         return ClusterLink(store=store, controller=self.controller, publisher=self.publisher)
@@ -561,55 +575,45 @@ class KafkaServer:
     def request_stop(self) -> None:
         self._stopped.set()
 
-    async def shutdown(self) -> None:
-        """Every step runs even if an earlier one failed (a full disk must not abort shutdown half way)."""
-        log.info("shutting down")
-        failed = False
+    def _stop_with_metadata(self) -> None:
+        """The metadata store closes last, after the logs (and a pending metadata write) are done."""
+        self._lifecycle.on_stop("metadata store", self.metadata.close)
+        self._lifecycle.on_stop("metadata write", self._save_pending_metadata)
+        self._lifecycle.on_stop("log manager", lambda: asyncio.get_running_loop().run_in_executor(
+            None, self.log_manager.shutdown))
 
-        async def step(name: str, fn: Callable[[], object]) -> None:
-            nonlocal failed
-            try:
-                result = fn()
-                if inspect.isawaitable(result):
-                    await result
-            except Exception:
-                failed = True
-                log.exception("shutdown step %s failed; continuing", name)
+    async def _save_pending_metadata(self) -> None:
+        if self.metadata.save_pending:
+            await self.metadata.retry_pending_save()
 
-        loop = asyncio.get_running_loop()
-        self.ready = False
-        self.broker_state = BrokerState.PENDING_CONTROLLED_SHUTDOWN
-        if self.clustered and hasattr(self, "controller") and self.config.get("controlled.shutdown.enable"):
-            await step("controlled shutdown", self._controlled_shutdown)
-        self.broker_state = BrokerState.SHUTTING_DOWN
-        if hasattr(self, "socket_server"):
-            await step("socket server", self.socket_server.stop)
+    async def _cancel_tasks(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if hasattr(self, "fetcher_manager"):
-            await step("replica fetchers", self.fetcher_manager.shutdown)
-        if hasattr(self, "alter_partition_manager"):
-            await step("alter partition manager", self.alter_partition_manager.close)
-        if hasattr(self, "controller"):
-            await step("controller", self.controller.shutdown)
-        if hasattr(self, "transaction_coordinator"):
-            await step("transaction coordinator", self.transaction_coordinator.shutdown)
-        if hasattr(self, "group_coordinator"):
-            await step("group coordinator", self.group_coordinator.shutdown)
-        if hasattr(self, "_timer_driver"):
-            await step("timer", self._timer_driver.stop)
-        if hasattr(self, "log_manager"):
-            await step("log manager", lambda: loop.run_in_executor(None, self.log_manager.shutdown))
-        if hasattr(self, "metadata"):
-            if self.metadata.save_pending:
-                await step("metadata write", self.metadata.retry_pending_save)
-            await step("metadata store", self.metadata.close)
+
+    async def shutdown(self) -> None:
+        """Controlled shutdown (cluster), then every started component stops in reverse start order."""
+        log.info("shutting down")
+        ok = True
+        self.ready = False
+        self.broker_state = BrokerState.PENDING_CONTROLLED_SHUTDOWN
+        if self._controller_started and self.config.get("controlled.shutdown.enable"):
+            try:
+                await self._controlled_shutdown()
+            except Exception:
+                ok = False
+                log.exception("shutdown step controlled shutdown failed; continuing")
+        self.broker_state = BrokerState.SHUTTING_DOWN
+        ok = await self._lifecycle.stop() and ok
         self.broker_state = BrokerState.NOT_RUNNING
         if self.metrics_endpoint is not None:
-            await step("metrics endpoint", self.metrics_endpoint.stop)
+            try:
+                await self.metrics_endpoint.stop()
+            except Exception:
+                ok = False
+                log.exception("shutdown step metrics endpoint failed; continuing")
         self.stall_detector.stop()
-        log.info("shut down" if failed else "shut down cleanly")
+        log.info("shut down cleanly" if ok else "shut down")
 
 
 async def _hold_for_test(path: str | None) -> None:
