@@ -137,7 +137,16 @@ class KafkaController:
     def startup(self) -> None:
         self._task = self._loop.create_task(self._process_events(), name="controller-events")
         self.zk.add_state_listener(self._on_session_state)
-        self.zk.watch_data(zd.CONTROLLER_PATH, self._on_controller_znode)
+        # kazoo's watch constructors read the znode at once (retried while ZooKeeper is away): on the
+        # controller's ZooKeeper thread, never on the loop.
+        watch = self._loop.run_in_executor(self._zk_executor, self.zk.watch_data, zd.CONTROLLER_PATH,
+                                           self._on_controller_znode)
+        watch.add_done_callback(self._watch_started)
+
+    @staticmethod
+    def _watch_started(future: asyncio.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            log.error("controller: cannot watch %s: %s", zd.CONTROLLER_PATH, future.exception())
 
     def _on_session_state(self, state: SessionState) -> None:
         """kazoo's thread: a lost session ends this term as controller before anything else runs."""
@@ -267,12 +276,13 @@ class KafkaController:
         for topic in await self._zk(self.zk.get_all_topics):
             await self._load_topic(topic)
         self.ctx.deleting = set(await self._zk(self.zk.get_topic_deletions))
-        self.zk.watch_children(zd.BROKER_IDS_PATH, self._term_watch("brokers", self._on_broker_change))
-        self.zk.watch_children(zd.TOPICS_PATH, self._term_watch("topics", self._on_topic_change))
-        self.zk.watch_children(zd.DELETE_TOPICS_PATH, self._term_watch("deletions", self._on_topic_deletion))
-        self.zk.watch_children(zd.CONFIG_CHANGES_PATH, self._term_watch("config-change", self._on_config_change))
-        self.zk.watch_children(zd.LOG_DIR_EVENT_NOTIFICATION_PATH,
-                               self._term_watch("log-dir-event", self._on_log_dir_events))
+        for path, name, handler in (
+                (zd.BROKER_IDS_PATH, "brokers", self._on_broker_change),
+                (zd.TOPICS_PATH, "topics", self._on_topic_change),
+                (zd.DELETE_TOPICS_PATH, "deletions", self._on_topic_deletion),
+                (zd.CONFIG_CHANGES_PATH, "config-change", self._on_config_change),
+                (zd.LOG_DIR_EVENT_NOTIFICATION_PATH, "log-dir-event", self._on_log_dir_events)):
+            await self._zk(self.zk.watch_children, path, self._term_watch(name, handler))  # reads at once
         # Kafka's onBrokerFailure at failover: a replica whose broker is not registered is offline,
         # so it leaves every ISR now, not after the leaders' replica.lag.time.max.ms.
         hosted = {b for pl in self.ctx.partitions.values() for b in (*pl.replicas, *pl.isr)}
