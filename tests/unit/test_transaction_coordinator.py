@@ -56,9 +56,10 @@ class Partitions:
         results = {}
         for (topic, partition), records in entries.items():
             plog = self.log(partition)
-            plog.append_as_leader(records, 0)
+            info = plog.append_as_leader(records, 0)
             plog.update_high_watermark(plog.log_end_offset)
-            results[(topic, partition)] = SimpleNamespace(error_code=0, error_message=None)
+            results[(topic, partition)] = SimpleNamespace(error_code=0, error_message=None,
+                                                          base_offset=info.first_offset)
         return results, None
 
     def get_partition(self, topic: str, partition: int) -> Partition:

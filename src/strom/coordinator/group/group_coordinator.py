@@ -31,6 +31,7 @@ from strom.coordinator.group.group_metadata import GroupMetadata, GroupState, Of
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
 from strom.coordinator.group.member_metadata import JoinGroupResult, MemberMetadata, SyncGroupResult
 from strom.coordinator.group.offset_metadata_manager import OffsetMetadataManager
+from strom.coordinator.runtime import in_chunks
 from strom.server_common.purgatory import DelayedOperationPurgatory
 from strom.server_common.timing_wheel import Timer
 from strom.server_common.types import TopicPartition
@@ -735,18 +736,18 @@ class GroupCoordinator:
             return
         self.manager.loading_partitions.add(partition)  # callers may have marked it already
         try:
-            groups = await asyncio.get_running_loop().run_in_executor(
-                None, self.manager.read_and_rebuild, partition)
+            groups = await self.manager.runtime.load(partition, self.manager.read_and_rebuild)
         finally:
             self.manager.loading_partitions.discard(partition)
         if not self.active:
             return
         self.manager.install_groups(partition, groups)
-        for i, group in enumerate(groups):
-            if i and i % LOAD_YIELD_EVERY == 0:
-                await asyncio.sleep(0)  # let requests in between chunks
+
+        def schedule_heartbeats(group: GroupMetadata) -> None:
             if self.manager.groups.get(group.group_id) is group:  # not unloaded meanwhile
                 self._on_group_loaded(group)
+
+        await in_chunks(groups, schedule_heartbeats, LOAD_YIELD_EVERY)
 
     def _on_group_loaded(self, group: GroupMetadata) -> None:
         # Members recovered from the log get a full session to reconnect and heartbeat.
@@ -757,6 +758,7 @@ class GroupCoordinator:
         """Leadership moved away: answer everything parked with NOT_COORDINATOR and forget the groups."""
         for group in self.manager.unload_partition(partition):
             self._kill_group(group, NOT_COORDINATOR)
+        self.manager.runtime.forget(partition)
 
     def _kill_group(self, group: GroupMetadata, error: int) -> None:
         for member in group.members.values():
