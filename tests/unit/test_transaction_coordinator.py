@@ -15,6 +15,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import kafka.errors as Errors
+from tests.unit.fake_clock import ManualClock
 
 from strom.broker.partition import Partition
 from strom.cluster.metadata import PartitionState
@@ -107,13 +108,15 @@ class Groups:
 
 
 class Harness:
-    def __init__(self, directory: str, partitions: Partitions | None = None) -> None:
+    def __init__(self, directory: str, partitions: Partitions | None = None,
+                 clock: ManualClock | None = None) -> None:
+        self.clock = clock or ManualClock()
         self.partitions = partitions or Partitions(directory)
         self.metadata = Metadata()
         self.groups = Groups()
         self.next_pid = 1000
         self.manager = TransactionStateManager(0, self.partitions, num_partitions=NUM_PARTITIONS,
-                                               transactional_id_expiration_ms=1000)
+                                               transactional_id_expiration_ms=1000, clock=self.clock)
         channel = TransactionMarkerChannelManager(0, self.metadata, self.partitions, lambda: self.groups)
         self.coordinator = TransactionCoordinator(0, self.manager, channel, self._pid, lambda g: 1,
                                                   max_timeout_ms=900000)
@@ -218,9 +221,11 @@ async def test_a_second_producer_fences_the_first_and_aborts_its_transaction(h: 
 @with_harness
 async def test_timed_out_transaction_is_aborted_with_a_bumped_epoch(h: Harness) -> None:
     c = h.coordinator
-    pid, epoch = await init(h, timeout_ms=1)
+    pid, epoch = await init(h, timeout_ms=10)
     assert await c.handle_add_partitions_to_transaction("tx", pid, epoch, {("a", 0)}) == 0
-    await asyncio.sleep(0.01)
+    await h.clock.advance(10)
+    assert await c.abort_timed_out_transactions() == 0  # open exactly as long as its timeout: not yet
+    await h.clock.advance(1)
     assert await c.abort_timed_out_transactions() == 1
     await h.settle()
     md = h.state("tx")
