@@ -117,7 +117,8 @@ class Harness:
         self.next_pid = 1000
         self.manager = TransactionStateManager(0, self.partitions, num_partitions=NUM_PARTITIONS,
                                                transactional_id_expiration_ms=1000, clock=self.clock)
-        channel = TransactionMarkerChannelManager(0, self.metadata, self.partitions, lambda: self.groups)
+        channel = TransactionMarkerChannelManager(0, self.metadata, self.partitions, lambda: self.groups,
+                                                  clock=self.clock)
         self.coordinator = TransactionCoordinator(0, self.manager, channel, self._pid, lambda g: 1,
                                                   max_timeout_ms=900000)
 
@@ -130,8 +131,13 @@ class Harness:
             await self.coordinator.load_partition(p)
 
     async def settle(self) -> None:
-        while self.coordinator._tasks:
-            await asyncio.gather(*self.coordinator._tasks)
+        """Run the background work (markers, Complete records) to its end, moving the clock over
+        its retry back-offs."""
+        for _ in range(1000):
+            if not self.coordinator._tasks:
+                return
+            await self.clock.advance(1000)
+        raise AssertionError(f"background work never finished: {self.coordinator._tasks}")
 
     def state(self, tid: str) -> Any:
         return self.manager.get_transaction_state(tid)[1].metadata
@@ -263,7 +269,9 @@ async def _test_reload_completes_a_prepared_commit(tmp_path: Path) -> None:
     await h.coordinator.handle_add_partitions_to_transaction("tx", pid, epoch, {("a", 0)})
     h.partitions.marker_errors[("a", 0)] = [Errors.NotLeaderForPartitionError.errno] * 1000
     assert await h.coordinator.handle_end_transaction("tx", pid, epoch, True) == 0
-    await asyncio.sleep(0.05)
+    await h.clock.advance(200)  # a few marker attempts fail
+    assert h.partitions.markers and all(m[4] == [] for m in h.partitions.markers)  # attempted, none written
+    assert h.state("tx").state is S.PREPARE_COMMIT
     await h.coordinator.shutdown()  # the "crash": PrepareCommit in the log, markers never written
     h.partitions.marker_errors.clear()
     h.partitions.markers.clear()

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import kafka.errors as Errors
 
+from strom.coordinator.clock import Clock
 from strom.coordinator.group.delayed import DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin
 from strom.coordinator.group.group_metadata import GroupMetadata, GroupState, OffsetAndMetadata
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
@@ -94,6 +95,7 @@ class GroupCoordinator:
         self.rebalance_purgatory = DelayedOperationPurgatory("Rebalance", timer, broker_id)
         self.active = True
         self.offsets = OffsetMetadataManager(manager, self)
+        self.clock: Clock = manager.clock  # record timestamps; delays run on ``timer``'s own clock
 
     # -- common checks -----------------------------------------------------------
     def _validate_group_status(self, group_id: str | None, require_non_empty_id: bool) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import kafka.errors as Errors
 
+from strom.coordinator.clock import Clock
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME
 from strom.coordinator.transaction.transaction_marker_channel_manager import TransactionMarkerChannelManager
 from strom.coordinator.transaction.transaction_metadata import (
@@ -67,7 +68,7 @@ class TransactionCoordinator:
                  offsets_partition_for: Callable[[str], int], max_timeout_ms: int = 900000) -> None:
         self.broker_id = broker_id
         self.txn_manager = state_manager
-        self.clock = state_manager.clock  # one time source for the coordinator and its state
+        self.clock: Clock = state_manager.clock  # one time source for the coordinator and its state
         self.marker_channel = marker_channel
         self.generate_producer_id = generate_producer_id
         self.offsets_partition_for = offsets_partition_for
@@ -269,7 +270,7 @@ class TransactionCoordinator:
             # Kafka retries a failed Complete append until the partition moves away.
             log.info("writing %s of %s failed (error %d); retrying", complete.state.kafka_name, transactional_id, err)
             md.pending_state = complete.state
-            await asyncio.sleep(0.1)
+            await self.clock.sleep(0.1)
 
     # -- timeouts and expiry -------------------------------------------------------------
     async def abort_timed_out_transactions(self) -> int:
