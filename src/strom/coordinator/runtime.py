@@ -67,12 +67,18 @@ class LogRecord(NamedTuple):
 
 
 class _PartitionQueue:
-    """The event queue of one coordinator partition."""
+    """The event queue of one coordinator partition.
 
-    __slots__ = ("lock", "last_apply")
+    A load holds ``lock`` for its whole run; a write takes it only while something is queued
+    (``queued`` counts the load and the writes waiting behind it), so an uncontended write goes
+    straight to its append and writes keep their arrival order either way.
+    """
+
+    __slots__ = ("lock", "queued", "last_apply")
 
     def __init__(self) -> None:
         self.lock = asyncio.Lock()  # FIFO: waiters acquire in arrival order
+        self.queued = 0
         # Set once the latest write appended so far has applied (or failed): the next write's
         # apply waits for it, so applies follow log order.
         self.last_apply: asyncio.Future[None] | None = None
@@ -111,20 +117,24 @@ class CoordinatorRuntime:
         duplicate checks for a coordinator append, while the epoch still fences zombies.
         """
         queue = self._queue(partition)
-        loop = asyncio.get_running_loop()
-        async with queue.lock:
-            # Inside the queue: the append is made in arrival order, and this write's place in the
-            # apply order is taken at the same moment.
-            previous = queue.last_apply
-            mine: asyncio.Future[None] = loop.create_future()
-            queue.last_apply = mine
+        if queue.queued:
+            queue.queued += 1
             try:
-                pending = self._append(partition, records, timestamp, producer_id, producer_epoch, transactional)
-            except BaseException:
-                _chain(previous, mine)
-                raise
+                async with queue.lock:
+                    results, replicated, previous, mine = self._enqueue(
+                        queue, partition, records, timestamp, producer_id, producer_epoch, transactional)
+            finally:
+                queue.queued -= 1
+        else:
+            results, replicated, previous, mine = self._enqueue(
+                queue, partition, records, timestamp, producer_id, producer_epoch, transactional)
         try:
-            base_offset = await pending
+            if replicated is not None:
+                results = await replicated
+            res = results[(self.topic_name, partition)]
+            if res.error_code:
+                raise Errors.for_code(res.error_code)(res.error_message or "")
+            base_offset = int(res.base_offset)
         except BaseException:
             _chain(previous, mine)
             raise
@@ -136,24 +146,27 @@ class CoordinatorRuntime:
             if not mine.done():
                 mine.set_result(None)
 
-    def _append(self, partition: int, records: Sequence[tuple[bytes, bytes | None]], timestamp: int | None,
-                producer_id: int, producer_epoch: int, transactional: bool) -> Awaitable[int]:
-        """Append to the local log now; the awaitable gives the base offset once committed."""
+    def _enqueue(self, queue: _PartitionQueue, partition: int, records: Sequence[tuple[bytes, bytes | None]],
+                 timestamp: int | None, producer_id: int, producer_epoch: int, transactional: bool
+                 ) -> tuple[Any, Awaitable[Any] | None, asyncio.Future[None] | None, asyncio.Future[None]]:
+        """Append to the local log now and take the write's place in the apply order.
+
+        Returns the append's results, the awaitable of the committed results (None if already
+        committed), the previous write's apply future and this write's."""
+        previous = queue.last_apply
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        queue.last_apply = mine
         ts = self.clock.wall_ms() if timestamp is None else timestamp
-        batch = build_batch(((k, v, (), ts) for k, v in records), producer_id=producer_id,
-                            producer_epoch=producer_epoch, base_sequence=NO_SEQUENCE,
-                            is_transactional=transactional)
-        tp = (self.topic_name, partition)
-        results, replicated = self.replica_manager.append_records({tp: batch}, -1, origin=AppendOrigin.COORDINATOR)
-
-        async def committed() -> int:
-            final = results if replicated is None else await replicated
-            res = final[tp]
-            if res.error_code:
-                raise Errors.for_code(res.error_code)(res.error_message or "")
-            return int(res.base_offset)
-
-        return committed()
+        try:
+            batch = build_batch(((k, v, (), ts) for k, v in records), producer_id=producer_id,
+                                producer_epoch=producer_epoch, base_sequence=NO_SEQUENCE,
+                                is_transactional=transactional)
+            results, replicated = self.replica_manager.append_records(
+                {(self.topic_name, partition): batch}, -1, origin=AppendOrigin.COORDINATOR)
+        except BaseException:
+            _chain(previous, mine)
+            raise
+        return results, replicated, previous, mine
 
     # -- loading -------------------------------------------------------------------
     def read_records(self, partition: int) -> Iterator[LogRecord]:
@@ -190,13 +203,18 @@ class CoordinatorRuntime:
         """Run ``rebuild(partition)`` (read and decode the partition, build the state, install
         nothing) on a worker thread, holding the partition's queue; the caller installs the result
         on the loop. Exceptions propagate so the caller can retry."""
-        async with self._queue(partition).lock:
-            return await asyncio.get_running_loop().run_in_executor(None, rebuild, partition)
+        queue = self._queue(partition)
+        queue.queued += 1
+        try:
+            async with queue.lock:
+                return await asyncio.get_running_loop().run_in_executor(None, rebuild, partition)
+        finally:
+            queue.queued -= 1
 
     def forget(self, partition: int) -> None:
         """The partition is no longer coordinated here; writes still waiting keep their own order."""
         queue = self._queues.get(partition)
-        if queue is not None and not queue.lock.locked() and (queue.last_apply is None or queue.last_apply.done()):
+        if queue is not None and not queue.queued and (queue.last_apply is None or queue.last_apply.done()):
             del self._queues[partition]
 
 
