@@ -18,6 +18,7 @@ that does not exist.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
@@ -125,6 +126,10 @@ def led_partitions(server: KafkaServer, topic_name: str) -> set[int]:
             if t == topic_name and part.is_leader}
 
 
+def _still_led(server: KafkaServer, coordinator: PartitionedCoordinator, partition: int) -> bool:
+    return partition in led_partitions(server, coordinator.topic_name)
+
+
 def sync_ownership(server: KafkaServer, coordinator: PartitionedCoordinator) -> None:
     """Load partitions we now lead, unload those we no longer lead."""
     topic = server.metadata.topic(coordinator.topic_name)
@@ -141,7 +146,7 @@ def sync_ownership(server: KafkaServer, coordinator: PartitionedCoordinator) -> 
         else:
             coordinator.loading_partitions.add(partition)  # from now on: COORDINATOR_LOAD_IN_PROGRESS
             task = loop.create_task(load_with_retry(
-                coordinator, partition, lambda p=partition: p in led_partitions(server, coordinator.topic_name),
+                coordinator, partition, functools.partial(_still_led, server, coordinator, partition),
                 coordinator.clock))
             _LOADS.add(task)
             task.add_done_callback(_LOADS.discard)

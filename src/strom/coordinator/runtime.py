@@ -25,6 +25,7 @@ only installs the result, in steps of ``INSTALL_CHUNK`` items (``in_chunks``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any, NamedTuple, TypeVar
@@ -224,7 +225,12 @@ def _chain(previous: asyncio.Future[None] | None, mine: asyncio.Future[None]) ->
         if not mine.done():
             mine.set_result(None)
     else:
-        previous.add_done_callback(lambda _f: mine.done() or mine.set_result(None))
+        previous.add_done_callback(functools.partial(_release, mine))
+
+
+def _release(mine: asyncio.Future[None], _previous: asyncio.Future[None]) -> None:
+    if not mine.done():
+        mine.set_result(None)
 
 
 async def in_chunks(items: Iterable[T], fn: Callable[[T], object], every: int = INSTALL_CHUNK) -> None:

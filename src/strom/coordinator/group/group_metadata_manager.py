@@ -66,7 +66,7 @@ _PRODUCER_ERRORS = frozenset(e.errno for e in (
 
 def map_append_error(exc: BaseException, for_offsets: bool) -> int:
     """Kafka's translation of log append failures into coordinator errors."""
-    errno = getattr(exc, "errno", None)
+    errno: int | None = getattr(exc, "errno", None)
     if errno in (Errors.UnknownTopicOrPartitionError.errno, Errors.NotEnoughReplicasError.errno,
                  Errors.NotEnoughReplicasAfterAppendError.errno):
         return COORDINATOR_NOT_AVAILABLE
@@ -76,7 +76,7 @@ def map_append_error(exc: BaseException, for_offsets: bool) -> int:
         return REBALANCE_IN_PROGRESS
     if errno in (Errors.MessageSizeTooLargeError.errno, Errors.RecordListTooLargeError.errno):
         return INVALID_COMMIT_OFFSET_SIZE if for_offsets else UNKNOWN_SERVER_ERROR
-    if errno in _PRODUCER_ERRORS:
+    if errno is not None and errno in _PRODUCER_ERRORS:
         return errno  # a transactional append fenced by the log's producer state: the producer must know
     if not isinstance(exc, Errors.KafkaError):
         log.error("unexpected error appending to %s", GROUP_METADATA_TOPIC_NAME, exc_info=exc)
@@ -266,9 +266,9 @@ class GroupMetadataManager:
             if rec is None and not group_offsets and group_id not in pending_groups:
                 continue  # deleted group, or nothing left of it
             group = self._rebuild_group(group_id, rec, group_offsets, now)
-            for producer_id, per_group in pending.items():
-                if per_group.get(group_id):
-                    group.pending_transactional_offset_commits[producer_id] = dict(per_group[group_id])
+            for producer_id, by_group in pending.items():
+                if by_group.get(group_id):
+                    group.pending_transactional_offset_commits[producer_id] = dict(by_group[group_id])
             groups.append(group)
         return groups
 
@@ -301,7 +301,10 @@ class GroupMetadataManager:
                                     [(rec.protocol or "", m.subscription)])
             member.assignment = m.assignment
             group.add(member)
-        group.leader_id = rec.leader if rec.leader in group.members else next(iter(group.members), None)
+        leader: str | None = rec.leader
+        if leader not in group.members:
+            leader = next(iter(group.members), None)
+        group.leader_id = leader
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
         group.current_state_timestamp = rec.current_state_timestamp if rec.current_state_timestamp >= 0 \
             else now

@@ -143,9 +143,9 @@ class TransactionMarkerChannelManager:
             return dict.fromkeys(partitions, Errors.UnknownError.errno)
         errors: dict[TopicPartition, int] = dict.fromkeys(partitions, retriable)
         for marker in response.markers:
-            for topic in marker.topics:
-                for p in topic.partitions:
-                    errors[(topic.name, p.partition_index)] = p.error_code
+            for answered in marker.topics:
+                for p in answered.partitions:
+                    errors[(answered.name, p.partition_index)] = p.error_code
         return errors
 
     def _client(self, broker_id: int) -> BrokerClient | None:
