@@ -13,6 +13,7 @@ import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from strom.broker import handlers as _handlers_pkg  # noqa: F401 - ensure package import
 from strom.broker.admin_manager import AdminManager
@@ -163,7 +164,7 @@ class KafkaServer:
         self.services: BrokerServices  # what handlers see, instead of this object
         self.publisher: MetadataPublisher  # metadata changes -> replica manager, then coordinators
         self._timer_driver: TimerDriver
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: list[asyncio.Task[Any]] = []
         self._lifecycle = Lifecycle()  # stop steps, registered as components start
         self._controller_started = False
         self._log_dir_locks: list[LogDirLock] = []
@@ -436,11 +437,16 @@ class KafkaServer:
         if state is SessionState.LOST:
             self._loop.call_soon_threadsafe(self._reregister)
 
+    def _zk_store(self) -> ZkMetadataStore:
+        """The ZooKeeper-backed metadata store (cluster mode only)."""
+        assert isinstance(self.metadata, ZkMetadataStore)
+        return self.metadata
+
     def _reregister(self) -> None:
         async def again() -> None:
             while not self._stopped.is_set():
                 try:
-                    await asyncio.get_running_loop().run_in_executor(None, self.metadata.reregister)
+                    await asyncio.get_running_loop().run_in_executor(None, self._zk_store().reregister)
                     return
                 except Exception as exc:  # noqa: BLE001 - ZooKeeper may still be away: keep trying
                     log.warning("re-registering in ZooKeeper failed (%s); retrying", exc)
@@ -485,7 +491,7 @@ class KafkaServer:
                                       request_timeout_ms=30_000, security=self.inter_broker_security)
                 try:
                     response = await client.send(ControlledShutdownRequest(
-                        broker_id=self.broker_id, broker_epoch=self.metadata.broker_epoch), 3)
+                        broker_id=self.broker_id, broker_epoch=self._zk_store().broker_epoch), 3)
                     if response.error_code == 0 and not response.remaining_partitions:
                         log.info("controlled shutdown complete: leadership moved off broker %d", self.broker_id)
                         # Give the new leaders' LeaderAndIsr a moment to land before our listener closes.
@@ -532,7 +538,7 @@ class KafkaServer:
             if (topic, partition) not in hosted:
                 self.log_manager.set_aside_stray_log(topic, partition)
 
-    def _schedule(self, name: str, interval_ms: int | Callable[[], int], job: Callable[[], Awaitable[None]]) -> None:
+    def _schedule(self, name: str, interval_ms: int | Callable[[], int], job: Callable[[], Awaitable[object]]) -> None:
         interval = interval_ms if callable(interval_ms) else lambda: interval_ms
 
         async def loop() -> None:
@@ -582,9 +588,9 @@ class KafkaServer:
         self._lifecycle.on_stop("log manager", lambda: asyncio.get_running_loop().run_in_executor(
             None, self.log_manager.shutdown))
 
-    async def _save_pending_metadata(self) -> None:
+    def _save_pending_metadata(self) -> None:
         if self.metadata.save_pending:
-            await self.metadata.retry_pending_save()
+            self.metadata.retry_pending_save()
 
     async def _cancel_tasks(self) -> None:
         for task in self._tasks:
