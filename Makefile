@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: install native zookeeper run broker test test-fast test-spark test-cluster lint bench clean
+.PHONY: install native zookeeper run broker test test-fast test-spark test-cluster lint typecheck bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -38,8 +38,8 @@ run: install
 broker: install
 	$(PY) -m strom.cli.main server start config/server.properties
 
-## Every test (what CI runs).
-test: install
+## Every test (what CI runs), after the type check.
+test: install typecheck
 	$(PY) -m pytest -q -p no:cacheprovider
 
 ## Quick subset: skips suites marked slow (kill -9 recovery, big data, Spark).
@@ -55,6 +55,10 @@ test-spark: install
 
 lint: install
 	$(VENV)/bin/ruff check src tests bench pipelines
+
+## mypy over the server packages (configured in pyproject.toml).
+typecheck: install
+	$(PY) -m mypy
 
 bench: install
 	$(PY) bench/bench_broker.py

@@ -442,7 +442,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._last_active = time.monotonic()
         self._closed = False
         self._transport: asyncio.Transport | None = None
-        self.client_host = "unknown"
+        self.client_host: str = "unknown"
         self._wakeup = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()
