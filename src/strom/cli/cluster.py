@@ -24,9 +24,9 @@ from typing import Annotated
 
 import typer
 
-from strom.cli.common import cli_errors, fail, parse_key_values
+from strom.cli.common import PLAIN_HELP, cli_errors, fail, parse_key_values
 
-cluster_app = typer.Typer(help="Run a local ZooKeeper-coordinated Strom cluster.", no_args_is_help=True)
+cluster_app = typer.Typer(help="Run a local ZooKeeper-coordinated Strom cluster.", no_args_is_help=True, **PLAIN_HELP)
 
 HOST = "127.0.0.1"
 CHROOT = "/strom"

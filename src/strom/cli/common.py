@@ -15,9 +15,32 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
+import typer.core
 from rich.console import Console
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+# Help and usage errors are click's plain text (not typer's rich panels): rich panels cut long
+# option names to fit 80 columns with "…" and read option help as markup (`[/chroot]` crashed),
+# while click wraps to the terminal's width and prints usage errors as `Error: ...`, the same
+# prefix as every other error of these tools.
+class CommandList(typer.core.TyperGroup):
+    """A command group whose `--help` lists each command's whole first docstring line, wrapped
+    rather than cut off with "..." to fit the terminal."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+PLAIN_HELP: dict[str, Any] = {"rich_markup_mode": None, "context_settings": {"max_content_width": 120},
+                              "cls": CommandList}
 
 # Errors go to stderr through rich (colour on a terminal, plain text in pipes); data
 # always goes to stdout as plain text so that it can be piped and parsed.
