@@ -2,6 +2,12 @@
 
 The tools talk to the broker through confluent-kafka (librdkafka), the same client a
 user would use, so that the CLI doubles as a compatibility check of the broker.
+
+Errors, the same for every tool (and `strom server start`): one line `Error: <what went wrong>`
+on stderr, data only on stdout, never a traceback for an expected failure. Exit status 0 =
+done; 1 = the command ran and failed (no broker answers, the topic or group does not exist,
+the broker refused); 2 = the command line or configuration is wrong (unknown option, missing
+argument, an unknown or invalid broker setting), as click reports usage errors; 130 = Ctrl-C.
 """
 
 from __future__ import annotations

@@ -121,7 +121,7 @@ def configs(
             return
         admin = admin_client(bootstrap_server, command_config)
         if describe:
-            _describe(admin, kind, name, all_)
+            _describe(admin, kind, name, all_, client_security(command_config))
         else:
             if name is None:
                 fail("--alter needs --entity-name.")
@@ -194,33 +194,45 @@ def _resource_type(kind: str) -> Any:
     return ResourceType.TOPIC if kind == "topics" else ResourceType.BROKER
 
 
-def _describe(admin: Any, kind: str, name: str | None, all_: bool) -> None:
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import ConfigResource, ConfigSource
+def _describe(admin: Any, kind: str, name: str | None, all_: bool, security: Any = None) -> None:
+    """kafka-configs.sh --describe. The request is sent by hand, not through confluent-kafka, whose
+    ConfigEntry keeps synonyms in a dict keyed by name: a topic override and the default it replaces
+    share the name (min.insync.replicas) and only one of them would survive."""
+    import asyncio
 
+    from kafka.protocol.admin import DescribeConfigsRequest
+
+    from strom.config import ConfigSource
+
+    metadata = admin.list_topics(timeout=10)
     if name is not None:
         names = [name]
     elif kind == "topics":
-        names = sorted(admin.list_topics(timeout=10).topics)
+        names = sorted(metadata.topics)
     else:
-        names = [str(b) for b in sorted(admin.list_topics(timeout=10).brokers)]
-    dynamic_source = (
-        ConfigSource.DYNAMIC_TOPIC_CONFIG if kind == "topics" else ConfigSource.DYNAMIC_BROKER_CONFIG
-    )
+        names = [str(b) for b in sorted(metadata.brokers)]
+    dynamic_source = ConfigSource.DYNAMIC_TOPIC_CONFIG if kind == "topics" else ConfigSource.DYNAMIC_BROKER_CONFIG
     singular = _ENTITY_TYPES[kind]
+    bootstrap = ",".join(f"{b.host}:{b.port}" for b in metadata.brokers.values())
     for entity in names:
-        resource = ConfigResource(_resource_type(kind), entity)
-        future = admin.describe_configs([resource], request_timeout=30)[resource]
-        try:
-            entries = future.result()
-        except KafkaException as exc:
-            fail(describe_kafka_error(exc, entity if kind == "topics" else None))
+        target = bootstrap
+        if kind != "topics":  # a broker's own configs come from that broker
+            broker = metadata.brokers.get(int(entity)) if entity.isdigit() else None
+            if broker is None:
+                fail(f"Broker {entity} is not in the cluster.")
+            target = f"{broker.host}:{broker.port}"
+        request = DescribeConfigsRequest(resources=[(_TOPIC if kind == "topics" else _BROKER, entity, None)],
+                                         include_synonyms=True, include_documentation=False)
+        result = asyncio.run(_send_to_bootstrap(target, request, 4, security)).results[0]
+        if result.error_code == _UNKNOWN_TOPIC_OR_PARTITION:
+            fail(f"Topic '{entity}' does not exist.")
+        _raise_for(result.error_code, result.error_message)
         write_out(f"{'All' if all_ else 'Dynamic'} configs for {singular} {entity} are:\n")
-        for entry in sorted(entries.values(), key=lambda e: e.name):
-            if not all_ and _source(entry.source) != dynamic_source:
+        for entry in sorted(result.configs, key=lambda e: e.name):
+            if not all_ and entry.config_source != int(dynamic_source):
                 continue
-            synonyms = [(_source(syn.source).name, syn.name, None if syn.is_sensitive else syn.value)
-                        for syn in entry.synonyms.values()]
+            synonyms = [(_source(syn.source).name, syn.name, None if entry.is_sensitive else syn.value)
+                        for syn in entry.synonyms]
             _write_entry(entry.name, None if entry.is_sensitive else entry.value, entry.is_sensitive, synonyms)
 
 
@@ -290,7 +302,8 @@ def _cluster_default(bootstrap: str, describe: bool, add: dict[str, str], delete
     write_out("Completed updating default config for brokers in the cluster.\n")
 
 
-_BROKER, _SET, _DELETE = 4, 0, 1
+_TOPIC, _BROKER, _SET, _DELETE = 2, 4, 0, 1
+_UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
 async def _send_to_bootstrap(bootstrap: str, request: Any, version: int, security: Any = None) -> Any:

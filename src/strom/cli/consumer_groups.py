@@ -11,6 +11,7 @@ with --dry-run (the default) before --execute applies it.
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -27,6 +28,7 @@ from strom.cli.common import (
 )
 
 _MISSING = "-"
+_COORDINATOR_BUSY = ("COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR")
 
 
 def parse_datetime(text: str) -> int:
@@ -84,10 +86,18 @@ class GroupTool:
     def describe(self, group: str) -> Any:
         from confluent_kafka import KafkaException
 
-        try:
-            return self.admin.describe_consumer_groups([group], request_timeout=self.timeout)[group].result()
-        except KafkaException as exc:
-            fail(f"Could not describe group '{group}': {describe_kafka_error(exc)}")
+        # A coordinator that is still loading its offsets partition (right after it became leader,
+        # e.g. the first group request of a new cluster) answers with a retriable error: wait it out.
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return self.admin.describe_consumer_groups([group], request_timeout=self.timeout)[group].result()
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                name = err.name() if hasattr(err, "name") else ""
+                if name not in _COORDINATOR_BUSY or time.monotonic() > deadline:
+                    fail(f"Could not describe group '{group}': {describe_kafka_error(exc)}")
+            time.sleep(0.5)
 
     def committed(self, group: str) -> dict[tuple[str, int], int]:
         from confluent_kafka import ConsumerGroupTopicPartitions
