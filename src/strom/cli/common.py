@@ -5,9 +5,10 @@ user would use, so that the CLI doubles as a compatibility check of the broker.
 
 Errors, the same for every tool (and `strom server start`): one line `Error: <what went wrong>`
 on stderr, data only on stdout, never a traceback for an expected failure. Exit status 0 =
-done; 1 = the command ran and failed (no broker answers, the topic or group does not exist,
-the broker refused); 2 = the command line or configuration is wrong (unknown option, missing
-argument, an unknown or invalid broker setting), as click reports usage errors; 130 = Ctrl-C.
+done; 1 = the tool refused or failed (no broker answers, the topic or group does not exist,
+the broker refused, a value or combination of options the tool itself checks); 2 = the command
+line could not be parsed (unknown option, missing or mistyped argument: click's usage errors) or
+a broker was given a setting it does not know or accept, so it did not start; 130 = Ctrl-C.
 """
 
 from __future__ import annotations
