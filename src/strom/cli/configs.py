@@ -198,10 +198,6 @@ def _describe(admin: Any, kind: str, name: str | None, all_: bool, security: Any
     """kafka-configs.sh --describe. The request is sent by hand, not through confluent-kafka, whose
     ConfigEntry keeps synonyms in a dict keyed by name: a topic override and the default it replaces
     share the name (min.insync.replicas) and only one of them would survive."""
-    import asyncio
-
-    from kafka.protocol.admin import DescribeConfigsRequest
-
     from strom.config import ConfigSource
 
     metadata = admin.list_topics(timeout=10)
@@ -215,15 +211,13 @@ def _describe(admin: Any, kind: str, name: str | None, all_: bool, security: Any
     singular = _ENTITY_TYPES[kind]
     bootstrap = ",".join(f"{b.host}:{b.port}" for b in metadata.brokers.values())
     for entity in names:
-        target = bootstrap
+        targets = [bootstrap]
         if kind != "topics":  # a broker's own configs come from that broker
             broker = metadata.brokers.get(int(entity)) if entity.isdigit() else None
             if broker is None:
                 fail(f"Broker {entity} is not in the cluster.")
-            target = f"{broker.host}:{broker.port}"
-        request = DescribeConfigsRequest(resources=[(_TOPIC if kind == "topics" else _BROKER, entity, None)],
-                                         include_synonyms=True, include_documentation=False)
-        result = asyncio.run(_send_to_bootstrap(target, request, 4, security)).results[0]
+            targets = [f"{broker.host}:{broker.port}"]
+        result = describe_configs(targets, [(_TOPIC if kind == "topics" else _BROKER, entity)], security)[0]
         if result.error_code == _UNKNOWN_TOPIC_OR_PARTITION:
             fail(f"Topic '{entity}' does not exist.")
         _raise_for(result.error_code, result.error_message)
@@ -306,8 +300,22 @@ _TOPIC, _BROKER, _SET, _DELETE = 2, 4, 0, 1
 _UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
+def describe_configs(addresses: list[str], resources: list[tuple[int, str]], security: Any = None) -> list[Any]:
+    """DescribeConfigs results, in the order of `resources`, from the first of `addresses` that answers.
+
+    Any broker can describe topic configs; librdkafka sends the request to the controller only, which
+    after a kill -9 is a dead broker until its ZooKeeper session expires, so the tools send it here."""
+    import asyncio
+
+    from kafka.protocol.admin import DescribeConfigsRequest
+
+    request = DescribeConfigsRequest(resources=[(kind, name, None) for kind, name in resources],
+                                     include_synonyms=True, include_documentation=False)
+    return list(asyncio.run(_send_to_bootstrap(",".join(dict.fromkeys(addresses)), request, 4, security)).results)
+
+
 async def _send_to_bootstrap(bootstrap: str, request: Any, version: int, security: Any = None) -> Any:
-    """Send one request to the first bootstrap broker that answers."""
+    """Send one request to the first bootstrap broker that answers (each gets the connect timeout to answer)."""
     from strom.cli.common import connect_timeout
     from strom.cluster.broker_client import BrokerClient
 
@@ -315,7 +323,8 @@ async def _send_to_bootstrap(bootstrap: str, request: Any, version: int, securit
     for address in bootstrap.split(","):
         host, _, port = address.strip().rpartition(":")
         client = BrokerClient(host.strip("[]") or "127.0.0.1", int(port), client_id="strom-configs",
-                              connect_timeout_s=connect_timeout(), security=security)
+                              connect_timeout_s=connect_timeout(), security=security,
+                              request_timeout_ms=int(connect_timeout() * 1000))
         try:
             return await client.send(request, version)
         except (ConnectionError, OSError, TimeoutError) as exc:
