@@ -454,12 +454,17 @@ def _act(request: dict, members: list[LocalBroker], zk, startup_timeout: float, 
 
 
 def _stop_all(zk, zookeeper, members: list[LocalBroker], timeout: float) -> None:  # noqa: ANN001
-    """Brokers one by one (the controller last, so control moves at most once), then ZooKeeper."""
-    controller = None
-    if zk is not None:
-        with contextlib.suppress(Exception):
-            _, controller = _read_zookeeper(zk)
-    for member in sorted(members, key=lambda m: m.broker_id == controller):
+    """Brokers one by one (the controller last, so control moves at most once), then ZooKeeper.
+
+    The controller is read again before each stop: it moves when a broker dies or is stopped by hand."""
+    remaining = [m for m in members if m.running()]
+    while remaining:
+        controller = None
+        if zk is not None:
+            with contextlib.suppress(Exception):
+                _, controller = _read_zookeeper(zk)
+        member = sorted(remaining, key=lambda m: m.broker_id == controller)[0]
+        remaining.remove(member)
         member.stop(timeout)
     if zk is not None:
         with contextlib.suppress(Exception):
