@@ -159,6 +159,11 @@ def describe_kafka_error(exc: BaseException, topic: str | None = None) -> str:
         return f"{subject} has no such partition."
     if name in ("_TRANSPORT", "_ALL_BROKERS_DOWN"):
         return "Lost the connection to the broker (is it still running?)."
+    if name == "_TIMED_OUT" and "controller" in text:
+        # librdkafka sends this request to the controller only; after a broker died (kill -9) the
+        # metadata names it until its ZooKeeper session expires and another broker is elected.
+        return ("No controller answered in time: if a broker just died, the cluster elects another "
+                "controller once its ZooKeeper session expires (zookeeper.session.timeout.ms); try again then.")
     if name == "_TIMED_OUT":
         return "The broker did not answer in time."
     if name == "INVALID_REPLICATION_FACTOR":

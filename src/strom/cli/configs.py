@@ -121,7 +121,7 @@ def configs(
             return
         admin = admin_client(bootstrap_server, command_config)
         if describe:
-            _describe(admin, kind, name, all_, client_security(command_config))
+            _describe(admin, kind, name, all_, bootstrap_server, client_security(command_config))
         else:
             if name is None:
                 fail("--alter needs --entity-name.")
@@ -194,7 +194,7 @@ def _resource_type(kind: str) -> Any:
     return ResourceType.TOPIC if kind == "topics" else ResourceType.BROKER
 
 
-def _describe(admin: Any, kind: str, name: str | None, all_: bool, security: Any = None) -> None:
+def _describe(admin: Any, kind: str, name: str | None, all_: bool, given: str, security: Any = None) -> None:
     """kafka-configs.sh --describe. The request is sent by hand, not through confluent-kafka, whose
     ConfigEntry keeps synonyms in a dict keyed by name: a topic override and the default it replaces
     share the name (min.insync.replicas) and only one of them would survive."""
@@ -211,7 +211,7 @@ def _describe(admin: Any, kind: str, name: str | None, all_: bool, security: Any
     singular = _ENTITY_TYPES[kind]
     bootstrap = ",".join(f"{b.host}:{b.port}" for b in metadata.brokers.values())
     for entity in names:
-        targets = [bootstrap]
+        targets = [*given.split(","), *bootstrap.split(",")]  # the user's list first, then the metadata's
         if kind != "topics":  # a broker's own configs come from that broker
             broker = metadata.brokers.get(int(entity)) if entity.isdigit() else None
             if broker is None:
