@@ -236,6 +236,11 @@ def test_cluster_up_supervises_its_brokers(tmp_path: Path) -> None:
             assert described.returncode == 0, (bootstrap, described.stderr)
             assert "Configs: min.insync.replicas=2" in described.stdout, described.stdout
             assert len(re.findall(r"\tPartition: \d", described.stdout)) == 3, described.stdout
+        altered = strom("configs", "--bootstrap-server", alive, "--topic", "sup", "--alter", "--add-config",
+                        "retention.ms=7200000")
+        assert altered.returncode == 0, altered.stderr
+        configs = strom("configs", "--bootstrap-server", f"{dead},{alive}", "--topic", "sup", "--describe")
+        assert configs.returncode == 0 and "  retention.ms=7200000 " in configs.stdout, configs.stderr
         state = json.loads((tmp_path / "cluster.json").read_text())
         assert state["brokers"][str(controller)]["state"] == "exited"
         assert state["brokers"][str(other)]["command"][1:3] == ["-m", "strom.broker.main"]

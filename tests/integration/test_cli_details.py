@@ -41,6 +41,10 @@ def test_configs_describe_shows_the_topic_synonym(broker) -> None:
     line = next(line for line in described.splitlines() if line.startswith("  min.insync.replicas="))
     assert re.fullmatch(r"  min\.insync\.replicas=2 sensitive=false synonyms=\{DYNAMIC_TOPIC_CONFIG:"
                         r"min\.insync\.replicas=2, DEFAULT_CONFIG:min\.insync\.replicas=1\}", line), line
+    bad = strom("configs", "--bootstrap-server", b, "--topic", "cli-synonyms", "--alter", "--add-config",
+                "retention.ms=soon")
+    assert bad.returncode == 1 and bad.stderr.startswith("Error: Invalid config: "), bad.stderr
+    assert len(bad.stderr.splitlines()) == 1 and "retention.ms" in bad.stderr, bad.stderr
     everything = ok(strom("configs", "--bootstrap-server", b, "--topic", "cli-synonyms", "--describe", "--all")).stdout
     assert line in everything.splitlines()
     brokers = ok(strom("configs", "--bootstrap-server", b, "--entity-type", "brokers", "--describe", "--all")).stdout

@@ -125,7 +125,8 @@ def configs(
         else:
             if name is None:
                 fail("--alter needs --entity-name.")
-            _alter(admin, kind, name, parse_add_config(add_config or ""), _split_names(delete_config))
+            _alter(admin, kind, name, parse_add_config(add_config or ""), _split_names(delete_config),
+                   bootstrap_server, client_security(command_config))
 
 
 def _entity(
@@ -247,7 +248,8 @@ def _source(value: Any) -> Any:
         return ConfigSource.UNKNOWN_CONFIG
 
 
-def _alter(admin: Any, kind: str, name: str, add: dict[str, str], delete: list[str]) -> None:
+def _alter(admin: Any, kind: str, name: str, add: dict[str, str], delete: list[str], given: str,
+           security: Any = None) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
@@ -256,6 +258,23 @@ def _alter(admin: Any, kind: str, name: str, add: dict[str, str], delete: list[s
         fail(f"A config cannot be both added and deleted: {', '.join(sorted(both))}.")
     if kind == "topics" and name not in admin.list_topics(timeout=10).topics:
         fail(f"Topic '{name}' does not exist.")
+    if kind == "topics":
+        # Any broker applies a topic's configs (it writes them to ZooKeeper); librdkafka would wait for
+        # the controller, which after a kill -9 is a dead broker until its session expires.
+        import asyncio
+
+        from kafka.protocol.admin import IncrementalAlterConfigsRequest
+
+        brokers = [f"{b.host}:{b.port}" for b in admin.list_topics(timeout=10).brokers.values()]
+        ops = [(k, _SET, v) for k, v in add.items()] + [(k, _DELETE, None) for k in delete]
+        request = IncrementalAlterConfigsRequest(resources=[(_TOPIC, name, ops)], validate_only=False)
+        addresses = ",".join(dict.fromkeys(a.strip() for a in [*given.split(","), *brokers] if a.strip()))
+        result = asyncio.run(_send_to_bootstrap(addresses, request, 1, security)).responses[0]
+        if result.error_code == _UNKNOWN_TOPIC_OR_PARTITION:
+            fail(f"Topic '{name}' does not exist.")
+        _raise_for(result.error_code, result.error_message)
+        write_out(f"Completed updating config for topic {name}.\n")
+        return
     entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in add.items()]
     entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in delete]
     resource = ConfigResource(_resource_type(kind), name, incremental_configs=entries)
