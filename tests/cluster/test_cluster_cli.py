@@ -249,6 +249,7 @@ def test_cluster_up_supervises_its_brokers(tmp_path: Path) -> None:
         assert restarted.returncode == 0, restarted.stderr
         assert re.fullmatch(rf"broker {controller} restarted \(pid (\d+), {dead}\)\n", restarted.stdout)
         pids[f"broker.{controller}.new"] = int(re.search(r"pid (\d+)", restarted.stdout).group(1))  # type: ignore[union-attr]
+        assert f"broker.{controller} {pids[f'broker.{controller}.new']}\n" in (tmp_path / "pids").read_text()
 
         stopped = strom("cluster", "stop-broker", str(other), "--data-dir", str(tmp_path))
         assert stopped.returncode == 0, stopped.stderr

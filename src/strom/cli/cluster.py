@@ -267,7 +267,6 @@ def _run(zookeeper, zookeeper_error: type[Exception], members: list[LocalBroker]
         _ensure_chroot(zookeeper.connect_string)
         for member in members:
             member.start()
-        _write_pids(pids_file, zookeeper, members)
         state.write()
         _say("started " + ", ".join(f"broker {m.broker_id} (pid {m.proc.pid}, {m.address})" for m in members)
              + f", ZooKeeper pid {zookeeper.pid}; pids in {pids_file}")
@@ -329,6 +328,7 @@ class _StateFile:
         self.session_timeout_ms = session_timeout_ms
 
     def write(self) -> None:
+        _write_pids(self.data_dir / "pids", self.zookeeper, self.members)  # a restarted broker has a new pid
         cluster_control.write_json_atomically(self.path, {
             "supervisor_pid": os.getpid(),
             "zookeeper": {"pid": self.zookeeper.pid, "connect": f"{self.zookeeper.connect_string}{CHROOT}",
