@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 import typer
+from typer.testing import CliRunner
 
 from strom.cli.main import app
 
@@ -27,30 +25,27 @@ def test_every_command_is_enumerated() -> None:
     assert {"zookeeper-shell", "cluster up", "transactions abort", "demo", "consumer-groups"} <= names
 
 
+def _help(*path: str) -> tuple[int, str]:
+    """`strom <path> --help` at 80 columns (a pipe, as in `strom topics --help | less`, or a default terminal)."""
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "80", "TERMINAL_WIDTH": None})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.output
+
+
 @pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "strom")
 def test_help_prints_and_exits_0(path: tuple[str, ...]) -> None:
-    # A pipe, as in `strom topics --help | less`: no terminal, so the default 80 columns apply.
-    result = subprocess.run([sys.executable, "-m", "strom.cli.main", *path, "--help"],
-                            capture_output=True, text=True, timeout=120, env=_environment())
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "Traceback" not in result.stderr
-    assert result.stdout.startswith("Usage: strom"), result.stdout
-    assert "…" not in result.stdout  # an option name or text cut to fit the width
+    code, out = _help(*path)
+    assert code == 0, out
+    assert out.startswith("Usage: strom"), out
+    assert "…" not in out  # an option name or text cut to fit the width
 
 
 def test_command_list_shows_whole_descriptions() -> None:
-    result = subprocess.run([sys.executable, "-m", "strom.cli.main", "--help"], capture_output=True, text=True,
-                            timeout=60, env=_environment())
-    assert result.returncode == 0, result.stderr
+    code, out = _help()
+    assert code == 0, out
     # Each command's whole first docstring line, wrapped (at a hyphen or a space), never cut with "...".
-    text = " ".join(result.stdout.split()).replace("- ", "-")
+    text = " ".join(out.split()).replace("- ", "-")
     assert "Inspect the ZooKeeper tree of a cluster (like zookeeper-shell.sh): ls, get, stat." in text
     assert "List, describe and reset consumer groups (like kafka-consumer-groups.sh)." in text
     assert "..." not in text.replace("[ARGS]...", "")
-
-
-def _environment() -> dict[str, str]:
-    """The test's environment at 80 columns, the width a pipe or a default terminal gets."""
-    import os
-
-    return {**{k: v for k, v in os.environ.items() if k not in ("COLUMNS", "TERMINAL_WIDTH")}, "COLUMNS": "80"}
