@@ -482,6 +482,11 @@ class KafkaServer:
         controlled.shutdown.*): clients see a leader change, not an outage of a session timeout."""
         retries = self.config.get("controlled.shutdown.max.retries")
         for attempt in range(1, retries + 1):
+            if not self._other_live_brokers():
+                # Nobody to hand leadership to (the last broker of a cluster going down): retrying
+                # would only add the backoff to every full shutdown.
+                log.info("controlled shutdown skipped: no other live broker to move leadership to")
+                return
             cid = self.metadata.controller_id()
             broker = next((b for b in self.metadata.live_brokers() if b.broker_id == cid), None)
             if broker is None:
@@ -503,8 +508,13 @@ class KafkaServer:
                     log.warning("controlled shutdown request failed: %s (attempt %d)", exc, attempt)
                 finally:
                     await client.close()
-            await asyncio.sleep(self.config.get("controlled.shutdown.retry.backoff.ms") / 1000)
+            if attempt < retries and self._other_live_brokers():
+                await asyncio.sleep(self.config.get("controlled.shutdown.retry.backoff.ms") / 1000)
         log.warning("controlled shutdown did not complete; shutting down anyway")
+
+    def _other_live_brokers(self) -> list[int]:
+        """Ids of the live brokers other than this one, as the metadata cache knows them."""
+        return [b.broker_id for b in self.metadata.live_brokers() if b.broker_id != self.broker_id]
 
     async def _maybe_shrink_isr(self) -> None:
         self.replica_manager.maybe_shrink_isr()

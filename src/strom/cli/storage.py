@@ -12,9 +12,9 @@ from typing import Annotated
 
 import typer
 
-from strom.cli.common import cli_errors, fail, print_warning, write_out
+from strom.cli.common import PLAIN_HELP, cli_errors, fail, print_warning, write_out
 
-storage_app = typer.Typer(help="Inspect and repair a broker's log dirs (broker stopped).", no_args_is_help=True)
+storage_app = typer.Typer(help="Inspect and repair a broker's log dirs (broker stopped).", no_args_is_help=True, **PLAIN_HELP)
 
 
 @storage_app.command("recover-metadata")
