@@ -1,0 +1,111 @@
+"""Topic creation cost as a single broker fills up: does a metadata change cost O(all topics)?
+
+Starts one broker (embedded metadata, no ZooKeeper) and creates `--batches` batches of `--topics`
+topics × `--partitions` partitions, one CreateTopics request per batch through confluent-kafka's
+AdminClient. Each batch is timed from the request until every new partition has a leader in the
+broker's Metadata answer (asked for the batch's topics only, so the check itself does not grow).
+The target is a last batch no slower than the first + 20 %.
+
+Prints JSON: seconds per batch and the ratio last/first, and the same for the broker's CPU time
+(user + system), which a busy machine disturbs less than wall time.
+Usage: python bench/bench_topic_batches.py [--batches 10] [--topics 10] [--partitions 100]
+       [--src OTHER/src]   (run the broker from another source tree, e.g. an older commit)
+       [--profile DIR]     (sample the broker with py-spy while the batches run; flame graph in DIR)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from tests.support.broker import BrokerProcess  # noqa: E402
+
+
+def all_led(admin: AdminClient, topics: list[str], partitions: int) -> bool:
+    """True once every partition of every topic has a leader in the broker's Metadata answer."""
+    for t in topics:
+        md = admin.list_topics(topic=t, timeout=30).topics.get(t)
+        if md is None or md.error is not None or len(md.partitions) != partitions:
+            return False
+        if any(p.leader < 0 for p in md.partitions.values()):
+            return False
+    return True
+
+
+def cpu_seconds(pid: int) -> float:
+    """The broker's user + system CPU time so far (steadier than wall time on a shared machine)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_profiler(pid: int, out_dir: str) -> subprocess.Popen[bytes] | None:
+    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not Path(exe).exists():
+        print("py-spy not found; running without --profile", file=sys.stderr)
+        return None
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([exe, "record", "--pid", str(pid), "--rate", "200", "--format", "raw",
+                             "--output", str(Path(out_dir) / "broker.collapsed")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", type=int, default=10)
+    ap.add_argument("--topics", type=int, default=10)
+    ap.add_argument("--partitions", type=int, default=100)
+    ap.add_argument("--src", help="source tree to run the broker from (PYTHONPATH), e.g. an older checkout")
+    ap.add_argument("--profile", metavar="DIR", help="sample the broker with py-spy during the batches")
+    args = ap.parse_args()
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(args.src).resolve()), str(ROOT)])} if args.src else {}
+    seconds: list[float] = []
+    cpu: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="strom-bench-") as tmp:
+        broker = BrokerProcess(tmp, env=env).start()
+        profiler = start_profiler(broker.pid, args.profile) if args.profile else None
+        try:
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
+            for b in range(args.batches):
+                names = [f"batch{b}-topic{i}" for i in range(args.topics)]
+                start, cpu_start = time.monotonic(), cpu_seconds(broker.pid)
+                futures = admin.create_topics([NewTopic(t, args.partitions, 1) for t in names],
+                                              operation_timeout=120, request_timeout=180)
+                for f in futures.values():
+                    f.result(240)
+                deadline = start + 300
+                while not all_led(admin, names, args.partitions):
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"batch {b}: topics not led within 300 s")
+                    time.sleep(0.01)
+                seconds.append(time.monotonic() - start)
+                cpu.append(cpu_seconds(broker.pid) - cpu_start)
+                print(f"batch {b}: {seconds[-1]:.3f}s, broker CPU {cpu[-1]:.3f}s", file=sys.stderr)
+        finally:
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)
+                profiler.wait(30)
+            broker.stop()
+    print(json.dumps({
+        "src": args.src or "this checkout", "batches": args.batches, "topics_per_batch": args.topics,
+        "partitions_per_topic": args.partitions, "seconds_per_batch": [round(s, 3) for s in seconds],
+        "last_over_first": round(seconds[-1] / seconds[0], 3),
+        "broker_cpu_s_per_batch": [round(c, 3) for c in cpu],
+        "cpu_last_over_first": round(cpu[-1] / cpu[0], 3),
+    }))
+
+
+if __name__ == "__main__":
+    main()
