@@ -82,3 +82,18 @@ def test_failed_writes_leave_nothing_of_the_change_for_the_next_write(tmp_path: 
         assert reopened.topic("kept").configs == {}
     store.create_topic("gone", {0: [0], 1: [0]}, {})  # the name again, with another shape
     assert sorted(EmbeddedMetadataStore(tmp_path, 0).topic("gone").partitions) == [0, 1]
+
+
+def test_topics_are_read_only_for_callers(tmp_path: Path) -> None:
+    """Only the store changes its topics (and writes the file, and tells the publisher): a caller holding
+    ``topics()`` can read it, sees later changes, and cannot add or remove a topic behind the store's back."""
+    store = EmbeddedMetadataStore(tmp_path, 0)
+    view = store.topics()
+    clicks = store.create_topic("clicks", {0: [0]}, {})
+    assert view["clicks"] is clicks
+    with pytest.raises(TypeError):
+        view["ghost"] = clicks  # type: ignore[index]
+    with pytest.raises((TypeError, AttributeError)):
+        view.pop("clicks")  # type: ignore[attr-defined]
+    assert list(store.topics()) == ["clicks"]
+    assert list(EmbeddedMetadataStore(tmp_path, 0).topics()) == ["clicks"]

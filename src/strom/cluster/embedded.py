@@ -12,7 +12,9 @@ import logging
 import os
 import threading
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from strom.cluster.metadata import (
     AclListener,
@@ -181,8 +183,8 @@ class EmbeddedMetadataStore(MetadataStore):
     def controller_id(self) -> int:
         return self._broker_id
 
-    def topics(self) -> dict[str, TopicMetadata]:
-        return self._topics
+    def topics(self) -> Mapping[str, TopicMetadata]:
+        return MappingProxyType(self._topics)
 
     def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> TopicMetadata:
         with self._lock:
