@@ -6,10 +6,11 @@ AdminClient. Each batch is timed from the request until every new partition has 
 broker's Metadata answer (asked for the batch's topics only, so the check itself does not grow).
 The target is a last batch no slower than the first + 20 %.
 
-Prints JSON: seconds per batch and the ratio last/first, and the same for the broker's CPU time
-(user + system), which a busy machine disturbs less than wall time.
+Prints JSON per variant: seconds per batch and the ratio last/first, and the same for the broker's
+CPU time (user + system); with --rounds, per batch the best of the rounds (a busy machine only adds).
 Usage: python bench/bench_topic_batches.py [--batches 10] [--topics 10] [--partitions 100]
        [--src OTHER/src]   (run the broker from another source tree, e.g. an older commit)
+       [--compare OLD/src --rounds 3]  (old and new brokers in alternating rounds, same run)
        [--profile DIR]     (sample the broker with py-spy while the batches run; flame graph in DIR)
 """
 
@@ -62,15 +63,9 @@ def start_profiler(pid: int, out_dir: str) -> subprocess.Popen[bytes] | None:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--batches", type=int, default=10)
-    ap.add_argument("--topics", type=int, default=10)
-    ap.add_argument("--partitions", type=int, default=100)
-    ap.add_argument("--src", help="source tree to run the broker from (PYTHONPATH), e.g. an older checkout")
-    ap.add_argument("--profile", metavar="DIR", help="sample the broker with py-spy during the batches")
-    args = ap.parse_args()
-    env = {"PYTHONPATH": os.pathsep.join([str(Path(args.src).resolve()), str(ROOT)])} if args.src else {}
+def run_once(src: str | None, args: argparse.Namespace) -> tuple[list[float], list[float]]:
+    """One fresh broker, all batches: (wall seconds, broker CPU seconds) per batch."""
+    env = {"PYTHONPATH": os.pathsep.join([str(Path(src).resolve()), str(ROOT)])} if src else {}
     seconds: list[float] = []
     cpu: list[float] = []
     with tempfile.TemporaryDirectory(prefix="strom-bench-") as tmp:
@@ -92,18 +87,50 @@ def main() -> None:
                     time.sleep(0.01)
                 seconds.append(time.monotonic() - start)
                 cpu.append(cpu_seconds(broker.pid) - cpu_start)
-                print(f"batch {b}: {seconds[-1]:.3f}s, broker CPU {cpu[-1]:.3f}s", file=sys.stderr)
+                print(f"{src or 'this checkout'} batch {b}: {seconds[-1]:.3f}s, broker CPU {cpu[-1]:.3f}s",
+                      file=sys.stderr)
         finally:
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)
                 profiler.wait(30)
             broker.stop()
+    return seconds, cpu
+
+
+def summary(runs: list[tuple[list[float], list[float]]]) -> dict[str, object]:
+    """Per batch, the best of the rounds (a shared machine only ever adds time), and last/first of those."""
+    best = [min(r[0][b] for r in runs) for b in range(len(runs[0][0]))]
+    best_cpu = [min(r[1][b] for r in runs) for b in range(len(runs[0][1]))]
+    return {
+        "seconds_per_batch": [round(s, 3) for s in best],
+        "last_over_first": round(best[-1] / best[0], 3),
+        "broker_cpu_s_per_batch": [round(c, 3) for c in best_cpu],
+        "cpu_last_over_first": round(best_cpu[-1] / best_cpu[0], 3),
+        "rounds": [{"seconds": [round(s, 3) for s in r[0]], "cpu": [round(c, 3) for c in r[1]]} for r in runs],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batches", type=int, default=10)
+    ap.add_argument("--topics", type=int, default=10)
+    ap.add_argument("--partitions", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=1, help="fresh brokers per variant; per batch the best counts")
+    ap.add_argument("--src", help="source tree to run the broker from (PYTHONPATH), e.g. an older checkout")
+    ap.add_argument("--compare", metavar="OLD_SRC",
+                    help="also run the broker from this source tree, alternating rounds with --src")
+    ap.add_argument("--profile", metavar="DIR", help="sample the broker with py-spy during the batches")
+    args = ap.parse_args()
+    variants = {args.src or "this checkout": args.src}
+    if args.compare:
+        variants = {args.compare: args.compare, **variants}
+    runs: dict[str, list[tuple[list[float], list[float]]]] = {name: [] for name in variants}
+    for _ in range(args.rounds):
+        for name, src in variants.items():
+            runs[name].append(run_once(src, args))
     print(json.dumps({
-        "src": args.src or "this checkout", "batches": args.batches, "topics_per_batch": args.topics,
-        "partitions_per_topic": args.partitions, "seconds_per_batch": [round(s, 3) for s in seconds],
-        "last_over_first": round(seconds[-1] / seconds[0], 3),
-        "broker_cpu_s_per_batch": [round(c, 3) for c in cpu],
-        "cpu_last_over_first": round(cpu[-1] / cpu[0], 3),
+        "batches": args.batches, "topics_per_batch": args.topics, "partitions_per_topic": args.partitions,
+        **{name: summary(r) for name, r in runs.items()},
     }))
 
 
