@@ -12,6 +12,7 @@ Usage: python bench/bench_topic_batches.py [--batches 10] [--topics 10] [--parti
        [--src OTHER/src]   (run the broker from another source tree, e.g. an older commit)
        [--compare OLD/src --rounds 3]  (old and new brokers in alternating rounds, same run)
        [--profile DIR]     (sample the broker with py-spy while the batches run; flame graph in DIR)
+       [--micro]           (in-process CPU per batch of the metadata store and log placement only)
 """
 
 from __future__ import annotations
@@ -110,6 +111,30 @@ def summary(runs: list[tuple[list[float], list[float]]]) -> dict[str, object]:
     }
 
 
+def micro(args: argparse.Namespace) -> dict[str, list[float]]:
+    """In-process CPU seconds per batch of the two steps that used to grow with every topic: recording
+    the topics in the embedded metadata store, and picking a log dir for each new partition. Uses the
+    `strom` on PYTHONPATH (point it at another tree to measure that one); steadier than the broker."""
+    from strom.cluster.embedded import EmbeddedMetadataStore
+    from strom.storage.log_manager import LogManager
+
+    store_s: list[float] = []
+    place_s: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="strom-bench-") as tmp:
+        store = EmbeddedMetadataStore(tmp, 0)
+        logs = LogManager([tmp])
+        for b in range(args.batches):
+            start = time.process_time()
+            for i in range(args.topics):
+                store.create_topic(f"batch{b}-topic{i}", {p: [0] for p in range(args.partitions)}, {})
+            store_s.append(round(time.process_time() - start, 4))
+            start = time.process_time()
+            for i in range(args.topics * args.partitions):
+                logs._log_dir_of[(f"batch{b}", i)] = logs._next_log_dir()  # placement only, no files
+            place_s.append(round(time.process_time() - start, 4))
+    return {"metadata_store_cpu_s_per_batch": store_s, "log_placement_cpu_s_per_batch": place_s}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", type=int, default=10)
@@ -120,7 +145,11 @@ def main() -> None:
     ap.add_argument("--compare", metavar="OLD_SRC",
                     help="also run the broker from this source tree, alternating rounds with --src")
     ap.add_argument("--profile", metavar="DIR", help="sample the broker with py-spy during the batches")
+    ap.add_argument("--micro", action="store_true", help="only the in-process figures of the growing steps")
     args = ap.parse_args()
+    if args.micro:
+        print(json.dumps(micro(args)))
+        return
     variants = {args.src or "this checkout": args.src}
     if args.compare:
         variants = {args.compare: args.compare, **variants}
