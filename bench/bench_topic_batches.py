@@ -12,6 +12,7 @@ Usage: python bench/bench_topic_batches.py [--batches 10] [--topics 10] [--parti
        [--src OTHER/src]   (run the broker from another source tree, e.g. an older commit)
        [--compare OLD/src --rounds 3]  (old and new brokers in alternating rounds, same run)
        [--profile DIR]     (sample the broker with py-spy while the batches run; flame graph in DIR)
+       [--wait-quiet 20]   (on a shared machine: before each batch wait for quiet, at most 20 s)
        [--micro]           (in-process CPU per batch of the metadata store and log placement only)
 """
 
@@ -32,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench.bench_broker import wait_quiet  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.support.broker import BrokerProcess  # noqa: E402
 
@@ -76,6 +78,8 @@ def run_once(src: str | None, args: argparse.Namespace) -> tuple[list[float], li
             admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 0})
             for b in range(args.batches):
                 names = [f"batch{b}-topic{i}" for i in range(args.topics)]
+                if args.wait_quiet:
+                    wait_quiet(args.wait_quiet)
                 start, cpu_start = time.monotonic(), cpu_seconds(broker.pid)
                 futures = admin.create_topics([NewTopic(t, args.partitions, 1) for t in names],
                                               operation_timeout=120, request_timeout=180)
@@ -145,6 +149,8 @@ def main() -> None:
     ap.add_argument("--compare", metavar="OLD_SRC",
                     help="also run the broker from this source tree, alternating rounds with --src")
     ap.add_argument("--profile", metavar="DIR", help="sample the broker with py-spy during the batches")
+    ap.add_argument("--wait-quiet", type=float, default=0.0, metavar="SECONDS",
+                    help="before each batch, wait up to this long for other processes to go quiet")
     ap.add_argument("--micro", action="store_true", help="only the in-process figures of the growing steps")
     args = ap.parse_args()
     if args.micro:
