@@ -12,7 +12,9 @@ import logging
 import os
 import threading
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from strom.cluster.metadata import (
     AclListener,
@@ -65,6 +67,9 @@ class EmbeddedMetadataStore(MetadataStore):
         self._acl_listener: AclListener | None = None
         self._save_pending = False
         self._retry_warned = False
+        # Each topic's encoded part of the file, by name, with the object it was encoded from; a change
+        # to a topic drops its entry (or replaces the object), so the next save encodes it again.
+        self._encoded: dict[str, tuple[TopicMetadata, str]] = {}
         self.cluster_id = cluster_id or _random_cluster_id()
         if self._path.exists():
             self._load()
@@ -93,7 +98,13 @@ class EmbeddedMetadataStore(MetadataStore):
             self._topics[t["name"]] = TopicMetadata(t["name"], uuid.UUID(t["topic_id"]), parts, dict(t["configs"]))
 
     def _save(self) -> None:
-        data = {
+        """Write the whole file (temp file, fsync, rename), as before; only changed topics are re-encoded.
+
+        The file keeps its layout (``json.dumps(..., indent=1)`` of one document). Each topic's
+        part is encoded once and kept until that topic changes, so a change costs the encoding of
+        the topics it touched plus one write of the file, not an encoding of every topic.
+        """
+        head = json.dumps({
             "version": 1,
             "cluster_id": self.cluster_id,
             "next_producer_id": self._next_producer_id,
@@ -104,27 +115,36 @@ class EmbeddedMetadataStore(MetadataStore):
                      for p, entries in sorted(self._acls.items(), key=lambda item: (item[0].resource_type,
                                                                                    item[0].name,
                                                                                    item[0].pattern_type))],
-            "topics": [
-                {
-                    "name": t.name,
-                    "topic_id": str(t.topic_id),
-                    "configs": t.configs,
-                    "partitions": [
-                        {
-                            "partition": p.partition,
-                            "leader": p.leader,
-                            "leader_epoch": p.leader_epoch,
-                            "replicas": p.replicas,
-                            "isr": p.isr,
-                        }
-                        for p in sorted(t.partitions.values(), key=lambda p: p.partition)
-                    ],
-                }
-                for t in self._topics.values()
-            ],
-        }
-        write_atomically(str(self._path), json.dumps(data, indent=1).encode())
+            "topics": [],
+        }, indent=1)
+        if self._topics:  # the document ends in '"topics": []\n}': put the topics' parts in the list
+            topics = ",\n  ".join(self._encoded_topic(t) for t in self._topics.values())
+            head = head[:-len("[]\n}")] + "[\n  " + topics + "\n ]\n}"
+        write_atomically(str(self._path), head.encode())
         self._save_pending = False
+
+    def _encoded_topic(self, topic: TopicMetadata) -> str:
+        """One topic as it sits in the file's ``topics`` list (two levels deep), cached until it changes."""
+        cached = self._encoded.get(topic.name)
+        if cached is not None and cached[0] is topic:
+            return cached[1]
+        text = json.dumps({
+            "name": topic.name,
+            "topic_id": str(topic.topic_id),
+            "configs": topic.configs,
+            "partitions": [
+                {
+                    "partition": p.partition,
+                    "leader": p.leader,
+                    "leader_epoch": p.leader_epoch,
+                    "replicas": p.replicas,
+                    "isr": p.isr,
+                }
+                for p in sorted(topic.partitions.values(), key=lambda p: p.partition)
+            ],
+        }, indent=1).replace("\n", "\n  ")  # JSON strings hold no raw newline: only the layout's are indented
+        self._encoded[topic.name] = (topic, text)
+        return text
 
     def _save_or_restore(self, topics: dict[str, TopicMetadata]) -> None:
         """Save; if the write fails, put the topics back as they were so memory matches the file."""
@@ -163,8 +183,8 @@ class EmbeddedMetadataStore(MetadataStore):
     def controller_id(self) -> int:
         return self._broker_id
 
-    def topics(self) -> dict[str, TopicMetadata]:
-        return self._topics
+    def topics(self) -> Mapping[str, TopicMetadata]:
+        return MappingProxyType(self._topics)
 
     def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> TopicMetadata:
         with self._lock:
@@ -182,6 +202,7 @@ class EmbeddedMetadataStore(MetadataStore):
         with self._lock:
             before = dict(self._topics)
             topic = self._topics.pop(name)
+            self._encoded.pop(name, None)
             try:
                 self._save()
             except OSError as exc:
@@ -199,10 +220,12 @@ class EmbeddedMetadataStore(MetadataStore):
             before = dict(topic.partitions)
             for p, reps in assignment.items():
                 topic.partitions[p] = PartitionState(p, reps[0], 0, list(reps), list(reps))
+            self._encoded.pop(name, None)
             try:
                 self._save()
             except OSError:
                 topic.partitions = before
+                self._encoded.pop(name, None)
                 raise
         self._notify(ChangeKind.PARTITIONS, topic)
         return topic
@@ -212,10 +235,12 @@ class EmbeddedMetadataStore(MetadataStore):
             topic = self._topics[name]
             before = topic.configs
             topic.configs = dict(configs)
+            self._encoded.pop(name, None)
             try:
                 self._save()
             except OSError:
                 topic.configs = before
+                self._encoded.pop(name, None)
                 raise
         self._notify(ChangeKind.CONFIGS, topic)
         return topic

@@ -131,7 +131,8 @@ class MetadataStore(ABC):
     def controller_id(self) -> int: ...
 
     @abstractmethod
-    def topics(self) -> dict[str, TopicMetadata]: ...
+    def topics(self) -> Mapping[str, TopicMetadata]:
+        """Every topic by name, read-only: only the store changes its topics, and it tells the publisher."""
 
     def topic(self, name: str) -> TopicMetadata | None:
         return self.topics().get(name)

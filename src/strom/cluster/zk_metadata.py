@@ -26,8 +26,9 @@ import asyncio
 import functools
 import logging
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import kafka.errors as Errors
@@ -147,8 +148,8 @@ class ZkMetadataStore(MetadataStore):
     def controller_id(self) -> int:
         return self._controller_id
 
-    def topics(self) -> dict[str, TopicMetadata]:
-        return self._topics
+    def topics(self) -> Mapping[str, TopicMetadata]:
+        return MappingProxyType(self._topics)
 
     def being_created(self, name: str) -> bool:
         since = self._created.get(name)

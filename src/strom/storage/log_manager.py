@@ -72,6 +72,39 @@ def parse_tombstone(log_dir: str, name: str) -> Tombstone | None:
     return Tombstone(os.path.join(log_dir, name), topic, partition, rest[: -len(DELETE_DIR_SUFFIX)])
 
 
+class _LogDirIndex(dict[TopicPartition, str]):
+    """Partition -> log dir, with a count per dir kept up to date, so placing a new partition
+    (the dir with the fewest) costs O(dirs), not a walk over every partition the broker hosts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._counts: dict[str, int] = {}
+
+    def partitions_in(self, log_dir: str) -> int:
+        return self._counts.get(log_dir, 0)
+
+    def __setitem__(self, tp: TopicPartition, log_dir: str) -> None:
+        old = self.get(tp)
+        if old is not None:
+            self._counts[old] -= 1
+        super().__setitem__(tp, log_dir)
+        self._counts[log_dir] = self._counts.get(log_dir, 0) + 1
+
+    def __delitem__(self, tp: TopicPartition) -> None:
+        self._counts[self[tp]] -= 1
+        super().__delitem__(tp)
+
+    def pop(self, tp: TopicPartition, *default: str | None) -> str | None:  # type: ignore[override]
+        if tp in self:
+            self._counts[self[tp]] -= 1
+        return super().pop(tp, *default)
+
+    def _unsupported(self, *args: object, **kwargs: object) -> None:
+        raise NotImplementedError("_LogDirIndex keeps counts: set, pop or del one entry at a time")
+
+    update = setdefault = popitem = clear = _unsupported  # type: ignore[assignment]
+
+
 class LogManager:
     def __init__(
         self,
@@ -86,7 +119,7 @@ class LogManager:
         else:
             self.default_config = LogConfig.from_props(default_config_props or {})
         self._logs: dict[TopicPartition, Log] = {}
-        self._log_dir_of: dict[TopicPartition, str] = {}
+        self._log_dir_of = _LogDirIndex()
         self._lock = threading.RLock()
         self._shutdown = False
         # Log dirs that failed with an I/O error: their partitions answer KAFKA_STORAGE_ERROR until a restart.
@@ -277,11 +310,7 @@ class LogManager:
         online = [d for d in self.log_dirs if d not in self.offline_log_dirs]
         if not online:
             raise KafkaStorageError("no online log directory")
-        counts = dict.fromkeys(online, 0)
-        for d in self._log_dir_of.values():
-            if d in counts:
-                counts[d] += 1
-        return min(online, key=lambda d: counts[d])
+        return min(online, key=self._log_dir_of.partitions_in)
 
     def mark_offline(self, log_dir: str, reason: str) -> None:
         """A dir found unusable before loading (not a directory, not writable): never read or written."""
