@@ -37,10 +37,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from strom.broker.listeners import EndPoint
 from strom.broker.request import CloseConnection, DeferredResponse, FileRegion, RawResponse, RequestContext
 from strom.broker.session import Session
 from strom.config import ConfigError
+from strom.config.listeners import EndPoint
 from strom.metrics.request_metrics import RequestMetrics
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
