@@ -147,6 +147,7 @@ del T
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in _TOPIC_DEFS}
 """All topic-level keys Strom accepts (CreateTopics, AlterConfigs), by name."""
 
+
 def validate_topic_configs(props: Mapping[str, str | None]) -> dict[str, str]:
     """Check topic overrides (CreateTopics/AlterConfigs) and return them normalised.
 

@@ -144,6 +144,7 @@ def unknown_key(key: str, known: Iterable[str], what: str = "configuration") -> 
 def invalid_value(key: str, raw: str, reason: str) -> ConfigError:
     return ConfigError(f"Invalid value '{raw}' for configuration '{key}': {reason}")
 
+
 def parse_checked(name: str, ctype: ConfigType, validator: Validator | None, raw: str) -> Any:
     """Parse and validate one key's raw value; ConfigError names the key and the value."""
     value, reason = parse_value(ctype, raw)
