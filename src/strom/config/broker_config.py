@@ -294,11 +294,6 @@ class BrokerConfig:
                 return ep.listener_name
         return protocol  # reported by _check: no listener speaks it
 
-    def listener_host_port(self) -> tuple[str, int]:
-        """(host, port) of the inter-broker listener (the first listener when there is one only)."""
-        ep = self._inter_broker(self.listeners())
-        return (ep.host or "0.0.0.0", ep.port)
-
     def advertised_host_port(self) -> tuple[str, int]:
         """(host, port) other brokers and tools reach this broker at: the inter-broker listener's."""
         ep = self._inter_broker(self.advertised_listeners())
