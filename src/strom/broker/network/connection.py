@@ -60,6 +60,8 @@ class _Close(Exception):
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
+    """One client connection: its frames are handled one at a time, its answers written in request order."""
+
     def __init__(self, socket_server: SocketServer, endpoint: EndPoint) -> None:
         self._socket_server = socket_server
         self.endpoint = endpoint
