@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 import kafka.errors as Errors
@@ -123,7 +123,7 @@ class AdminManager:
             self.metadata.delete_topic(name, recorded_elsewhere=tombstoned > 0)
         except OSError as exc:
             raise Errors.KafkaStorageError(f"cannot record the deletion of topic {name}: {exc}") from exc
-        rm.purge_tombstones()
+        await rm.purge_tombstones()
         return topic
 
     async def create_partitions(self, name: str, count: int, assignment: list[list[int]] | None,
@@ -174,7 +174,7 @@ class AdminManager:
             raise
         return topic.topic_id, new
 
-    async def set_topic_configs(self, name: str, configs: dict[str, str | None], validate_only: bool) -> None:
+    async def set_topic_configs(self, name: str, configs: Mapping[str, str | None], validate_only: bool) -> None:
         topic = self.metadata.topic(name)
         if topic is None:
             raise Errors.UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")

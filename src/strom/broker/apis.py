@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+Handler = Callable[[RequestContext, Any], Coroutine[Any, Any, Any]]
 UNKNOWN_SERVER_ERROR = -1
 # Test hook: API keys (numbers, comma separated) whose handlers always raise, to exercise the
 # unexpected-error path end to end. Unset in production.

@@ -8,12 +8,13 @@ alone and HW = LEO after every append.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import kafka.errors as Errors
 
@@ -29,6 +30,8 @@ READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 # current_leader_epoch of Fetch, ListOffsets and OffsetForLeaderEpoch: the client does not fence.
 NO_LEADER_EPOCH = -1
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -112,6 +115,14 @@ class Partition:
     @property
     def size_in_bytes(self) -> int:
         return self.log.size_in_bytes
+
+    async def run_on_storage(self, fn: Callable[..., T], *args: object) -> T:
+        """Run a file mutation of this replica's log on its log dir's storage thread, off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self.log.storage_executor, fn, *args)
+
+    def assign_epoch_starts(self, starts: list[tuple[int, int]]) -> None:
+        """Follower: record the leader epochs fetched batches start (storage thread; see Log)."""
+        self.log.assign_epoch_starts(starts)
 
     @property
     def log_dir(self) -> str:

@@ -246,7 +246,7 @@ class KafkaServer:
         else:
             self.replica_manager.load_partitions()
             self._set_aside_unhosted_logs()
-            self.replica_manager.purge_tombstones()
+            await self.replica_manager.purge_tombstones()
         self.group_coordinator: GroupCoordinator = create_group_coordinator(self, timer)
         self.transaction_coordinator: TransactionCoordinator = create_transaction_coordinator(self)
         self.publisher.sync_coordinators()
@@ -508,7 +508,7 @@ class KafkaServer:
         if self.metadata.save_pending:
             self.metadata.retry_pending_save()
         if self.replica_manager.purge_due and not self.metadata.save_pending:
-            self.replica_manager.purge_tombstones()
+            await self.replica_manager.purge_tombstones()
 
     def _set_aside_unhosted_logs(self) -> None:
         """A loaded log no partition claims is renamed aside (``-stray``), never deleted: only DeleteTopics

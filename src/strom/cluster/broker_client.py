@@ -182,7 +182,7 @@ class BrokerClient:
         self._correlation = itertools.count(1)
         self._conn: _Connection | None = None
         # correlation id -> (future for the response body, response header is flexible)
-        self._pending: dict[int, tuple[asyncio.Future[bytes], bool]] = {}
+        self._pending: dict[int, tuple[asyncio.Future[memoryview], bool]] = {}
         self._connect_lock = asyncio.Lock()
         self.security = security or ClientSecurity()
         self._reauthenticate_at = 0.0  # time.monotonic(); 0 = the session does not expire

@@ -20,6 +20,7 @@ broker left" from a new session and rewrites ISRs on that picture.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
@@ -338,7 +339,7 @@ class KafkaController:
         in_isr = [b for b in live if b in pl.isr]
         if in_isr:
             return in_isr[0], [b for b in pl.isr if b in in_isr], False
-        if live and await self._zk(self._unclean_enabled, tp[0]):
+        if live and bool(await self._zk(self._unclean_enabled, tp[0])):
             return live[0], [live[0]], True
         # Offline: keep the ISR (the last replicas known to be in sync) so one of them can come back.
         return NO_LEADER, list(pl.isr), False
@@ -469,7 +470,7 @@ class KafkaController:
             if topic not in self._watched_topics:  # also topics loaded at failover: partitions may be added
                 self._watched_topics.add(topic)  # kept after a deletion: the watch sees a re-creation too
                 await self._zk(self.zk.watch_data, zd.topic_path(topic), self._term_watch(  # reads at once
-                    f"partitions-{topic}", lambda t=topic: self._on_partition_change(t)))
+                    f"partitions-{topic}", functools.partial(self._on_partition_change, topic)))
             if topic not in known:  # Kafka's TopicChange reads new topics only; the watch covers the rest
                 new_tps += await self._load_topic(topic)
         await self._bring_online(new_tps)
@@ -551,12 +552,15 @@ class KafkaController:
         broker_epoch = reg.epoch if reg is not None else -1
 
         def on_response(response: Any) -> None:
-            if term != self._term or getattr(response, "error_code", 0):
+            if term != self._term or getattr(response, "error_code", 0) != 0:
                 return
-            offline, online = [], []
+            offline: list[TopicPartition] = []
+            online: list[TopicPartition] = []
             for t in getattr(response, "topics", None) or []:
                 name = self.topic_name(t.topic_id)
-                for p in t.partition_errors if name is not None else []:
+                if name is None:
+                    continue
+                for p in t.partition_errors:
                     if p.error_code == Errors.KafkaStorageError.errno:
                         offline.append((name, p.partition_index))
                     elif p.error_code == 0:
@@ -890,12 +894,12 @@ class KafkaController:
             live.append({"id": reg.id, "endpoints": endpoints, "rack": reg.rack})
         assert self.channel is not None
         for b in brokers:
-            reg = self.ctx.live_brokers.get(b)
-            if reg is None:
+            target = self.ctx.live_brokers.get(b)
+            if target is None:
                 continue
             request = build(UpdateMetadataRequest,
                 controller_id=self.broker_id, is_k_raft_controller=False, request_type=0,
-                controller_epoch=self.ctx.epoch, broker_epoch=reg.epoch, ungrouped_partition_states=[],
+                controller_epoch=self.ctx.epoch, broker_epoch=target.epoch, ungrouped_partition_states=[],
                 topic_states=[{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, uuid.UUID(int=0)),
                                "partition_states": states} for t, states in topics.items()],
                 live_brokers=live)

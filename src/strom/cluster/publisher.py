@@ -41,17 +41,17 @@ class MetadataPublisher:
         # 2. Coordinators of internal topics: load what we now lead, unload what we lost.
         self.sync_coordinators({change.topic.name})
 
-    def apply_leadership(self, controller_epoch: int, partitions: list[LeaderAndIsrPartition],
+    async def apply_leadership(self, controller_epoch: int, partitions: list[LeaderAndIsrPartition],
                          topic_configs: Callable[[str], dict[str, str]]) -> dict[TopicPartition, int]:
         """LeaderAndIsr: the replica manager first (logs, leaders, fetchers), then the coordinators
         of the internal topics it touched load what this broker now leads and unload the rest."""
-        errors = self.replica_manager.become_leader_or_follower(controller_epoch, partitions, topic_configs)
+        errors = await self.replica_manager.become_leader_or_follower(controller_epoch, partitions, topic_configs)
         self.sync_coordinators({lp.topic for lp in partitions})
         return errors
 
-    def stop_replicas(self, controller_epoch: int, partitions: dict[TopicPartition, bool]
-                      ) -> dict[TopicPartition, int]:
-        errors = self.replica_manager.stop_replicas(controller_epoch, partitions)
+    async def stop_replicas(self, controller_epoch: int, partitions: dict[TopicPartition, bool]
+                            ) -> dict[TopicPartition, int]:
+        errors = await self.replica_manager.stop_replicas(controller_epoch, partitions)
         self.sync_coordinators({tp[0] for tp in partitions})
         return errors
 

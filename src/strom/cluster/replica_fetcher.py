@@ -22,6 +22,7 @@ from strom.cluster.broker_client import DEAD_PEER_TIMEOUT_S, BrokerClient
 from strom.protocol import replica_fetch
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import build
+from strom.protocol.record_batch import new_epoch_starts
 from strom.protocol.replica_fetch import FetchPartition
 from strom.security.client_security import ClientSecurity
 from strom.server_common.types import TopicPartition
@@ -139,7 +140,7 @@ class ReplicaFetcher:
                 continue
             epoch = part.latest_epoch
             if epoch is None:  # no epochs (an empty log, or data written before them): Kafka's fallback, the HW
-                self._truncation_done(tp, None)
+                await self._truncation_done(tp, None)
                 continue
             asked[tp] = epoch
             by_topic.setdefault(tp[0], []).append({
@@ -163,7 +164,7 @@ class ReplicaFetcher:
                 if part is None:
                     continue
                 if p.leader_epoch == UNDEFINED_EPOCH or p.end_offset < 0:
-                    self._truncation_done(tp, None)
+                    await self._truncation_done(tp, None)
                     continue
                 offset = p.end_offset
                 if p.leader_epoch < asked[tp]:
@@ -171,24 +172,25 @@ class ReplicaFetcher:
                     _, own_end = part.end_offset_for_epoch(p.leader_epoch)
                     if own_end >= 0:
                         offset = min(offset, own_end)
-                self._truncation_done(tp, offset)
+                await self._truncation_done(tp, offset)
 
-    def _truncation_done(self, tp: TopicPartition, offset: int | None) -> None:
+    async def _truncation_done(self, tp: TopicPartition, offset: int | None) -> None:
         part = self.replica_manager.partitions.get(tp)
-        if part is None:
+        state = self.partitions.get(tp)
+        if part is None or state is None:
             return
         log_ = part.log
         target = log_.high_watermark if offset is None else offset
         if target < log_.log_end_offset:
             log.info("truncating %s-%d from %d to %d (divergence with leader %d)", *tp, log_.log_end_offset,
                      target, self.source_id)
-            try:
-                log_.truncate_to(target)
+            try:  # on the dir's storage thread: it rewrites indexes, the epoch file, producer state
+                await part.run_on_storage(log_.truncate_to, target)
             except (OSError, Errors.KafkaStorageError) as exc:  # the epoch checkpoint on a full disk
                 if not self.replica_manager.maybe_take_log_dir_offline(tp, exc, part.log_dir):
                     raise
                 return  # its dir is offline: no longer fetched
-        self.partitions[tp].truncating = False
+        state.truncating = False  # this fetch state only: one made meanwhile (a new leader) truncates afresh
 
     def _partition_error(self, tp: TopicPartition, error_code: int) -> None:
         """Leadership errors wait for the controller's next LeaderAndIsr; retry after a pause."""
@@ -230,6 +232,8 @@ class ReplicaFetcher:
             if p.error_code:
                 self._partition_error(tp, p.error_code)
                 continue
+            if p.records and not await self._assign_new_epochs(tp, p.records):
+                continue  # the partition moved on while its epochs were written
             try:
                 self.replica_manager.append_as_follower(tp, p.records, p.high_watermark, p.log_start_offset)
             except Errors.KafkaStorageError:  # logged (rate-limited) by the replica manager; back off
@@ -240,6 +244,23 @@ class ReplicaFetcher:
             except OSError as exc:
                 log.error("storage error appending to follower %s-%d: %s", *tp, exc)
                 self._partition_error(tp, Errors.KafkaStorageError.errno)
+
+    async def _assign_new_epochs(self, tp: TopicPartition, records: Any) -> bool:
+        """Write the leader epochs these records start (a fsynced checkpoint) on the dir's storage
+        thread, so the append on the loop finds them assigned. Returns whether tp is still fetched
+        here as it was; a failed write is left to the append, which meets it again and handles it."""
+        part = self.replica_manager.partitions.get(tp)
+        state = self.partitions.get(tp)
+        if part is None or state is None:
+            return False
+        starts = new_epoch_starts(records, part.latest_epoch, state.leader_epoch)
+        if not starts:
+            return True
+        try:
+            await part.run_on_storage(part.assign_epoch_starts, starts)
+        except (OSError, Errors.KafkaStorageError):
+            pass
+        return self.partitions.get(tp) is state and not state.truncating
 
     async def _handle_out_of_range(self, client: BrokerClient, tp: TopicPartition) -> None:
         """Our LEO is outside the leader's log: below its start (retention) -> start over at its start."""
@@ -253,7 +274,7 @@ class ReplicaFetcher:
         if leader_start is not None and leader_start > part.log.log_end_offset:
             log.warning("follower %s-%d at %d is below the leader's log start %d: starting over there",
                         *tp, part.log.log_end_offset, leader_start)
-            part.log.truncate_fully_and_start_at(leader_start)
+            await part.run_on_storage(part.log.truncate_fully_and_start_at, leader_start)
 
     async def _leader_log_start(self, client: BrokerClient, tp: TopicPartition) -> int | None:
         from kafka.protocol.consumer import ListOffsetsRequest
@@ -283,9 +304,9 @@ class ReplicaFetcherManager:
 
     def add_partitions(self, partitions: dict[TopicPartition, tuple[int, int]]) -> None:
         for tp, (leader, epoch) in partitions.items():
-            for source, fetcher in self.fetchers.items():
+            for source, other in self.fetchers.items():
                 if source != leader:
-                    fetcher.remove(tp)
+                    other.remove(tp)
             if leader < 0:
                 continue  # no leader: nothing to fetch until one is elected
             fetcher = self.fetchers.get(leader)

@@ -23,6 +23,7 @@ default executor never delays them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections.abc import Callable, Collection
@@ -325,8 +326,11 @@ class ZkMetadataStore(MetadataStore):
         self.zk.create_acl_paths()
         for path in (zd.ACL_CHANGES_PATH, zd.EXTENDED_ACL_CHANGES_PATH):
             self._seen_acl_changes[path] = None
-            self.zk.watch_children(path, lambda children, path=path: self._to_loop(
-                self._on_acl_changes, path, list(children)))
+            self.zk.watch_children(path, functools.partial(self._on_acl_children, path))
+
+    def _on_acl_children(self, path: str, children: list[str]) -> None:
+        """kazoo's thread: hand a changed list of ACL change notifications to the loop."""
+        self._to_loop(self._on_acl_changes, path, list(children))
 
     def _on_acl_changes(self, path: str, children: list[str]) -> None:
         seen = self._seen_acl_changes.get(path)

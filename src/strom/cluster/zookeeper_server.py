@@ -21,6 +21,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 # The Debian package's layout: config dir first (log4j.properties), then every jar.
 DEFAULT_CLASSPATH = "/etc/zookeeper/conf:/usr/share/java/*"
@@ -108,7 +109,7 @@ class ZooKeeperServer:
         self.max_session_timeout_ms = max_session_timeout_ms
         self.heap = heap
         self.process: subprocess.Popen[bytes] | None = None
-        self._log_file = None
+        self._log_file: BinaryIO | None = None
 
     # -- addresses -----------------------------------------------------------
     @property

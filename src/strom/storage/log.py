@@ -26,6 +26,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 from kafka.errors import InvalidRecordError, OffsetOutOfRangeError
@@ -181,6 +182,14 @@ class Log:
         self._last_flush_ms = now_ms if now_ms is not None else time_ms()
         self._rolled_since_flush = False
         self.closed = False
+        # The log dir's storage thread (LogManager.executor_for) for file mutations off the event loop;
+        # None (a log no LogManager owns) runs them on the loop's default executor.
+        self.storage_executor: Executor | None = None
+        # Segments retention took out of the list, still to be renamed to .deleted: renamed outside
+        # _lock (the event loop takes it for every append), or first thing by anything creating segments.
+        self._doomed: list[LogSegment] = []
+        self._doomed_lock = threading.Lock()
+        self._snapshots_below = -1
 
     # -- properties ---------------------------------------------------------------------------------
 
@@ -205,12 +214,38 @@ class Log:
         """The newest leader epoch that wrote to this log, None if none did (or all of it was truncated)."""
         return self.leader_epoch_cache.latest_epoch
 
-    def assign_epoch_start_offset(self, leader_epoch: int, start_offset: int) -> None:
+    def assign_epoch_start_offset(self, leader_epoch: int, start_offset: int | None = None) -> None:
         """A new leader's epoch starts at its LEO (Kafka assigns it on becoming leader, not on the
-        first append), so followers asking OffsetForLeaderEpoch learn the divergence point at once."""
+        first append), so followers asking OffsetForLeaderEpoch learn the divergence point at once.
+
+        ``start_offset`` None: the LEO. Run on the dir's storage thread (see ``assign_epoch_starts``).
+        """
         with self._lock:
-            if leader_epoch >= 0 and leader_epoch != self.leader_epoch_cache.latest_epoch:
-                self.leader_epoch_cache.assign(leader_epoch, start_offset)
+            if leader_epoch < 0 or leader_epoch == self.leader_epoch_cache.latest_epoch:
+                return
+            start = self._leo if start_offset is None else start_offset
+        self.assign_epoch_starts([(leader_epoch, start)])
+
+    def assign_epoch_starts(self, starts: list[tuple[int, int]]) -> None:
+        """Record where leader epochs start before the data that needs them is appended.
+
+        Run on the dir's storage thread: the fsynced checkpoint write happens outside ``_lock``,
+        which the event loop takes for every append; only deciding and adopting the new entries
+        hold it. An append that later meets these epochs finds them assigned and writes nothing.
+        Raises OSError if the write fails.
+        """
+        cache = self.leader_epoch_cache
+        with self._lock:
+            version = cache.version
+            entries = cache.prepare_assign_all(starts)
+        if entries is None:
+            return
+        cache.write(entries)
+        with self._lock:
+            if cache.version == version:
+                cache.adopt(entries)
+            else:  # the entries changed meanwhile (rare): decide and write again, under the lock
+                cache.assign_all(starts)
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: ``(epoch, end_offset)``, or ``(-1, -1)`` if nothing is known.
@@ -386,18 +421,25 @@ class Log:
         return found
 
     def _assign_epochs_of(self, headers: list[RecordBatchHeader]) -> None:
-        """Record the start of each new leader epoch among the leader's batches (one file write at most)."""
-        latest = self.leader_epoch_cache.latest_epoch
+        """Record the start of each new leader epoch among the leader's batches (one file write at most).
+
+        Epochs already recorded where these batches start (written ahead on the storage thread by
+        ``assign_epoch_starts``) cost nothing here."""
+        cache = self.leader_epoch_cache
+        latest = cache.latest_epoch
         changes: list[tuple[int, int]] | None = None
         for h in headers:
             epoch = h.partition_leader_epoch
             if epoch != latest and epoch >= 0:
+                if changes is None and cache.epoch_for_offset(h.base_offset) == epoch:
+                    latest = epoch  # recorded ahead of this append
+                    continue
                 if changes is None:
                     changes = []
                 changes.append((epoch, h.base_offset))
                 latest = epoch
         if changes is not None:
-            self.leader_epoch_cache.assign_all(changes)
+            cache.assign_all(changes)
 
     def _maybe_roll(self, incoming: int, max_ts: int, max_offset: int, now: int) -> None:
         reason = self.active_segment.should_roll(self.config, incoming, max_ts, max_offset, now)
@@ -413,6 +455,7 @@ class Log:
             new_base = self._leo
             if active.base_offset == new_base and active.size == 0:
                 return active
+            self._rename_doomed()  # their names must be free before new files appear
             active.on_become_inactive()
             self.producer_state.take_snapshot(new_base)
             for suffix in (".log", ".index", ".timeindex"):
@@ -545,7 +588,9 @@ class Log:
                 self.log_start_offset = new_log_start_offset
                 self.leader_epoch_cache.truncate_from_start(new_log_start_offset)
                 self._delete_segments(self._log_start_offset_breached)
-            return self.log_start_offset
+            start = self.log_start_offset
+        self._rename_doomed()
+        return start
 
     def delete_old_segments(self, now_ms: int | None = None) -> int:
         """Retention pass (retention.ms, retention.bytes, log start offset); returns segments deleted."""
@@ -571,7 +616,8 @@ class Log:
 
                     deleted += self._delete_segments(size_breached)
             deleted += self._delete_segments(self._log_start_offset_breached)
-            return deleted
+        self._rename_doomed()  # file renames and unlinks outside the lock
+        return deleted
 
     def _log_start_offset_breached(self, seg: LogSegment, nxt: LogSegment | None) -> bool:
         upper = nxt.base_offset if nxt is not None else self._leo
@@ -599,10 +645,20 @@ class Log:
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self.high_watermark = max(self.high_watermark, self.log_start_offset)
         self.recovery_point = max(self.recovery_point, self.log_start_offset)
+        with self._doomed_lock:
+            self._doomed.extend(doomed)
+            self._snapshots_below = self._segments[0].base_offset
+        return len(doomed)
+
+    def _rename_doomed(self) -> None:
+        """Rename the segments retention dropped to ``.deleted`` (and drop older producer snapshots)."""
+        with self._doomed_lock:
+            doomed, self._doomed = self._doomed, []
+            snapshots_below, self._snapshots_below = self._snapshots_below, -1
         for seg in doomed:
             self._async_delete(seg)
-        self.producer_state.delete_snapshots_before(self._segments[0].base_offset)
-        return len(doomed)
+        if snapshots_below >= 0:
+            self.producer_state.delete_snapshots_before(snapshots_below)
 
     def _async_delete(self, seg: LogSegment) -> None:
         """Rename to ``.deleted`` now, unlink after file.delete.delay.ms so open FileSlices stay valid."""
@@ -644,6 +700,7 @@ class Log:
         """Drop every segment and the epoch cache; the log restarts empty at ``new_offset``."""
         with self._lock:
             self._check_open()
+            self._rename_doomed()
             self.leader_epoch_cache.clear()  # first: if it cannot be written, nothing has changed yet
             for seg in self._segments:
                 self._async_delete(seg)
@@ -708,6 +765,11 @@ class Log:
             if self.closed:
                 return True
             ok = True
+            try:
+                self._rename_doomed()
+            except OSError as exc:
+                ok = False
+                log.warning("could not delete old segments of %s-%d: %s", self.topic, self.partition, exc)
             if snapshot:
                 try:
                     self.producer_state.take_snapshot(self._leo, fsync=True)

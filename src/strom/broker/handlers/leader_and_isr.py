@@ -32,7 +32,7 @@ async def handle(ctx: RequestContext, request: Any) -> LeaderAndIsrResponse:
     # Replicas created here need their topic's configs: read any missing from ZooKeeper off the loop.
     await cluster.store.load_topic_configs({lp.topic for lp in partitions})
     try:
-        errors = cluster.publisher.apply_leadership(request.controller_epoch, partitions,
+        errors = await cluster.publisher.apply_leadership(request.controller_epoch, partitions,
                                                     cluster.store.topic_configs)
     except Errors.StaleControllerEpochError:
         return _all(request, Errors.StaleControllerEpochError.errno)

@@ -25,7 +25,7 @@ async def handle(ctx: RequestContext, request: Any) -> StopReplicaResponse:
     partitions = {(t.topic_name, p.partition_index): bool(p.delete_partition)
                   for t in request.topic_states for p in t.partition_states}
     try:
-        errors = cluster.publisher.stop_replicas(request.controller_epoch, partitions)
+        errors = await cluster.publisher.stop_replicas(request.controller_epoch, partitions)
     except Errors.StaleControllerEpochError:
         return build(StopReplicaResponse, error_code=Errors.StaleControllerEpochError.errno, partition_errors=[])
     return build(StopReplicaResponse, error_code=0, partition_errors=[
