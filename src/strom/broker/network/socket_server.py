@@ -46,7 +46,7 @@ class SocketServer:
         self.max_request_bytes = max_request_bytes
         cfg = server.config
         self.max_idle_ms: int = cfg.get("connections.max.idle.ms")
-        self.memory_pool = RequestMemoryPool(cfg.get("queued.max.request.bytes"))
+        self.memory_pool: RequestMemoryPool = RequestMemoryPool(cfg.get("queued.max.request.bytes"))
         self._sweeper: asyncio.Task[None] | None = None
         self.connections: set[KafkaConnection] = set()
         # -- security: one login throttle for the broker, SASL settings per listener
