@@ -254,9 +254,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
     # -- request loop ---------------------------------------------------------------------
     async def _request_loop(self) -> None:
         answers = ResponseQueue(self._write, self._answer_done)
+        queued = answers.queued
         try:
             while not self._closed:
-                if answers.head_ready:
+                if queued and answers.head_ready:
                     await answers.write_waiting(wait=False)
                 if self._quota_muted:
                     await answers.flush()
@@ -321,7 +322,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         gather = header.api_key in self._gathered_apis
         if not gather:
             await answers.drain()  # this handler may wait (long poll, rebalance): earlier answers must not
-        elif answers.waiting >= MAX_DEFERRED_ANSWERS:
+        elif len(answers.queued) >= MAX_DEFERRED_ANSWERS:
             await answers.write_waiting(wait=True)  # bound what a pipelining client holds
         metrics = self._metrics
         started = time.monotonic() if metrics is not None else 0.0

@@ -30,26 +30,28 @@ class ResponseQueue:
         self._on_ready = on_ready  # wakes the request loop when a waiting answer completes
         self._gathered: list[bytes] = []
         self._gathered_bytes = 0
-        self._waiting: collections.deque[bytes | asyncio.Future[bytes]] = collections.deque()
+        # Behind a waiting answer, every later one in order. Read it (never change it) to test for emptiness
+        # without a call: the request loop does, once per request.
+        self.queued: collections.deque[bytes | asyncio.Future[bytes]] = collections.deque()
 
     @property
     def waiting(self) -> int:
         """Answers queued behind (and including) one that is not ready yet."""
-        return len(self._waiting)
+        return len(self.queued)
 
     @property
     def head_ready(self) -> bool:
         """The first queued answer can be written now."""
-        if not self._waiting:
+        if not self.queued:
             return False
-        head = self._waiting[0]
+        head = self.queued[0]
         return not isinstance(head, asyncio.Future) or head.done()
 
     def add(self, answer: bytes, gather: bool) -> bool:
         """Queue a complete answer; True when the caller must ``flush`` now (not gathered, or enough
         gathered). Behind a waiting answer it waits its turn instead."""
-        if self._waiting:
-            self._waiting.append(answer)
+        if self.queued:
+            self.queued.append(answer)
             return False
         self._gathered.append(answer)
         self._gathered_bytes += len(answer)
@@ -59,7 +61,7 @@ class ResponseQueue:
         """An answer complete once ``ready`` is: what is gathered goes out first."""
         await self.flush()
         ready.add_done_callback(self._on_ready)
-        self._waiting.append(ready)
+        self.queued.append(ready)
 
     async def flush(self) -> None:
         """Write the gathered answers."""
@@ -71,15 +73,15 @@ class ResponseQueue:
     async def drain(self) -> None:
         """Write everything, waiting for queued answers to complete (before a handler that may wait)."""
         await self.flush()
-        if self._waiting:
+        if self.queued:
             await self.write_waiting(wait=True)
 
     async def write_waiting(self, wait: bool) -> None:
         """Write queued answers in order: the ready ones at the head, or (wait) all of them."""
-        waiting = self._waiting
+        queued = self.queued
         chunks: list[bytes] = []
-        while waiting:
-            head = waiting[0]
+        while queued:
+            head = queued[0]
             if isinstance(head, asyncio.Future):
                 if not head.done():
                     if not wait:
@@ -91,6 +93,6 @@ class ResponseQueue:
                 chunks.append(head.result())
             else:
                 chunks.append(head)
-            waiting.popleft()
+            queued.popleft()
         if chunks:
             await self._write(chunks)
