@@ -175,3 +175,16 @@ def test_every_complete_frame_of_one_read_is_handed_over_at_once() -> None:
     assert sink.frames == [b"a", b"bb", b"ccc"]  # the fourth is incomplete: it waits for more bytes
     feed(receiver, b"ddd", 4096)
     assert sink.frames[-1] == b"ddddd"
+
+
+def test_only_apis_whose_handlers_never_wait_long_are_gathered() -> None:
+    """Produce answers at once or defers (acks=all), so pipelined produces share writes; a long-polling Fetch
+    or a JoinGroup must never hold earlier answers back."""
+    from strom.broker.apis import KafkaApis
+    from strom.broker.server import CLUSTER_HANDLER_MODULES, HANDLER_MODULES
+    from strom.protocol.api_keys import ApiKey
+
+    apis = KafkaApis()
+    for module in HANDLER_MODULES + CLUSTER_HANDLER_MODULES:
+        apis.register_module(module)
+    assert apis.gathered_apis == {ApiKey.PRODUCE}
