@@ -86,6 +86,7 @@ from strom.cluster.replica_fetcher import ReplicaFetcherManager
 from strom.cluster.zk.kafka_zk_client import KafkaZkClient, SessionState
 from strom.cluster.zk_metadata import ZkMetadataStore
 from strom.config import TOPIC_CONFIGS, BrokerConfig
+from strom.config.metrics_listener import parse_metrics_listener
 from strom.coordinator.common import sync_ownership
 from strom.coordinator.group.group_coordinator import GroupCoordinator
 from strom.coordinator.group.startup import create_group_coordinator
@@ -93,7 +94,6 @@ from strom.coordinator.transaction.startup import create_transaction_coordinator
 from strom.coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from strom.metrics.collector import BrokerCollector, BrokerState
 from strom.metrics.endpoint import MetricsEndpoint
-from strom.metrics.listener import parse_metrics_listener
 from strom.metrics.request_metrics import RequestMetrics
 from strom.metrics.topic_stats import BrokerTopicStats
 from strom.protocol.inter_broker import ControlledShutdownRequest

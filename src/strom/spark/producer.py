@@ -94,7 +94,6 @@ class _Partition:
     next_sequence: int = 0
     retry_at: float = 0.0  # monotonic; while > now, nothing is sent
     backoff: float = 0.1
-    last_error: str = ""
     failing_since: float | None = None  # monotonic time of the first retriable failure not yet overcome
     draining: bool = False  # a request failed: wait for the rest of the window before resending
 
@@ -261,7 +260,6 @@ class IdempotentProducer:
         log.info("strom sink: resending %s from sequence %s in %.1f s after %s", state.name,
                  state.entries[0].base_sequence if state.entries else "-", state.backoff, error)
         self.retries += 1
-        state.last_error = error
         state.retry_at = now + state.backoff
         state.backoff = min(1.0, state.backoff * 2)
 
@@ -291,7 +289,6 @@ class IdempotentProducer:
                 self.buffered -= entry.size
                 self.rows_acknowledged += entry.count
                 state.backoff = 0.1
-                state.last_error = ""
                 state.failing_since = None
                 continue
             # Retriable: wait for the rest of the window (requests behind a failed one fail too,
