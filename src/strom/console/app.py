@@ -335,8 +335,13 @@ async def produce_message(request: Request) -> Response:
 # -- consumer groups -----------------------------------------------------------------------------
 
 async def groups_page(request: Request) -> Response:
+    """Consumer groups; the Spark sink's marker groups are hidden unless asked for (?spark=1), as internal
+    topics are: they are bookkeeping, always Empty, and their "lag" would mean nothing."""
+    show_markers = request.query_params.get("spark") == "1"
     groups = await console(request).call(gateway(request).groups)
-    return render(request, "groups.html", {"groups": groups})
+    shown = [g for g in groups if show_markers or not g.spark_marker]
+    return render(request, "groups.html", {"groups": shown, "show_markers": show_markers,
+                                           "hidden": len(groups) - len(shown)})
 
 
 async def group_page(request: Request, status: int = 200, error: str | None = None) -> Response:
@@ -354,6 +359,7 @@ async def group_api(request: Request) -> Response:
     group = await console(request).call(gateway(request).group, group_id)
     return JSONResponse({
         "group": group.group_id, "state": group.state, "members": len(group.members), "total_lag": group.total_lag,
+        "spark_marker_batch": group.spark_marker_batch,
         "partitions": [{"topic": r.topic, "partition": r.partition, "committed": r.committed,
                         "end_offset": r.end_offset, "lag": r.lag, "client_id": r.client_id} for r in group.lag],
     })

@@ -251,9 +251,18 @@ class GroupView:
     coordinator: int | None
     assignor: str
     lag: list[LagRow]
+    # The exactly-once Spark sink's bookkeeping, not a consumer: its "offset" is a batch id (see spark_marker_batch).
+    spark_marker_batch: int | None = None
 
     @property
-    def total_lag(self) -> int:
+    def spark_marker(self) -> bool:
+        return self.spark_marker_batch is not None
+
+    @property
+    def total_lag(self) -> int | None:
+        """Sum of the known lags; None for a Spark sink marker group, whose committed "offset" is no position."""
+        if self.spark_marker:
+            return None
         return total_lag([row.lag for row in self.lag])
 
     @property
@@ -698,11 +707,13 @@ class KafkaGateway:
             offset_futures = {g: self.admin.list_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout)[g] for g in ids}
             descriptions = {g: described[g].result() for g in ids}
-            committed = {g: _committed(f.result()) for g, f in offset_futures.items()}
+            results = {g: f.result() for g, f in offset_futures.items()}
         except KafkaException as exc:
             raise kafka_failure(exc, "Could not describe consumer groups") from None
-        ends = self._end_offsets({tp for offsets in committed.values() for tp in offsets})
-        return [self._group_view(descriptions[g], committed[g], ends) for g in ids]
+        committed = {g: _committed(result) for g, result in results.items()}
+        markers = {g: spark_marker_batch(result) for g, result in results.items()}
+        ends = self._end_offsets({tp for g, offsets in committed.items() if markers[g] is None for tp in offsets})
+        return [self._group_view(descriptions[g], committed[g], ends, markers[g]) for g in ids]
 
     def group(self, group_id: str) -> GroupView:
         try:
@@ -713,16 +724,17 @@ class KafkaGateway:
         except KafkaException as exc:
             raise kafka_failure(exc, f"Could not describe consumer group '{group_id}'") from None
         committed = _committed(offsets)
+        marker = spark_marker_batch(offsets)
         state = state_name(description.state)
         if state == "Dead" and not committed and not description.members:
             raise not_found(f"Consumer group '{group_id}' does not exist.")
         assigned = {(tp.topic, tp.partition) for m in description.members
                     for tp in m.assignment.topic_partitions}
-        ends = self._end_offsets(set(committed) | assigned)
-        return self._group_view(description, committed, ends)
+        ends = self._end_offsets(assigned if marker is not None else set(committed) | assigned)
+        return self._group_view(description, committed, ends, marker)
 
     def _group_view(self, description: Any, committed: dict[tuple[str, int], int],
-                    ends: dict[tuple[str, int], int]) -> GroupView:
+                    ends: dict[tuple[str, int], int], marker: int | None = None) -> GroupView:
         members = []
         owner: dict[tuple[str, int], Any] = {}
         for m in description.members:
@@ -733,14 +745,14 @@ class KafkaGateway:
         rows = []
         for tp in sorted(set(committed) | set(owner)):
             member = owner.get(tp)
-            rows.append(LagRow(tp[0], tp[1], committed.get(tp), ends.get(tp),
-                               partition_lag(committed.get(tp), ends.get(tp)),
+            lag = None if marker is not None else partition_lag(committed.get(tp), ends.get(tp))
+            rows.append(LagRow(tp[0], tp[1], committed.get(tp), ends.get(tp), lag,
                                member.member_id if member else None, member.client_id if member else None,
                                member.host if member else None))
         coordinator = description.coordinator.id if description.coordinator is not None else None
         return GroupView(description.group_id, state_name(description.state),
                          bool(description.is_simple_consumer_group), members, coordinator,
-                         description.partition_assignor or "", rows)
+                         description.partition_assignor or "", rows, marker)
 
     def _end_offsets(self, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
         if not partitions:
@@ -761,6 +773,9 @@ class KafkaGateway:
         from strom.cli.consumer_groups import GroupTool
 
         group = self.group(group_id)
+        if group.spark_marker:
+            raise ConsoleError(f"Group '{group_id}' holds the exactly-once Spark sink's batch markers, not consumer "
+                               "offsets; moving them would make the sink skip or repeat batches.", 409)
         if not group.resettable:
             raise ConsoleError(f"Offsets of group '{group_id}' can only be reset while it has no active members "
                                f"(state Empty); its state is {group.state}. Stop its consumers first.", 409)
@@ -887,6 +902,23 @@ def _config_source(source: Any) -> str:
         return ConfigSource(getattr(source, "value", source)).name
     except ValueError:
         return str(source)
+
+
+# The metadata the exactly-once Spark sink commits with its markers (strom.spark.sink.MARKER; not imported
+# from there because that module needs pyspark, which the console does not).
+SPARK_SINK_MARKER = "strom-spark-sink"
+
+
+def spark_marker_batch(result: Any) -> int | None:
+    """The last batch id a Spark sink marker group recorded, or None if this is an ordinary group.
+
+    The sink commits "offsets" whose value is a batch id and whose metadata starts with its marker,
+    under a group named after the task's transactional.id; every commit of the group carries it.
+    """
+    commits = [tp for tp in result.topic_partitions or [] if tp.offset >= 0]
+    if not commits or not all((tp.metadata or "").startswith(SPARK_SINK_MARKER) for tp in commits):
+        return None
+    return max(tp.offset for tp in commits)
 
 
 def _committed(result: Any) -> dict[tuple[str, int], int]:

@@ -136,7 +136,7 @@ document.addEventListener("DOMContentLoaded", () => {
     });
   });
   const group = document.getElementById("group-live");
-  if (group) pollGroup(group);
+  if (group && group.dataset.poll) pollGroup(group);
   const chart = document.getElementById("throughput");
   if (chart && chart.querySelector("svg")) pollThroughput(chart);
 });
