@@ -62,6 +62,8 @@ def test_create_topic_in_the_ui(page, console_process, admin) -> None:
     expect(row).to_contain_text("dynamic topic config")
     row.locator("text=Reset to default").click()
     expect(page.locator(".flash.ok")).to_have_text(f"Config 'cleanup.policy' of '{name}' reset to its default.")
+    expect(row).to_have_count(0)  # overrides only, by default
+    page.click("#config-view >> text=show all")
     expect(row.locator("input[name=value]")).to_have_value("delete")
     expect(row.locator("text=Reset to default")).to_have_count(0)
     row.locator("input[name=value]").fill("compact,delete")

@@ -53,7 +53,7 @@ def commit(bootstrap: str, group: str, topic: str, offset: int, metadata: str | 
 
 def row(body: str, attribute: str, value: str) -> str:
     """The HTML of the table row with data-<attribute>="value" ('' when absent)."""
-    found = re.search(rf'<tr data-{attribute}="{re.escape(html.escape(value))}"[^>]*>(.*?)</tr>', body, re.S)
+    found = re.search(rf'<tr[^>]*\bdata-{attribute}="{re.escape(html.escape(value))}"[^>]*>(.*?)</tr>', body, re.S)
     return found.group(1) if found else ""
 
 
@@ -94,3 +94,30 @@ def test_spark_sink_marker_groups_are_hidden_and_labelled_without_lag(client: Te
     refused = client.post(f"/groups/{marker}/reset", data={"csrf": token, "target": "earliest"})
     assert refused.status_code == 409
     assert "skip or repeat batches" in html.unescape(refused.text)
+
+
+# -- topic configs -----------------------------------------------------------------------------------
+
+def test_topic_configs_show_overrides_in_human_units_with_their_source(client: TestClient, admin) -> None:
+    topic = make_topic(admin, config={"retention.ms": str(7 * 86_400_000), "segment.bytes": str(1 << 30)})
+    page = client.get(f"/topics/{topic}").text
+    shown = re.findall(r'data-config="([^"]+)"', page)
+    assert sorted(shown) == ["retention.ms", "segment.bytes"], shown
+    assert "7 d" in text(row(page, "config", "retention.ms"))
+    assert "1 GiB" in text(row(page, "config", "segment.bytes"))
+    assert "dynamic topic config" in text(row(page, "config", "retention.ms"))
+    assert re.search(r"2 override\(s\) of \d+ · show all", text(page)), text(page)
+
+    everything = client.get(f"/topics/{topic}?configs=all").text
+    shown_all = re.findall(r'data-config="([^"]+)"', everything)
+    assert len(shown_all) > 10 and "flush.ms" in shown_all
+    flush = text(row(everything, "config", "flush.ms"))
+    assert "unlimited" in flush and "default" in flush, flush
+    assert "overrides only" in text(everything)
+
+    token = re.search(r'name="csrf" value="([^"]+)"', page).group(1)
+    reset = client.post(f"/topics/{topic}/configs", data={"csrf": token, "key": "segment.bytes", "op": "delete",
+                                                          "view": "all"})
+    assert reset.status_code == 303 and reset.headers["location"].endswith("?configs=all#configs")
+    after = client.get(f"/topics/{topic}").text
+    assert re.findall(r'data-config="([^"]+)"', after) == ["retention.ms"]

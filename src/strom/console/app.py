@@ -31,7 +31,13 @@ from starlette.templating import Jinja2Templates
 
 from strom.console import inputs
 from strom.console.errors import ConsoleError, bad_request
-from strom.console.formatting import format_timestamp, human_bytes
+from strom.console.formatting import (
+    config_source_label,
+    config_unit,
+    format_timestamp,
+    human_bytes,
+    human_config_value,
+)
 from strom.console.kafka_client import (
     ACL_OPERATIONS,
     ACL_PATTERN_TYPES,
@@ -129,6 +135,9 @@ def _templates() -> Jinja2Templates:
     env.filters["ts"] = format_timestamp
     env.filters["urlpart"] = lambda value: quote(str(value), safe="")
     env.filters["number"] = lambda value: "–" if value is None else f"{value:,}"
+    env.globals["human_config"] = human_config_value
+    env.globals["config_unit"] = config_unit
+    env.filters["source_label"] = config_source_label
     return Jinja2Templates(env=env)
 
 
@@ -244,11 +253,15 @@ async def create_topic(request: Request) -> Response:
 
 
 async def topic_page(request: Request, status: int = 200, error: str | None = None) -> Response:
+    """A topic's partitions and configs; configs show only what differs from the defaults unless ?configs=all."""
     name = inputs.topic_name(request.path_params["name"])
     gw = gateway(request)
     topic = await console(request).call(gw.topic, name)
     configs = await console(request).call(gw.topic_configs, name)
-    return render(request, "topic.html", {"topic": topic, "configs": configs, "topic_url": topic_url(name)},
+    all_configs = request.query_params.get("configs") == "all"
+    shown = [c for c in configs if all_configs or not c.is_default]
+    return render(request, "topic.html", {"topic": topic, "configs": shown, "all_configs": all_configs,
+                                          "config_count": len(configs), "topic_url": topic_url(name)},
                   status=status, error=error)
 
 
@@ -274,7 +287,8 @@ async def alter_topic_config(request: Request) -> Response:
         return await topic_page(request, exc.status, exc.message)
     session_of(request).flash(f"Config '{key}' of '{name}' set to '{value}'." if value is not None
                               else f"Config '{key}' of '{name}' reset to its default.")
-    return redirect(topic_url(name) + "#configs")
+    view = "?configs=all" if form_value(form, "view") == "all" else ""
+    return redirect(topic_url(name) + view + "#configs")
 
 
 # -- messages ------------------------------------------------------------------------------------

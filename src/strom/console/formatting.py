@@ -137,3 +137,75 @@ def partition_lag(committed: int | None, end_offset: int | None) -> int | None:
 def total_lag(lags: list[int | None]) -> int:
     """Sum of the known lags (partitions without a committed offset count as unknown, not zero)."""
     return sum(lag for lag in lags if lag is not None)
+
+
+# -- config values ------------------------------------------------------------------------------------
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+_DURATIONS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000))
+_SIZES = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+# Configs in milliseconds or bytes whose names do not say so.
+_MS_CONFIGS = {"log.roll.ms", "retention.ms"}
+_BYTES_CONFIGS = {"retention.bytes", "segment.bytes", "max.message.bytes", "segment.index.bytes",
+                  "index.interval.bytes"}
+
+
+def _scaled(value: int, units: tuple[tuple[str, int], ...], base: str) -> str:
+    """The largest unit the value reaches, as a whole number when exact ('7 d'), else one decimal ('1.5 h')."""
+    for unit, size in units:
+        if abs(value) >= size:
+            whole, rest = divmod(abs(value), size)
+            sign = "-" if value < 0 else ""
+            return f"{sign}{whole} {unit}" if rest == 0 else f"{value / size:.1f} {unit}"
+    return f"{value} {base}"
+
+
+def human_duration_ms(ms: int) -> str:
+    """604800000 -> '7 d', 90000 -> '1.5 min', 250 -> '250 ms'."""
+    return _scaled(ms, _DURATIONS, "ms")
+
+
+def human_size(size: int) -> str:
+    """1073741824 -> '1 GiB', 1536 -> '1.5 KiB', 100 -> '100 B' (exact sizes without a decimal)."""
+    return _scaled(size, _SIZES, "B")
+
+
+def config_unit(name: str) -> str | None:
+    """'ms' or 'bytes' when the config's value is a time or a size, from its name as Kafka spells it."""
+    if name.endswith(".ms") or name in _MS_CONFIGS:
+        return "ms"
+    if name.endswith(".bytes") or name in _BYTES_CONFIGS:
+        return "bytes"
+    return None
+
+
+def human_config_value(name: str, value: str | None) -> str | None:
+    """A config value in units a person reads ('7 d', '1 GiB', 'unlimited'); None when the raw value says it all."""
+    unit = config_unit(name)
+    if unit is None or value is None:
+        return None
+    try:
+        number = int(value.strip())
+    except ValueError:
+        return None
+    if number == LONG_MAX or (unit == "bytes" and number == INT_MAX) or number == -1:
+        return "unlimited"
+    if number < 0:
+        return None
+    return human_duration_ms(number) if unit == "ms" else human_size(number)
+
+
+_SOURCE_LABELS = {
+    "DYNAMIC_TOPIC_CONFIG": "topic override",
+    "DYNAMIC_BROKER_CONFIG": "broker (dynamic)",
+    "DYNAMIC_DEFAULT_BROKER_CONFIG": "cluster default (dynamic)",
+    "STATIC_BROKER_CONFIG": "broker config file",
+    "DEFAULT_CONFIG": "default",
+    "DYNAMIC_BROKER_LOGGER_CONFIG": "broker logger",
+}
+
+
+def config_source_label(source: str) -> str:
+    """Where a config's value comes from, as a short phrase (Kafka's ConfigSource names are in the tooltip)."""
+    return _SOURCE_LABELS.get(source, source.lower().replace("_", " "))
