@@ -121,3 +121,73 @@ def test_topic_configs_show_overrides_in_human_units_with_their_source(client: T
     assert reset.status_code == 303 and reset.headers["location"].endswith("?configs=all#configs")
     after = client.get(f"/topics/{topic}").text
     assert re.findall(r'data-config="([^"]+)"', after) == ["retention.ms"]
+
+
+# -- message browser ---------------------------------------------------------------------------------
+
+def test_messages_are_compact_rows_with_chosen_formats(client: TestClient, broker, admin) -> None:
+    topic = make_topic(admin)
+    value = json.dumps({"order": 42, "note": "x" * 400}).encode()
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(topic, value, key=b"k-1", headers=[("trace", b"\x00\x01ab")], partition=0)
+    assert producer.flush(15) == 0
+    base = f"/topics/{topic}/messages?partition=0&mode=offset&offset=0"
+
+    body = client.get(base).text
+    summary = re.search(r'<tr data-offset="0" data-partition="0" class="record"[^>]*>(.*?)</tr>', body, re.S)
+    assert summary, body
+    line = text(summary.group(1))
+    assert '{"order": 42, "note": "xxx' in line and line.count("x") < 170  # one line, cut with an ellipsis
+    assert "…" in line and "k-1" in line
+    detail = re.search(r'<tr class="detail" hidden>(.*?)</tr>', body, re.S).group(1)
+    assert '"order": 42,\n  "note": "' + "x" * 400 in html.unescape(detail)  # the whole record, pretty
+    assert "00000000  00 01 61 62" in html.unescape(detail)  # the binary header as a hex dump
+    assert "expand all" in text(body)
+
+    hexed = client.get(base + "&kf=hex&vf=base64&hf=text&expand=1").text
+    detail = html.unescape(re.search(r'<tr class="detail" >(.*?)</tr>', hexed, re.S).group(1))
+    assert "00000000  6b 2d 31" in detail  # "k-1"
+    assert __import__("base64").b64encode(value).decode() in detail
+    assert re.search(r"trace\s*:\s*\\x00\\x01ab", text(detail))
+    as_json = client.get(base + "&kf=json").text
+    assert "not JSON, shown as text" in text(as_json)
+    bad = client.get(base + "&vf=yaml")
+    assert bad.status_code == 400 and "Value format must be one of auto, text, json, hex, base64" in bad.text
+
+
+def test_produce_has_its_own_tab(client: TestClient, admin) -> None:
+    topic = make_topic(admin)
+    browse = client.get(f"/topics/{topic}/messages").text
+    assert 'id="browse"' in browse and 'id="produce"' not in browse
+    assert f'href="/topics/{topic}/messages?tab=produce"' in browse
+    tab = client.get(f"/topics/{topic}/messages?tab=produce").text
+    assert 'id="produce"' in tab and 'id="browse"' not in tab
+    token = re.search(r'name="csrf" value="([^"]+)"', tab).group(1)
+    done = client.post(f"/topics/{topic}/produce", data={"csrf": token, "key": "a", "value": "hello tab"})
+    assert done.status_code == 303
+    shown = client.get(done.headers["location"]).text
+    assert re.findall(r'data-offset="(\d+)"', shown) == ["0"]
+    assert '<tr class="detail" >' in shown and "hello tab" in shown  # the produced record, opened
+    refused = client.post(f"/topics/{topic}/produce", data={"csrf": token, "value": "x", "headers": "{"})
+    assert refused.status_code == 400 and 'id="produce"' in refused.text and 'id="browse"' not in refused.text
+
+
+def test_tail_api_returns_what_arrived_since_the_last_position(client: TestClient, broker, admin) -> None:
+    topic = make_topic(admin, partitions=2)
+    produce(broker.bootstrap, topic, 3)
+    page = client.get(f"/topics/{topic}/messages").text
+    start = re.search(r'data-from="([^"]*)"', page).group(1)
+    assert start == "0:3,1:0"
+    quiet = client.get("/api/tail", params={"topic": topic, "from": start}).json()
+    assert quiet == {"from": "0:3,1:0", "records": []}
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(topic, b'{"live": true}', key=b"<k>", partition=1)
+    assert producer.flush(15) == 0
+    answer = client.get("/api/tail", params={"topic": topic, "from": start, "vf": "auto"}).json()
+    assert answer["from"] == "0:3,1:1"
+    [record] = answer["records"]
+    assert (record["partition"], record["offset"]) == (1, 0)
+    assert record["key"]["text"] == "<k>" and record["value"]["kind"] == "json"
+    assert record["value"]["preview"] == '{"live": true}'
+    assert client.get("/api/tail", params={"topic": topic, "from": "x:1"}).status_code == 400
+    assert client.get("/api/tail", params={"topic": "no-such-topic-here"}).status_code == 404

@@ -32,6 +32,8 @@ from starlette.templating import Jinja2Templates
 from strom.console import inputs
 from strom.console.errors import ConsoleError, bad_request
 from strom.console.formatting import (
+    DISPLAY_FORMATS,
+    RenderedBytes,
     config_source_label,
     config_unit,
     format_timestamp,
@@ -304,6 +306,9 @@ def browse_query(params: Any) -> BrowseQuery:
                         search=(params.get("search") or "").strip(),
                         scan=inputs.integer(params.get("scan"), "Records to scan", minimum=1, maximum=100000,
                                             default=5000))
+    for attribute, name, label in (("key_format", "kf", "Key format"), ("value_format", "vf", "Value format"),
+                                   ("header_format", "hf", "Header format")):
+        setattr(query, attribute, inputs.choice(params.get(name), label, DISPLAY_FORMATS, "auto"))
     if mode == "offset":
         query.offset = inputs.integer(params.get("offset"), "Offset", minimum=0)
     elif mode == "timestamp":
@@ -316,17 +321,49 @@ async def messages_page(request: Request, status: int = 200, error: str | None =
     name = inputs.topic_name(request.path_params["name"])
     app = console(request)
     params = request.query_params
+    tab = "produce" if produce_form is not None or params.get("tab") == "produce" else "browse"
     partitions = await app.call(gateway(request).partition_ids, name)
     result = None
-    if error is None:
+    if error is None and tab == "browse":
         try:
             query = browse_query(params)
             result = await app.call(gateway(request).browse, name, query)
         except ConsoleError as exc:
             status, error = exc.status, exc.message
+    query_string = {k: v for k, v in params.items() if k not in ("expand", "tab")}
     context = {"topic": name, "partitions": partitions, "result": result, "params": dict(params),
-               "topic_url": topic_url(name), "produce": produce_form or {}}
+               "topic_url": topic_url(name), "produce": produce_form or {}, "tab": tab,
+               "formats": DISPLAY_FORMATS, "expand": params.get("expand") == "1",
+               "expand_url": topic_url(name, "/messages?" + urlencode({**query_string, "expand": "1"})),
+               "tail_url": "/api/tail?" + urlencode({**query_string, "topic": name})}
     return render(request, "messages.html", context, status=status, error=error)
+
+
+def _rendered_json(shown: RenderedBytes) -> dict[str, Any]:
+    return {"kind": shown.kind, "text": shown.text, "preview": shown.preview, "size": shown.size,
+            "truncated": shown.truncated, "note": shown.note}
+
+
+async def tail_api(request: Request) -> Response:
+    """New records since the positions the page last saw (?from=partition:offset,...), for the live tail."""
+    params = request.query_params
+    name = inputs.topic_name(params.get("topic"))
+    query = browse_query(params)
+    query.limit = min(query.limit, 100)
+    positions: dict[int, int] = {}
+    for item in (params.get("from") or "").split(","):
+        if item.strip():
+            partition, _, offset = item.partition(":")
+            positions[inputs.integer(partition, "Partition", minimum=0)] = inputs.integer(offset, "Offset",
+                                                                                           minimum=0)
+    records, following = await console(request).call(gateway(request).tail, name, positions, query)
+    return JSONResponse({
+        "from": ",".join(f"{p}:{o}" for p, o in sorted(following.items())),
+        "records": [{"partition": r.partition, "offset": r.offset, "timestamp": format_timestamp(r.timestamp),
+                     "timestamp_type": r.timestamp_type, "key": _rendered_json(r.key),
+                     "value": _rendered_json(r.value),
+                     "headers": [[header, _rendered_json(v)] for header, v in r.headers]} for r in records],
+    })
 
 
 async def produce_message(request: Request) -> Response:
@@ -343,7 +380,8 @@ async def produce_message(request: Request) -> Response:
     except ConsoleError as exc:
         return await messages_page(request, exc.status, exc.message, values)
     session_of(request).flash(f"Produced a message to partition {where[0]} at offset {where[1]}.")
-    return redirect(topic_url(name, "/messages?" + urlencode({"partition": where[0], "mode": "newest"})))
+    return redirect(topic_url(name, "/messages?" + urlencode({"partition": where[0], "mode": "offset",
+                                                              "offset": where[1], "limit": "1", "expand": "1"})))
 
 
 # -- consumer groups -----------------------------------------------------------------------------
@@ -628,6 +666,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         Route("/logout", logout, methods=["POST"]),
         Route("/api/throughput", throughput_api),
         Route("/api/group", group_api),
+        Route("/api/tail", tail_api),
         Route("/healthz", healthz),
         Mount("/static", app=StaticFiles(directory=str(files("strom.console") / "static")), name="static"),
     ]

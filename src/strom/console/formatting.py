@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -46,13 +47,27 @@ class RenderedBytes:
     """How one key, value or header value is shown.
 
     kind: "null" (absent), "empty", "json" (pretty-printed), "text" (UTF-8, control
-    characters escaped) or "binary" (hex dump). `text` is plain text; templates escape it.
+    characters escaped), "binary" (hex dump) or "base64". `text` is plain text; templates escape it.
+    `preview` is one line for the compact row; `note` says why a chosen format could not be used.
     """
 
     kind: str
     text: str
     size: int
     truncated: bool = False
+    preview: str = ""
+    note: str = ""
+
+
+# What the message browser can show bytes as; "auto" picks JSON, text or hex from the content.
+DISPLAY_FORMATS = ("auto", "text", "json", "hex", "base64")
+PREVIEW_LIMIT = 160
+
+
+def one_line(text: str, limit: int = PREVIEW_LIMIT) -> str:
+    """Whitespace runs folded to one space and cut at `limit` characters (with an ellipsis)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
 
 
 def parse_json_document(text: str) -> Any | None:
@@ -98,26 +113,63 @@ def _mostly_controls(text: str) -> bool:
     return controls * 10 > len(sample)
 
 
-def render_bytes(data: bytes | None, limit: int = DISPLAY_LIMIT) -> RenderedBytes:
-    """Decide how to show record bytes: pretty JSON, escaped text, or a hex dump."""
+def render_bytes(data: bytes | None, limit: int = DISPLAY_LIMIT, fmt: str = "auto") -> RenderedBytes:
+    """Show record bytes as asked: "auto" (pretty JSON, escaped text or a hex dump), text, json, hex, base64."""
     if data is None:
-        return RenderedBytes("null", "null", 0)
+        return RenderedBytes("null", "null", 0, preview="null")
     if not data:
-        return RenderedBytes("empty", "", 0)
+        return RenderedBytes("empty", "", 0, preview="(empty)")
     size = len(data)
+    if fmt == "hex":
+        return _as_hex(data)
+    if fmt == "base64":
+        shown = base64.b64encode(data[:limit]).decode("ascii")
+        return RenderedBytes("base64", shown, size, truncated=size > limit, preview=one_line(shown))
+    if fmt == "text":
+        shown = escape_controls(data[:limit].decode("utf-8", errors="replace"))
+        return RenderedBytes("text", shown, size, truncated=size > limit, preview=one_line(shown))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         text = None
+    if fmt == "json":
+        document = _json_value(text) if text is not None and size <= limit else _NOT_JSON
+        if document is not _NOT_JSON:
+            return _as_json(document, size)
+        fallback = render_bytes(data, limit)
+        return RenderedBytes(fallback.kind, fallback.text, size, fallback.truncated, fallback.preview,
+                             note="not JSON")
     if text is None or _mostly_controls(text):
-        return RenderedBytes("binary", hex_dump(data), size, truncated=size > _HEX_LIMIT)
+        return _as_hex(data)
     if size <= limit:
         document = parse_json_document(text)
         if document is not None:
-            return RenderedBytes("json", json.dumps(document, indent=2, ensure_ascii=False), size)
+            return _as_json(document, size)
     truncated = size > limit
-    shown = text[:limit] if truncated else text
-    return RenderedBytes("text", escape_controls(shown), size, truncated=truncated)
+    shown = escape_controls(text[:limit] if truncated else text)
+    return RenderedBytes("text", shown, size, truncated=truncated, preview=one_line(shown))
+
+
+_NOT_JSON = object()
+
+
+def _json_value(text: str) -> Any:
+    """Any JSON value (also a bare string or number, when JSON was asked for), else _NOT_JSON."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return _NOT_JSON
+
+
+def _as_json(document: Any, size: int) -> RenderedBytes:
+    compact = json.dumps(document, ensure_ascii=False, separators=(", ", ": "))
+    return RenderedBytes("json", json.dumps(document, indent=2, ensure_ascii=False), size,
+                         preview=one_line(compact))
+
+
+def _as_hex(data: bytes) -> RenderedBytes:
+    head = " ".join(f"{b:02x}" for b in data[:32]) + (" …" if len(data) > 32 else "")
+    return RenderedBytes("binary", hex_dump(data), len(data), truncated=len(data) > _HEX_LIMIT, preview=head)
 
 
 def searchable_text(data: bytes | None) -> str:

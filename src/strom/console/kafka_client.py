@@ -211,6 +211,12 @@ class BrowseQuery:
     limit: int = 50
     search: str = ""
     scan: int = 5000  # records read per partition when searching
+    key_format: str = "auto"  # how keys, values and header values are shown (formatting.DISPLAY_FORMATS)
+    value_format: str = "auto"
+    header_format: str = "auto"
+
+    def render(self, message: Any) -> RecordView:
+        return _record(message, self.key_format, self.value_format, self.header_format)
 
 
 @dataclass
@@ -219,6 +225,7 @@ class BrowseResult:
     scanned: int
     partial: bool
     notes: list[str] = field(default_factory=list)
+    ends: dict[int, int] = field(default_factory=dict)  # log end offset per partition read: where a live tail starts
 
 
 @dataclass
@@ -588,7 +595,8 @@ class KafkaGateway:
         # Searching the newest records keeps each partition's last matches; otherwise the first ones found.
         newest_matches = bool(needle) and query.mode == "newest"
         records, scanned, partial = self._read(topic, starts, high, per_partition, needle,
-                                               query.limit if needle else None, keep_last=newest_matches)
+                                               query.limit if needle else None, keep_last=newest_matches,
+                                               query=query)
         if query.mode == "newest":
             records.sort(key=lambda r: (r.timestamp or 0, r.offset), reverse=True)
         else:
@@ -597,10 +605,27 @@ class KafkaGateway:
             records = records[:query.limit]
         if partial:
             notes.append(f"Stopped after {self.browse_timeout:g} s before reaching the end of the range.")
-        return BrowseResult(records, scanned, partial, notes)
+        return BrowseResult(records, scanned, partial, notes, dict(high))
+
+    def tail(self, topic: str, positions: dict[int, int], query: BrowseQuery) -> tuple[list[RecordView],
+                                                                                    dict[int, int]]:
+        """Records written since `positions` (partition -> next offset), oldest first, at most query.limit per
+        partition; and the positions to ask from next time. Partitions not named start at their end."""
+        ids = self.partition_ids(topic)
+        chosen = [query.partition] if query.partition is not None else ids
+        if query.partition is not None and query.partition not in ids:
+            raise not_found(f"Topic '{topic}' has no partition {query.partition}.")
+        high = self._offsets(topic, chosen, OffsetSpec.latest())
+        starts = {p: min(max(positions.get(p, high[p]), 0), high[p]) for p in chosen}
+        stops = {p: min(high[p], starts[p] + query.limit) for p in chosen}
+        needle = query.search.lower()
+        records, _, _ = self._read(topic, starts, stops, query.limit, needle, None, query=query)
+        records.sort(key=lambda r: (r.timestamp or 0, r.partition, r.offset))
+        return records, stops
 
     def _read(self, topic: str, starts: dict[int, int], stops: dict[int, int], per_partition: int,
-              needle: str, limit: int | None, keep_last: bool = False) -> tuple[list[RecordView], int, bool]:
+              needle: str, limit: int | None, keep_last: bool = False, query: BrowseQuery | None = None
+              ) -> tuple[list[RecordView], int, bool]:
         """Read [start, stop) of each partition with an assigned consumer that has no group at all.
 
         kafka-python's consumer, because confluent-kafka insists on a group.id and librdkafka then looks
@@ -616,6 +641,7 @@ class KafkaGateway:
         todo = {p for p, start in starts.items() if start < stops[p]}
         if not todo:
             return [], 0, False
+        shown = query.render if query is not None else _record
         records: list[RecordView] = []
         last: dict[int, deque[RecordView]] = {p: deque(maxlen=limit) for p in todo}
         counts = dict.fromkeys(todo, 0)
@@ -645,7 +671,7 @@ class KafkaGateway:
                             break
                         counts[partition] += 1
                         if not needle or _matches(message, needle):
-                            (last[partition] if keep_last else records).append(_record(message))
+                            (last[partition] if keep_last else records).append(shown(message))
                         if counts[partition] >= per_partition or message.offset >= stops[partition] - 1:
                             todo.discard(partition)
                             break
@@ -932,10 +958,12 @@ def _matches(message: Any, needle: str) -> bool:
     return any(needle in name.lower() or needle in searchable_text(value) for name, value in message.headers or [])
 
 
-def _record(message: Any) -> RecordView:
+def _record(message: Any, key_format: str = "auto", value_format: str = "auto",
+            header_format: str = "auto") -> RecordView:
     """A kafka-python ConsumerRecord as shown; its timestamp_type is Kafka's (0 CreateTime, 1 LogAppendTime)."""
     known = message.timestamp is not None and message.timestamp >= 0
     kind = message.timestamp_type + 1 if known else 0
     return RecordView(message.partition, message.offset, message.timestamp if known else None,
-                      timestamp_type_name(kind), render_bytes(message.key), render_bytes(message.value),
-                      [(name, render_bytes(value)) for name, value in message.headers or []])
+                      timestamp_type_name(kind), render_bytes(message.key, fmt=key_format),
+                      render_bytes(message.value, fmt=value_format),
+                      [(name, render_bytes(value, fmt=header_format)) for name, value in message.headers or []])
