@@ -191,3 +191,44 @@ def test_tail_api_returns_what_arrived_since_the_last_position(client: TestClien
     assert record["value"]["preview"] == '{"live": true}'
     assert client.get("/api/tail", params={"topic": topic, "from": "x:1"}).status_code == 400
     assert client.get("/api/tail", params={"topic": "no-such-topic-here"}).status_code == 404
+
+
+# -- brokers and topics ------------------------------------------------------------------------------
+
+def test_broker_page_shows_rack_counts_log_dirs_and_configs(broker_factory) -> None:
+    racked = broker_factory({"broker.rack": "rack-a", "log.retention.hours": "48"})
+    admin = AdminClient({"bootstrap.servers": racked.bootstrap})
+    topic = make_topic(admin, partitions=3)
+    produce(racked.bootstrap, topic, 20)
+    app = create_app(ConsoleSettings({"bootstrap.servers": racked.bootstrap}, timeout=10))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        overview = client.get("/").text
+        broker_id = int(re.search(r'href="/brokers/(\d+)"', overview).group(1))
+        page = client.get(f"/brokers/{broker_id}").text
+        cards = text(re.search(r'id="broker-cards">(.*?)\n</div>', page, re.S).group(1))
+        assert "Rack rack-a" in cards and f"127.0.0.1:{racked.port}" in cards
+        leaders = int(re.search(r'id="leader-count">([\d,]+)<', page).group(1).replace(",", ""))
+        assert leaders >= 3 and leaders == int(re.search(r'id="replica-count">([\d,]+)<', page).group(1))
+        dirs = text(re.search(r'id="log-dirs">(.*?)</table>', page, re.S).group(1))
+        assert str(racked.data_dir) in dirs or "data" in dirs, dirs
+        assert "online" in dirs and re.search(r"\d+(\.\d)? (B|KiB)", dirs)
+        rack = text(row(page, "config", "broker.rack"))
+        assert "rack-a" in rack and "static broker config" in rack
+        assert "48 2 d" in text(row(page, "config", "log.retention.hours"))
+        assert not row(page, "config", "background.threads")  # a default: only in the full view
+        assert row(client.get(f"/brokers/{broker_id}?configs=all").text, "config", "background.threads")
+        replicas = text(re.search(r'id="replicas">(.*?)</table>', page, re.S).group(1))
+        assert f"{topic} 0 leader in sync" in replicas
+        missing = client.get("/brokers/99")
+        assert missing.status_code == 404 and "Broker 99 is not in the cluster" in missing.text
+        assert client.get("/brokers/x").status_code == 400
+
+
+def test_topics_list_filters_by_name(client: TestClient, admin) -> None:
+    wanted = make_topic(admin)
+    other = make_topic(admin)
+    listing = client.get("/topics").text
+    assert 'data-filter="topics"' in listing and row(listing, "name", wanted) and row(listing, "name", other)
+    filtered = client.get("/topics", params={"q": wanted[-8:].upper()}).text
+    assert row(filtered, "name", wanted) and not row(filtered, "name", other)
+    assert "No topic name contains “zz-none”" in html.unescape(client.get("/topics?q=zz-none").text)

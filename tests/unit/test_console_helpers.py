@@ -248,6 +248,8 @@ def test_config_values_in_human_units() -> None:
     assert human_config_value("segment.bytes", "1073741824") == "1 GiB"
     assert human_config_value("max.message.bytes", "1048588") == "1.0 MiB"
     assert human_config_value("segment.jitter.ms", "0") == "0 ms"
+    assert human_config_value("log.retention.hours", "168") == "7 d"
+    assert human_config_value("log.retention.minutes", "90") == "1.5 h"
     assert human_config_value("cleanup.policy", "delete") is None
     assert human_config_value("retention.ms", "soon") is None
 

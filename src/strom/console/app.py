@@ -207,10 +207,15 @@ async def overview(request: Request) -> Response:
     app = console(request)
     cluster = await app.call(gateway(request).cluster)
     topics = await app.call(gateway(request).topics)
+    partitions = [p for t in topics for p in t.partitions]
+    leaders = {b.id: sum(1 for p in partitions if p.leader == b.id) for b in cluster.brokers}
+    replicas = {b.id: sum(1 for p in partitions if b.id in p.replicas) for b in cluster.brokers}
+    unhealthy = [t for t in topics if t.under_replicated or t.offline]
     return render(request, "overview.html", {
         "cluster": cluster, "topic_count": len([t for t in topics if not t.internal]),
-        "partition_count": sum(len(t.partitions) for t in topics),
+        "partition_count": len(partitions), "leaders": leaders, "replicas": replicas, "unhealthy": unhealthy,
         "under_replicated": sum(t.under_replicated for t in topics),
+        "offline": sum(t.offline for t in topics),
         "total_size": sum(t.size or 0 for t in topics),
         "metrics_url": app.settings.metrics_url,
     })
@@ -226,15 +231,31 @@ async def throughput_api(request: Request) -> Response:
     return JSONResponse(tracker.as_json())
 
 
+# -- brokers -------------------------------------------------------------------------------------
+
+async def broker_page(request: Request) -> Response:
+    """One broker: rack, leader and replica counts, log directories and sizes, its configs (overrides unless
+    ?configs=all) and the replicas it holds."""
+    broker_id = inputs.integer(request.path_params["broker_id"], "Broker id", minimum=0)
+    detail = await console(request).call(gateway(request).broker, broker_id)
+    all_configs = request.query_params.get("configs") == "all"
+    configs = [c for c in detail.configs if all_configs or not c.is_default]
+    return render(request, "broker.html", {"detail": detail, "b": detail.broker, "configs": configs,
+                                           "all_configs": all_configs, "config_count": len(detail.configs),
+                                           "replica_limit": 1000})
+
+
 # -- topics --------------------------------------------------------------------------------------
 
 async def topics_page(request: Request, status: int = 200, error: str | None = None,
                       form: dict[str, str] | None = None) -> Response:
     show_internal = request.query_params.get("internal") == "1"
+    search = (request.query_params.get("q") or "").strip()
     topics = await console(request).call(gateway(request).topics)
-    shown = [t for t in topics if show_internal or not t.internal]
-    return render(request, "topics.html", {"topics": shown, "show_internal": show_internal,
-                                           "hidden": len(topics) - len(shown), "form": form or {}},
+    listed = [t for t in topics if show_internal or not t.internal]
+    shown = [t for t in listed if search.lower() in t.name.lower()]
+    return render(request, "topics.html", {"topics": shown, "show_internal": show_internal, "search": search,
+                                           "hidden": len(topics) - len(listed), "form": form or {}},
                   status=status, error=error)
 
 
@@ -645,6 +666,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
 
     routes = [
         Route("/", overview),
+        Route("/brokers/{broker_id}", broker_page),
         Route("/topics", topics_page, methods=["GET"]),
         Route("/topics", create_topic, methods=["POST"]),
         Route("/topics/{name}", topic_page, methods=["GET"]),

@@ -223,10 +223,16 @@ def human_size(size: int) -> str:
     return _scaled(size, _SIZES, "B")
 
 
+_TIME_SUFFIXES = {".hours": 3_600_000, ".minutes": 60_000, ".seconds": 1000}
+
+
 def config_unit(name: str) -> str | None:
-    """'ms' or 'bytes' when the config's value is a time or a size, from its name as Kafka spells it."""
+    """The unit of a config's value when it is a time or a size ('ms', 'hours', 'bytes'...), from its name."""
     if name.endswith(".ms") or name in _MS_CONFIGS:
         return "ms"
+    for suffix in _TIME_SUFFIXES:
+        if name.endswith(suffix):
+            return suffix[1:]
     if name.endswith(".bytes") or name in _BYTES_CONFIGS:
         return "bytes"
     return None
@@ -245,7 +251,9 @@ def human_config_value(name: str, value: str | None) -> str | None:
         return "unlimited"
     if number < 0:
         return None
-    return human_duration_ms(number) if unit == "ms" else human_size(number)
+    if unit == "bytes":
+        return human_size(number)
+    return human_duration_ms(number * _TIME_SUFFIXES.get("." + unit, 1))
 
 
 _SOURCE_LABELS = {

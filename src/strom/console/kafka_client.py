@@ -149,6 +149,11 @@ class PartitionView:
         return len(self.isr) < len(self.replicas)
 
     @property
+    def offline(self) -> bool:
+        """No leader: nothing can be read or written until a replica in the ISR comes back."""
+        return self.leader < 0
+
+    @property
     def messages(self) -> int | None:
         if self.earliest is None or self.latest is None:
             return None
@@ -176,9 +181,56 @@ class TopicView:
         return sum(1 for p in self.partitions if p.under_replicated)
 
     @property
+    def offline(self) -> int:
+        return sum(1 for p in self.partitions if p.offline)
+
+    @property
     def messages(self) -> int | None:
         counts = [p.messages for p in self.partitions]
         return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+
+
+@dataclass
+class LogDirView:
+    path: str
+    error: str | None
+    size: int  # bytes of the partitions in it
+    partitions: int
+    total_bytes: int | None  # the volume's capacity and free space (DescribeLogDirs v4+), when reported
+    usable_bytes: int | None
+
+
+@dataclass
+class ReplicaView:
+    """One replica a broker holds: its partition, whether it leads it and whether it is in sync."""
+
+    topic: str
+    partition: int
+    leader: bool
+    in_sync: bool
+    offline: bool
+    size: int | None
+
+
+@dataclass
+class BrokerDetail:
+    broker: BrokerView
+    configs: list[ConfigView]
+    log_dirs: list[LogDirView]
+    replicas: list[ReplicaView]
+    log_dirs_error: str | None = None
+
+    @property
+    def leaders(self) -> int:
+        return sum(1 for r in self.replicas if r.leader)
+
+    @property
+    def out_of_sync(self) -> int:
+        return sum(1 for r in self.replicas if not r.in_sync)
+
+    @property
+    def size(self) -> int:
+        return sum(d.size for d in self.log_dirs)
 
 
 @dataclass
@@ -425,9 +477,9 @@ class KafkaGateway:
                                [r.id for r in p.replicas], [r.id for r in p.isr])
                  for p in sorted(description.partitions, key=lambda p: p.id)]
         view = TopicView(name, bool(description.is_internal), parts, str(description.topic_id))
-        ids = [p.id for p in parts]
-        earliest = self._offsets(name, ids, OffsetSpec.earliest())
-        latest = self._offsets(name, ids, OffsetSpec.latest())
+        ids = [p.id for p in parts if not p.offline]  # an offline partition has no leader to ask
+        earliest = self._offsets(name, ids, OffsetSpec.earliest(), tolerant=True)
+        latest = self._offsets(name, ids, OffsetSpec.latest(), tolerant=True)
         for p in parts:
             p.earliest, p.latest = earliest.get(p.id), latest.get(p.id)
         self._fill_sizes([view])
@@ -444,15 +496,25 @@ class KafkaGateway:
             raise kafka_failure(exc, f"Topic '{name}'", name) from None
         return sorted(description.partitions, key=lambda p: p.id)
 
-    def _offsets(self, topic: str, partitions: list[int], spec: OffsetSpec) -> dict[int, int]:
+    def _offsets(self, topic: str, partitions: list[int], spec: OffsetSpec,
+                 tolerant: bool = False) -> dict[int, int]:
+        """Offsets per partition; `tolerant` leaves out partitions that cannot answer (no leader) instead of
+        failing the page."""
         if not partitions:
             return {}
         try:
             futures = self.admin.list_offsets({TopicPartition(topic, p): spec for p in partitions},
                                               request_timeout=self.timeout)
-            return {tp.partition: future.result().offset for tp, future in futures.items()}
         except KafkaException as exc:
             raise kafka_failure(exc, f"Could not list offsets of topic '{topic}'", topic) from None
+        found = {}
+        for tp, future in futures.items():
+            try:
+                found[tp.partition] = future.result().offset
+            except KafkaException as exc:
+                if not tolerant:
+                    raise kafka_failure(exc, f"Could not list offsets of topic '{topic}'", topic) from None
+        return found
 
     def _fill_sizes(self, views: list[TopicView]) -> None:
         """Partition sizes from DescribeLogDirs (the leader's replica); left unknown if that fails."""
@@ -464,16 +526,11 @@ class KafkaGateway:
                     p.size = by_broker.get(p.leader, max(by_broker.values()))
 
     def log_dir_sizes(self) -> dict[tuple[str, int], dict[int, int]]:
-        """{(topic, partition): {broker id: bytes}}; empty when the broker cannot tell.
-
-        confluent-kafka has no DescribeLogDirs, so this one request goes through kafka-python.
-        """
-        with self._legacy_lock:
-            try:
-                answers = self._legacy_client().describe_log_dirs()
-            except Exception:  # noqa: BLE001 - sizes are optional decoration, never a reason to fail a page
-                self._legacy = None
-                return {}
+        """{(topic, partition): {broker id: bytes}}; empty when the broker cannot tell."""
+        try:
+            answers = self.describe_log_dirs()
+        except ConsoleError:
+            return {}  # sizes are optional decoration, never a reason to fail a page
         sizes: dict[tuple[str, int], dict[int, int]] = {}
         for broker in answers:
             for log_dir in broker.get("log_dirs", []):
@@ -486,6 +543,59 @@ class KafkaGateway:
                         key = (topic["name"], part["partition_index"])
                         sizes.setdefault(key, {})[broker["broker"]] = part["partition_size"]
         return sizes
+
+    def describe_log_dirs(self, brokers: list[int] | None = None) -> list[dict[str, Any]]:
+        """DescribeLogDirs of every (or the named) broker, as kafka-python decodes it: confluent-kafka has no
+        DescribeLogDirs, so this one request goes through kafka-python."""
+        with self._legacy_lock:
+            try:
+                return self._legacy_client().describe_log_dirs(brokers=brokers)
+            except Exception as exc:  # noqa: BLE001 - kafka-python raises many kinds; all become a sentence
+                self._legacy = None
+                raise _legacy_failure(exc, "DescribeLogDirs failed") from None
+
+    def broker(self, broker_id: int) -> BrokerDetail:
+        """One broker: its configs, log directories with sizes, and the replicas it holds (404 if unknown)."""
+        cluster = self.cluster()
+        found = next((b for b in cluster.brokers if b.id == broker_id), None)
+        if found is None:
+            known = ", ".join(str(b.id) for b in cluster.brokers)
+            raise not_found(f"Broker {broker_id} is not in the cluster (brokers: {known}).")
+        configs = self._configs(ConfigResource(ResourceType.BROKER, str(broker_id)), f"broker {broker_id}")
+        try:
+            metadata = self.admin.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise kafka_failure(exc, "Could not list topics") from None
+        dirs: list[LogDirView] = []
+        sizes: dict[tuple[str, int], int] = {}
+        dirs_error = None
+        try:
+            answers = self.describe_log_dirs([broker_id])
+        except ConsoleError as exc:
+            answers, dirs_error = [], exc.message
+        for answer in answers:
+            if answer.get("broker") != broker_id:
+                continue
+            for log_dir in answer.get("log_dirs", []):
+                size = count = 0
+                for topic in log_dir.get("topics", []):
+                    for part in topic.get("partitions", []):
+                        if not part.get("is_future_key"):
+                            sizes[(topic["name"], part["partition_index"])] = part["partition_size"]
+                            size += part["partition_size"]
+                            count += 1
+                code = log_dir.get("error_code") or 0
+                total, usable = log_dir.get("total_bytes", -1), log_dir.get("usable_bytes", -1)
+                dirs.append(LogDirView(log_dir.get("log_dir", ""), _error_code_name(code) if code else None, size,
+                                       count, total if total is not None and total >= 0 else None,
+                                       usable if usable is not None and usable >= 0 else None))
+        replicas = []
+        for name, info in sorted(metadata.topics.items()):
+            for p in sorted(info.partitions.values(), key=lambda p: p.id):
+                if broker_id in p.replicas:
+                    replicas.append(ReplicaView(name, p.id, p.leader == broker_id, broker_id in p.isrs,
+                                                p.leader < 0, sizes.get((name, p.id))))
+        return BrokerDetail(found, configs, dirs, replicas, dirs_error)
 
     def _acls_disabled(self) -> bool:
         """Whether DescribeAcls answers SECURITY_DISABLED.
@@ -525,11 +635,13 @@ class KafkaGateway:
         return self._legacy
 
     def topic_configs(self, name: str) -> list[ConfigView]:
-        resource = ConfigResource(ResourceType.TOPIC, name)
+        return self._configs(ConfigResource(ResourceType.TOPIC, name), f"topic '{name}'", name)
+
+    def _configs(self, resource: ConfigResource, what: str, topic: str | None = None) -> list[ConfigView]:
         try:
             entries = self.admin.describe_configs([resource], request_timeout=self.timeout)[resource].result()
         except KafkaException as exc:
-            raise kafka_failure(exc, f"Could not describe the configs of topic '{name}'", name) from None
+            raise kafka_failure(exc, f"Could not describe the configs of {what}", topic) from None
         return [ConfigView(e.name, e.value, _config_source(e.source), bool(e.is_default),
                            bool(e.is_read_only), bool(e.is_sensitive))
                 for e in sorted(entries.values(), key=lambda e: e.name)]
@@ -945,6 +1057,14 @@ def spark_marker_batch(result: Any) -> int | None:
     if not commits or not all((tp.metadata or "").startswith(SPARK_SINK_MARKER) for tp in commits):
         return None
     return max(tp.offset for tp in commits)
+
+
+def _error_code_name(code: int) -> str:
+    """A Kafka error code as its name (KAFKA_STORAGE_ERROR), as kafka-python knows it."""
+    from kafka.errors import for_code
+
+    error = for_code(code)
+    return str(getattr(error, "message", None) or code)
 
 
 def _committed(result: Any) -> dict[tuple[str, int], int]:
