@@ -232,3 +232,26 @@ def test_delete_topic_after_typing_its_name(page, console_process, admin) -> Non
     while topic in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
         time.sleep(0.2)
     assert topic not in admin.list_topics(timeout=10).topics
+
+
+def test_topic_filter_box_hides_other_topics_as_you_type(page, console_process, admin) -> None:
+    wanted, other = new_topic(admin), new_topic(admin)
+    page.goto(console_process.url + "/topics")
+    expect(page.locator(f'#topics tr[data-name="{other}"]')).to_be_visible()
+    page.fill("#topic-filter input[name=q]", wanted[-6:])
+    expect(page.locator(f'#topics tr[data-name="{other}"]')).to_be_hidden()
+    expect(page.locator(f'#topics tr[data-name="{wanted}"]')).to_be_visible()
+    expect(page.locator("#topics-count")).to_have_text("1 match")
+    page.press("#topic-filter input[name=q]", "Enter")  # the same filter, answered by the server
+    expect(page).to_have_url(re.compile(r"/topics\?q="))
+    expect(page.locator("#topics tbody tr[data-name]")).to_have_count(1)
+
+
+def test_broker_page_from_the_overview(page, console_process, broker) -> None:
+    page.goto(console_process.url + "/")
+    page.click("#brokers tbody a")
+    expect(page.locator("h1")).to_contain_text("Brokers /")
+    expect(page.locator("#log-dirs")).to_contain_text("online")
+    expect(page.locator("#config-view")).to_contain_text("show all")
+    page.click("#config-view >> text=show all")
+    expect(page.locator('#config-table tr[data-config="log.segment.bytes"]')).to_contain_text("GiB")
