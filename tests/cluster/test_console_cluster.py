@@ -64,6 +64,8 @@ def test_console_shows_a_replicated_topic(cluster_factory) -> None:
         assert alone in health and topic in health
         offline_page = client.get(f"/topics/{alone}").text
         assert '<tr class="offline">' in offline_page and "1 partition(s) offline" in offline_page
+        browse = client.get(f"/topics/{alone}/messages")
+        assert browse.status_code == 200 and "Partition(s) 0 offline (no leader): not read." in browse.text
         replicated = client.get(f"/topics/{topic}").text
         assert '<tr class="under-replicated">' in replicated and "badge warn\">under-replicated" in replicated
         listing = client.get("/topics").text

@@ -673,14 +673,10 @@ class KafkaGateway:
 
     # -- messages ---------------------------------------------------------------------------------
     def browse(self, topic: str, query: BrowseQuery) -> BrowseResult:
-        ids = self.partition_ids(topic)
-        if query.partition is not None and query.partition not in ids:
-            raise not_found(f"Topic '{topic}' has no partition {query.partition} (partitions: 0–{len(ids) - 1}).")
-        chosen = [query.partition] if query.partition is not None else ids
+        chosen, notes = self._readable_partitions(topic, query.partition)
         low = self._offsets(topic, chosen, OffsetSpec.earliest())
         high = self._offsets(topic, chosen, OffsetSpec.latest())
         per_partition = query.scan if query.search else query.limit
-        notes: list[str] = []
         starts: dict[int, int] = {}
         if query.mode == "newest":
             starts = {p: max(low[p], high[p] - per_partition) for p in chosen}
@@ -719,14 +715,24 @@ class KafkaGateway:
             notes.append(f"Stopped after {self.browse_timeout:g} s before reaching the end of the range.")
         return BrowseResult(records, scanned, partial, notes, dict(high))
 
+    def _readable_partitions(self, topic: str, partition: int | None) -> tuple[list[int], list[str]]:
+        """The partitions to read (the one asked for, or all) without the offline ones, which have no leader
+        to read from, and a note naming those; 404 for a partition the topic does not have."""
+        described = self._describe_partitions(topic)
+        ids = [p.id for p in described]
+        if partition is not None and partition not in ids:
+            raise not_found(f"Topic '{topic}' has no partition {partition} (partitions: 0–{len(ids) - 1}).")
+        offline = [p.id for p in described if (p.leader is None or p.leader.id < 0)
+                   and (partition is None or p.id == partition)]
+        chosen = [p for p in ([partition] if partition is not None else ids) if p not in offline]
+        notes = [f"Partition(s) {', '.join(map(str, offline))} offline (no leader): not read."] if offline else []
+        return chosen, notes
+
     def tail(self, topic: str, positions: dict[int, int], query: BrowseQuery) -> tuple[list[RecordView],
                                                                                     dict[int, int]]:
         """Records written since `positions` (partition -> next offset), oldest first, at most query.limit per
         partition; and the positions to ask from next time. Partitions not named start at their end."""
-        ids = self.partition_ids(topic)
-        chosen = [query.partition] if query.partition is not None else ids
-        if query.partition is not None and query.partition not in ids:
-            raise not_found(f"Topic '{topic}' has no partition {query.partition}.")
+        chosen, _ = self._readable_partitions(topic, query.partition)
         high = self._offsets(topic, chosen, OffsetSpec.latest())
         starts = {p: min(max(positions.get(p, high[p]), 0), high[p]) for p in chosen}
         stops = {p: min(high[p], starts[p] + query.limit) for p in chosen}
