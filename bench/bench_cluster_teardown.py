@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
 
 from tests.cluster.test_cluster_cli import CliProcess, free_port_run, kill_leftovers, started_pids  # noqa: E402
 
-from strom.cluster.zookeeper_server import free_port  # noqa: E402
+from strom.metadata.zk.zookeeper_server import free_port  # noqa: E402
 
 
 def one_run(data_dir: Path) -> dict[str, object]:

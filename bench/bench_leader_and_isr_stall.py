@@ -35,8 +35,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from strom.broker.replica_manager import LeaderAndIsrPartition, ReplicaManager  # noqa: E402
-from strom.cluster.metadata import PartitionState  # noqa: E402
 from strom.config import BrokerConfig  # noqa: E402
+from strom.metadata.store import PartitionState  # noqa: E402
 from strom.server_common.purgatory import DelayedOperationPurgatory  # noqa: E402
 from strom.server_common.timing_wheel import Timer  # noqa: E402
 from strom.storage.log_manager import LogManager  # noqa: E402

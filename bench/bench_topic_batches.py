@@ -119,7 +119,7 @@ def micro(args: argparse.Namespace) -> dict[str, list[float]]:
     """In-process CPU seconds per batch of the two steps that used to grow with every topic: recording
     the topics in the embedded metadata store, and picking a log dir for each new partition. Uses the
     `strom` on PYTHONPATH (point it at another tree to measure that one); steadier than the broker."""
-    from strom.cluster.embedded import EmbeddedMetadataStore
+    from strom.metadata.embedded import EmbeddedMetadataStore
     from strom.storage.log_manager import LogManager
 
     store_s: list[float] = []

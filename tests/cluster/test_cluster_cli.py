@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from strom.cluster.zookeeper_server import four_letter_word, free_port
+from strom.metadata.zk.zookeeper_server import four_letter_word, free_port
 from tests.support.cluster import pid_alive
 from tests.support.metrics import http_request
 

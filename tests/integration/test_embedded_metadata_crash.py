@@ -9,7 +9,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from strom.cluster.embedded import METADATA_FILE
+from strom.metadata.embedded import METADATA_FILE
 from tests.integration.test_produce_consume import consume_all, produce
 
 PARTITIONS = 20

@@ -29,7 +29,7 @@ KNOWN_UNFIXED: tuple[tuple[str, str | None], ...] = (
     ("strom/storage/log_manager.py", None),  # log creation, StopReplica close/rename/fsync/unlink
     ("strom/broker/replica_manager.py", "_record_topic_in_dir"),
     ("strom/broker/replica_manager.py", "create_topic_logs"),
-    ("strom/cluster/controller.py", None),  # kazoo DataWatch / ChildrenWatch constructors
+    ("strom/controller/controller.py", None),  # kazoo DataWatch / ChildrenWatch constructors
 )
 
 _read_up_to: dict[Path, int] = {}  # broker log -> bytes already looked at

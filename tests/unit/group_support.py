@@ -12,10 +12,10 @@ from typing import Any, TypeVar
 from tests.unit.fake_clock import ManualClock
 
 from strom.broker.partition import Partition
-from strom.cluster.metadata import PartitionState
 from strom.coordinator.clock import SYSTEM_CLOCK
 from strom.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
+from strom.metadata.store import PartitionState
 from strom.server_common.purgatory import TimerDriver
 from strom.server_common.timing_wheel import Timer
 from strom.storage.log import Log

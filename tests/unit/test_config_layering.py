@@ -81,7 +81,7 @@ def test_config_package_imports_only_the_standard_library_and_itself() -> None:
     "import strom.storage.log",
     "from strom import coordinator",
     "from ..broker import listeners",
-    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from strom.cluster.controller import KafkaController",
+    "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from strom.controller.controller import KafkaController",
     "def f():\n    import kazoo.client",
 ])
 def test_the_check_catches_an_upward_import(source: str) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from strom.cluster.embedded import METADATA_FILE, EmbeddedMetadataStore
+from strom.metadata.embedded import METADATA_FILE, EmbeddedMetadataStore
 
 
 def test_topic_by_id_follows_create_delete_and_recreate(tmp_path: Path) -> None:

@@ -28,13 +28,13 @@ from kafka.protocol.consumer import (
 
 import strom.storage.leader_epoch_cache as leader_epoch_cache
 from strom.broker.partition import Partition
-from strom.cluster.metadata import PartitionState
-from strom.cluster.replica_fetcher import ReplicaFetcher
 from strom.config import BrokerConfig
+from strom.metadata.store import PartitionState
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import build
 from strom.protocol.record_batch import build_batch, iter_batches
 from strom.protocol.replica_fetch import FETCH_VERSION
+from strom.replication.replica_fetcher import ReplicaFetcher
 from strom.server_common.types import TopicPartition
 from strom.storage.log import Log
 from strom.storage.log_config import LogConfig

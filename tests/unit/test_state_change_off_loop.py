@@ -21,8 +21,8 @@ import pytest
 import strom.broker.replica_manager as replica_manager_module
 import strom.storage.leader_epoch_cache as leader_epoch_cache
 from strom.broker.replica_manager import LeaderAndIsrPartition, ReplicaManager
-from strom.cluster.metadata import PartitionState
 from strom.config import BrokerConfig
+from strom.metadata.store import PartitionState
 from strom.server_common.purgatory import DelayedOperationPurgatory
 from strom.server_common.timing_wheel import Timer
 from strom.storage.log_manager import LogManager

@@ -18,7 +18,6 @@ import kafka.errors as Errors
 from tests.unit.fake_clock import ManualClock
 
 from strom.broker.partition import Partition
-from strom.cluster.metadata import PartitionState
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME
 from strom.coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from strom.coordinator.transaction.transaction_marker_channel_manager import TransactionMarkerChannelManager
@@ -27,6 +26,7 @@ from strom.coordinator.transaction.transaction_state_manager import (
     TRANSACTION_STATE_TOPIC_NAME,
     TransactionStateManager,
 )
+from strom.metadata.store import PartitionState
 from strom.storage.log import Log
 from strom.storage.log_config import LogConfig
 

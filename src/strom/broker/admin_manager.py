@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 
 import kafka.errors as Errors
 
-from strom.cluster.metadata import MetadataStore, TopicMetadata
-from strom.cluster.replica_assignment import (
+from strom.config import BrokerConfig, ConfigError, validate_topic_configs, validate_topic_name
+from strom.metadata.replica_assignment import (
     BrokerMetadata,
     assign_replicas_to_brokers,
     start_index_for_new_partitions,
 )
-from strom.config import BrokerConfig, ConfigError, validate_topic_configs, validate_topic_name
+from strom.metadata.store import MetadataStore, TopicMetadata
 
 if TYPE_CHECKING:
     from strom.broker.replica_manager import ReplicaManager

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import kafka.errors as Errors
 
-from strom.cluster.metadata import PartitionState
+from strom.metadata.store import PartitionState
 from strom.storage.log import FetchDataInfo, Log
 from strom.storage.log_config import LogConfig
 from strom.storage.producer_state import ProducerStateEntry

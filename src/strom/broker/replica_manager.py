@@ -19,8 +19,8 @@ import kafka.errors as Errors
 
 from strom.broker.handlers import error_code_of, error_message_of
 from strom.broker.partition import READ_COMMITTED, READ_UNCOMMITTED, IsrChangeSender, Partition
-from strom.cluster.metadata import ChangeKind, MetadataStore, PartitionState, TopicChange, TopicMetadata
 from strom.config import BrokerConfig
+from strom.metadata.store import ChangeKind, MetadataStore, PartitionState, TopicChange, TopicMetadata
 from strom.metrics.topic_stats import BrokerTopicStats
 from strom.protocol.record_batch import build_control_batch
 from strom.server_common.purgatory import DelayedOperation, DelayedOperationPurgatory

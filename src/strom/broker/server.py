@@ -76,27 +76,27 @@ from strom.broker.producer_id_manager import ProducerIdManager
 from strom.broker.quota.manager import QuotaManagers
 from strom.broker.replica_manager import ReplicaManager
 from strom.broker.request import BrokerServices, ClusterLink
-from strom.cluster.alter_partition_manager import AlterPartitionManager
-from strom.cluster.broker_client import BrokerClient
-from strom.cluster.controller import KafkaController
-from strom.cluster.embedded import open_metadata_store
-from strom.cluster.metadata import BrokerInfo, MetadataStore
-from strom.cluster.publisher import MetadataPublisher
-from strom.cluster.replica_fetcher import ReplicaFetcherManager
-from strom.cluster.zk.kafka_zk_client import KafkaZkClient, SessionState
-from strom.cluster.zk_metadata import ZkMetadataStore
+from strom.client.broker_client import BrokerClient
 from strom.config import TOPIC_CONFIGS, BrokerConfig
 from strom.config.metrics_listener import parse_metrics_listener
+from strom.controller.controller import KafkaController
 from strom.coordinator.common import sync_ownership
 from strom.coordinator.group.group_coordinator import GroupCoordinator
 from strom.coordinator.group.startup import create_group_coordinator
 from strom.coordinator.transaction.startup import create_transaction_coordinator
 from strom.coordinator.transaction.transaction_coordinator import TransactionCoordinator
+from strom.metadata.embedded import open_metadata_store
+from strom.metadata.publisher import MetadataPublisher
+from strom.metadata.store import BrokerInfo, MetadataStore
+from strom.metadata.zk.kafka_zk_client import KafkaZkClient, SessionState
+from strom.metadata.zk_metadata import ZkMetadataStore
 from strom.metrics.collector import BrokerCollector, BrokerState
 from strom.metrics.endpoint import MetricsEndpoint
 from strom.metrics.request_metrics import RequestMetrics
 from strom.metrics.topic_stats import BrokerTopicStats
 from strom.protocol.inter_broker import ControlledShutdownRequest
+from strom.replication.alter_partition_manager import AlterPartitionManager
+from strom.replication.replica_fetcher import ReplicaFetcherManager
 from strom.security.authorizer import AclAuthorizer, create_authorizer
 from strom.security.client_security import ClientSecurity
 from strom.server_common.lifecycle import Lifecycle

@@ -220,7 +220,11 @@ def up(
                 fail(f"Port {port} on {HOST} is already in use.")
         if zookeeper_port in ports:
             fail(f"--zookeeper-port {zookeeper_port} collides with a broker port.")
-        from strom.cluster.zookeeper_server import ZooKeeperServer, ZooKeeperServerError, zookeeper_available
+        from strom.metadata.zk.zookeeper_server import (
+            ZooKeeperServer,
+            ZooKeeperServerError,
+            zookeeper_available,
+        )
 
         if not zookeeper_available():
             fail("ZooKeeper is not installed: run `make zookeeper` (Debian package `zookeeper`) or set "

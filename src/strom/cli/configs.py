@@ -336,7 +336,7 @@ def describe_configs(addresses: list[str], resources: list[tuple[int, str]], sec
 async def _send_to_bootstrap(bootstrap: str, request: Any, version: int, security: Any = None) -> Any:
     """Send one request to the first bootstrap broker that answers (each gets the connect timeout to answer)."""
     from strom.cli.common import connect_timeout
-    from strom.cluster.broker_client import BrokerClient
+    from strom.client.broker_client import BrokerClient
 
     problems = []
     for address in bootstrap.split(","):

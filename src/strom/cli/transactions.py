@@ -45,7 +45,7 @@ from strom.cli.common import (
     fail,
     write_out,
 )
-from strom.cluster.broker_client import BrokerClient
+from strom.client.broker_client import BrokerClient
 from strom.security.client_security import ClientSecurity
 
 T = TypeVar("T")

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import kafka.errors as Errors
 
-from strom.cluster.metadata import TopicMetadata
 from strom.coordinator.clock import SYSTEM_CLOCK, Clock
+from strom.metadata.store import TopicMetadata
 
 if TYPE_CHECKING:
     from strom.broker.admin_manager import AdminManager
     from strom.broker.server import KafkaServer
-    from strom.cluster.metadata import MetadataStore
+    from strom.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
 

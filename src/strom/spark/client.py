@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from kafka.errors import for_code
 from kafka.protocol.metadata import MetadataRequest
 
-from strom.cluster.broker_client import BrokerClient
+from strom.client.broker_client import BrokerClient
 from strom.security.client_security import ClientSecurity
 
 T = TypeVar("T")

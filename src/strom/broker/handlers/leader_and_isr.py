@@ -8,8 +8,8 @@ import kafka.errors as Errors
 
 from strom.broker.replica_manager import LeaderAndIsrPartition
 from strom.broker.request import RequestContext
-from strom.cluster.broker_epoch import is_stale_broker_epoch
-from strom.cluster.metadata import PartitionState
+from strom.controller.broker_epoch import is_stale_broker_epoch
+from strom.metadata.store import PartitionState
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import LeaderAndIsrResponse, build
 from strom.security.acl import AclOperation

@@ -7,7 +7,7 @@ from typing import Any
 import kafka.errors as Errors
 
 from strom.broker.request import RequestContext
-from strom.cluster.broker_epoch import is_stale_broker_epoch
+from strom.controller.broker_epoch import is_stale_broker_epoch
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import StopReplicaResponse, build
 from strom.security.acl import AclOperation

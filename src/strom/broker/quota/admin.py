@@ -22,7 +22,7 @@ from strom.broker.quota.entity import (
     QuotaEntity,
     stored_entities,
 )
-from strom.cluster.metadata import MetadataStore
+from strom.metadata.store import MetadataStore
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
 INVALID_REQUEST = Errors.InvalidRequestError.errno

@@ -24,7 +24,7 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 
-from strom.cluster.broker_client import BrokerClient
+from strom.client.broker_client import BrokerClient
 from strom.coordinator.clock import SYSTEM_CLOCK, Clock
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME
 from strom.security.client_security import ClientSecurity

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from strom.cluster.zk.kafka_zk_client import StateListener
-from strom.cluster.zk.zk_data import BrokerRegistration, LeaderIsrAndControllerEpoch, TopicAssignment
+from strom.metadata.zk.kafka_zk_client import StateListener
+from strom.metadata.zk.zk_data import BrokerRegistration, LeaderIsrAndControllerEpoch, TopicAssignment
 
 
 class ControllerZk(Protocol):

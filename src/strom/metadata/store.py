@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
-from strom.cluster.replica_assignment import BrokerMetadata
+from strom.metadata.replica_assignment import BrokerMetadata
 from strom.security.acl import AccessControlEntry, ResourcePattern
 
 log = logging.getLogger(__name__)

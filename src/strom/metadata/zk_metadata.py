@@ -33,7 +33,8 @@ from typing import Any, TypeVar
 
 import kafka.errors as Errors
 
-from strom.cluster.metadata import (
+from strom.metadata.replica_assignment import BrokerMetadata
+from strom.metadata.store import (
     AclListener,
     AclUpdate,
     BrokerInfo,
@@ -42,10 +43,9 @@ from strom.cluster.metadata import (
     PartitionState,
     TopicMetadata,
 )
-from strom.cluster.replica_assignment import BrokerMetadata
-from strom.cluster.zk import zk_data as zd
-from strom.cluster.zk.errors import TopicExistsError
-from strom.cluster.zk.kafka_zk_client import KafkaZkClient
+from strom.metadata.zk import zk_data as zd
+from strom.metadata.zk.errors import TopicExistsError
+from strom.metadata.zk.kafka_zk_client import KafkaZkClient
 from strom.security.acl import AccessControlEntry, ResourcePattern
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import kafka.errors as Errors
 from kafka.protocol.consumer import OffsetForLeaderEpochRequest
 
-from strom.cluster.broker_client import DEAD_PEER_TIMEOUT_S, BrokerClient
+from strom.client.broker_client import DEAD_PEER_TIMEOUT_S, BrokerClient
 from strom.protocol import replica_fetch
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import build

@@ -48,8 +48,8 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from kazoo.retry import KazooRetry, RetryFailedError
 
-from strom.cluster.zk import zk_data as zd
-from strom.cluster.zk.errors import (
+from strom.metadata.zk import zk_data as zd
+from strom.metadata.zk.errors import (
     BadVersionError,
     BrokerIdAlreadyRegisteredError,
     ControllerMovedError,
@@ -58,10 +58,10 @@ from strom.cluster.zk.errors import (
     ZkConnectionError,
     ZNodeNotFoundError,
 )
-from strom.cluster.zk.errors import (
+from strom.metadata.zk.errors import (
     NodeExistsError as ZkNodeExistsError,
 )
-from strom.cluster.zk.zk_data import (
+from strom.metadata.zk.zk_data import (
     BrokerRegistration,
     LeaderIsrAndControllerEpoch,
     ProducerIdsBlock,

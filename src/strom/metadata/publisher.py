@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from strom.cluster.metadata import TopicChange
+from strom.metadata.store import TopicChange
 
 if TYPE_CHECKING:
     from strom.broker.replica_manager import LeaderAndIsrPartition, ReplicaManager

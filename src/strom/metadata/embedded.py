@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from strom.cluster.metadata import (
+from strom.metadata.store import (
     AclListener,
     AclUpdate,
     BrokerInfo,
@@ -25,7 +25,7 @@ from strom.cluster.metadata import (
     PartitionState,
     TopicMetadata,
 )
-from strom.cluster.zk.zk_data import DEFAULT_BROKER_ENTITY
+from strom.metadata.zk.zk_data import DEFAULT_BROKER_ENTITY
 from strom.security.acl import (
     AccessControlEntry,
     PatternType,

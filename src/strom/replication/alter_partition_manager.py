@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 
 import kafka.errors as Errors
 
-from strom.cluster.broker_client import BrokerClient
+from strom.client.broker_client import BrokerClient
 from strom.protocol.inter_broker import AlterPartitionRequest, build
 from strom.security.client_security import ClientSecurity
 
 if TYPE_CHECKING:
     from strom.broker.partition import Partition
     from strom.broker.replica_manager import ReplicaManager
-    from strom.cluster.zk_metadata import ZkMetadataStore
+    from strom.metadata.zk_metadata import ZkMetadataStore
 
 log = logging.getLogger(__name__)
 

@@ -30,13 +30,13 @@ from typing import Any, TypeVar
 
 import kafka.errors as Errors
 
-from strom.cluster.controller_channel import ControllerChannelManager
-from strom.cluster.zk import zk_data as zd
-from strom.cluster.zk.controller_zk import ControllerZk
-from strom.cluster.zk.errors import BadVersionError, ControllerMovedError, KafkaZkError, ZNodeNotFoundError
-from strom.cluster.zk.kafka_zk_client import SessionState
 from strom.config import BrokerConfig
 from strom.config.listeners import SECURITY_PROTOCOL_IDS
+from strom.controller.controller_channel import ControllerChannelManager
+from strom.controller.controller_zk import ControllerZk
+from strom.metadata.zk import zk_data as zd
+from strom.metadata.zk.errors import BadVersionError, ControllerMovedError, KafkaZkError, ZNodeNotFoundError
+from strom.metadata.zk.kafka_zk_client import SessionState
 from strom.protocol.inter_broker import (
     LeaderAndIsrRequest,
     StopReplicaRequest,

@@ -15,13 +15,13 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from strom.cluster.embedded import (
+from strom.metadata.embedded import (
     METADATA_FILE,
     EmbeddedMetadataStore,
     find_metadata_file,
     load_metadata_store,
 )
-from strom.cluster.metadata import PartitionState, TopicMetadata
+from strom.metadata.store import PartitionState, TopicMetadata
 from strom.storage.log_dirs import LogDirError, check_identities, lock_log_dirs, read_meta_properties
 from strom.storage.log_manager import partition_dirs
 from strom.storage.partition_metadata import read_topic_configs, read_topic_id

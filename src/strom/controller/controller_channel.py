@@ -14,7 +14,7 @@ from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
 
-from strom.cluster.broker_client import BrokerClient
+from strom.client.broker_client import BrokerClient
 from strom.security.client_security import ClientSecurity
 
 log = logging.getLogger(__name__)
