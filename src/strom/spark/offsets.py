@@ -62,6 +62,7 @@ class OffsetResolver:
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._admin: Any = None
+        self._reported_missing: set[str] = set()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -94,11 +95,34 @@ class OffsetResolver:
             return {(t, p) for t, parts in opts.assign.items() for p in parts}
         existing = self.topic_partitions()
         if opts.strategy == "subscribe":
+            self._check_subscribed(existing)
             names: Iterable[str] = [t for t in opts.topics if t in existing]
         else:
             rx = re.compile(opts.pattern or "")
             names = [t for t in existing if not t.startswith("__") and rx.fullmatch(t)]
         return {(t, p) for t in names for p in range(existing[t])}
+
+    def _check_subscribed(self, existing: Mapping[str, int]) -> None:
+        """A subscribed topic that does not exist fails the query, as it does with Spark's Kafka source
+        (its AdminClient-based offset reader, the default since Spark 3.4); with failOnDataLoss=false
+        the source reads nothing from it until it is created, and says so once per topic."""
+        from strom.spark.errors import StromTopicNotFoundError
+
+        missing = [t for t in self.options.topics if t not in existing]
+        if not missing:
+            return
+        names = ", ".join(f"'{t}'" for t in missing)
+        if self.options.fail_on_data_loss:
+            raise StromTopicNotFoundError(
+                f"Subscribed topic {names} (option 'subscribe') does not exist on "
+                f"{self.options.client.get('bootstrap.servers')}. Check the name or create the topic; "
+                "to read it once it appears instead, set the source option 'failOnDataLoss' to 'false'."
+            )
+        new = [t for t in missing if t not in self._reported_missing]
+        if new:
+            self._reported_missing.update(new)
+            log.warning("Subscribed topic %s does not exist yet; reading nothing from it until it is "
+                        "created (failOnDataLoss=false).", ", ".join(f"'{t}'" for t in new))
 
     # -- ListOffsets -------------------------------------------------------------------
 

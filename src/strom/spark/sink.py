@@ -311,6 +311,22 @@ class ExactlyOnceDelivery:
         )
 
 
+def prepare_topic(opts: SinkOptions) -> None:
+    """On the driver, before any task: the fixed ``topic`` exists, or the broker creates it now
+    (following its auto.create.topics.enable, logged with the partition count), or the write
+    stops with what to do. Topics named by a ``topic`` column are handled the same way per task."""
+    if opts.topic is None:
+        return
+    from strom.spark.client import TaskClient
+    from strom.spark.producer import DEFAULT_DELIVERY_TIMEOUT_MS, topic_partition_count
+
+    client = TaskClient(_task_client_conf(opts))
+    try:
+        topic_partition_count(client, opts.topic, DEFAULT_DELIVERY_TIMEOUT_MS / 1000, option="option 'topic'")
+    finally:
+        client.close()
+
+
 def delivery_for(opts: SinkOptions) -> Delivery:
     """Pick the delivery strategy."""
     if opts.exactly_once:
