@@ -85,7 +85,7 @@ def _split(address: str) -> tuple[str, int]:
 
 
 # How long check_reachable keeps trying addresses that refuse connections (a broker still starting).
-REACHABLE_WAIT_S = 3.0
+REACHABLE_WAIT_S = 1.0
 
 
 def check_reachable(servers: str, *, wait_s: float = REACHABLE_WAIT_S, option: str = "kafka.bootstrap.servers") -> None:
