@@ -53,6 +53,7 @@ def write(servers, target):
     df.write.format("strom").option("kafka.bootstrap.servers", servers).option("topic", target).mode("append").save()
     return read(servers, subscribe=target)
 
+step("found", lambda: read(subscribe=topic))
 step("no-subscribe", lambda: read())
 step("unreachable", lambda: read(closed, subscribe=topic))
 step("unreachable-write", lambda: write(closed, topic))
@@ -132,7 +133,7 @@ def test_kafka_group_id_is_accepted_with_a_warning(job: _Output) -> None:
 def test_format_strom_is_found_without_register(job: _Output) -> None:
     # The job never calls strom.spark.register(spark): Spark found pyspark_strom by itself.
     assert "DATA_SOURCE_NOT_FOUND" not in job.run.stdout + job.run.stderr
-    assert job.out("group-id") == "RESULT 3"
+    assert job.out("found") == "RESULT 3"
 
 
 def test_missing_topic_fails_or_waits_like_spark(job: _Output) -> None:

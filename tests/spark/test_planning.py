@@ -45,8 +45,10 @@ def test_option_parsing() -> None:
     assert o.topics == ("a", "b") and o.max_offsets_per_trigger == 5 and o.max_trigger_delay_ms == 30_000
     assert o.read_committed and o.starting == "latest"
     assert parse_source_options({**BS, "assign": '{"a":[1,0]}'}, streaming=False).assign == {"a": (0, 1)}
-    with pytest.raises(StromOptionError, match="group.id"):
-        parse_source_options({**BS, "subscribe": "a", "kafka.group.id": "g"}, streaming=True)
+    # Accepted (with a warning) as Spark's Kafka source does, and not passed to the client.
+    assert "group.id" not in parse_source_options({**BS, "subscribe": "a", "kafka.group.id": "g"}, streaming=True).client
+    with pytest.raises(StromOptionError, match="auto.offset.reset"):
+        parse_source_options({**BS, "subscribe": "a", "kafka.auto.offset.reset": "earliest"}, streaming=True)
     with pytest.raises(StromOptionError, match="transactional"):
         parse_sink_options({**BS, "kafka.transactional.id": "x"})
     sink = parse_sink_options({**BS, "topic": "out", "kafka.linger.ms": "5"})
