@@ -59,6 +59,14 @@ step("unreachable", lambda: read(closed, subscribe=topic))
 step("unreachable-write", lambda: write(closed, topic))
 step("group-id", lambda: read(subscribe=topic, **{"kafka.group.id": "ported-job"}))
 step("missing-topic", lambda: read(subscribe=topic + "-nope"))
+def stream_missing():
+    q = (spark.readStream.format("strom").option("kafka.bootstrap.servers", bootstrap)
+         .option("subscribe", topic + "-nope").load()
+         .writeStream.format("noop").trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    return q.exception()
+
+step("missing-topic-stream", stream_missing)
 step("missing-topic-lenient", lambda: read(subscribe=topic + "-nope", failOnDataLoss="false"))
 step("autocreate", lambda: write(bootstrap, topic + "-new"))
 step("no-autocreate", lambda: write(no_autocreate, topic + "-new"))
@@ -138,6 +146,9 @@ def test_format_strom_is_found_without_register(job: _Output) -> None:
 
 def test_missing_topic_fails_or_waits_like_spark(job: _Output) -> None:
     line = job.out("missing-topic")
+    assert f"Subscribed topic '{job.topic}-nope' (option 'subscribe') does not exist" in line, line
+    assert "Traceback" not in line, line
+    line = job.out("missing-topic-stream")
     assert f"Subscribed topic '{job.topic}-nope' (option 'subscribe') does not exist" in line, line
     assert "Traceback" not in line, line
     assert job.out("missing-topic-lenient") == "RESULT 0"

@@ -51,6 +51,11 @@ def test_option_parsing() -> None:
         parse_source_options({**BS, "subscribe": "a", "kafka.auto.offset.reset": "earliest"}, streaming=True)
     with pytest.raises(StromOptionError, match="transactional"):
         parse_sink_options({**BS, "kafka.transactional.id": "x"})
+    # librdkafka's own logging is silenced unless strom.debug (or librdkafka's kafka.debug) asks for it.
+    assert parse_source_options({**BS, "subscribe": "a"}, streaming=True).client["log_level"] == "0"
+    assert "log_level" not in parse_source_options({**BS, "subscribe": "a", "strom.debug": "true"},
+                                                   streaming=True).client
+    assert "log_level" not in parse_sink_options({**BS, "kafka.debug": "broker"}).client
     sink = parse_sink_options({**BS, "topic": "out", "kafka.linger.ms": "5"})
     conf = sink.producer_config()
     assert conf["enable.idempotence"] is True and conf["linger.ms"] == "5"

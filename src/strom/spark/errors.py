@@ -17,9 +17,10 @@ Any other exception (a bug) keeps its traceback.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
-from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -37,15 +38,32 @@ class StromTopicNotFoundError(StromUserError):
     """A topic the job names does not exist (and will not be created)."""
 
 
+def _hide_traceback() -> None:
+    os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+
+
 def user_facing(fn: Callable[P, R]) -> Callable[P, R]:
-    """Show a ``StromUserError`` raised by ``fn`` without the worker's traceback (see module doc)."""
+    """Show a ``StromUserError`` raised by ``fn`` without the worker's traceback (see module doc).
+
+    Works for generator functions too (a task's ``read``), where the error comes while iterating."""
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def generator(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            try:
+                yield from fn(*args, **kwargs)
+            except StromUserError:
+                _hide_traceback()
+                raise
+
+        return generator  # type: ignore[return-value]
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
         except StromUserError:
-            os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+            _hide_traceback()
             raise
 
     return wrapper

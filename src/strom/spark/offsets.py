@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from strom.spark.errors import StromUserError
 from strom.spark.options import SourceOptions, StromOptionError
 from strom.spark.retry import LEADER_CHANGE_TIMEOUT_S, attempts, is_leader_change, refresh_metadata
 
@@ -25,7 +26,7 @@ EARLIEST = -2
 LATEST = -1
 
 
-class StromDataLossError(RuntimeError):
+class StromDataLossError(StromUserError, RuntimeError):
     """Raised when offsets were deleted or a topic vanished and failOnDataLoss is true."""
 
 

@@ -38,6 +38,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from strom.spark.errors import user_facing
 from strom.spark.options import SinkOptions, StromOptionError
 
 log = logging.getLogger("strom.spark")
@@ -341,6 +342,7 @@ class StromBatchWriter(DataSourceArrowWriter):
         validate_sink_schema(schema, options)
         self.delivery = delivery_for(options)
 
+    @user_facing
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         return self.delivery.write(iterator)
 
@@ -358,6 +360,7 @@ class StromStreamWriter(DataSourceStreamArrowWriter):
         validate_sink_schema(schema, options)
         self.delivery = delivery_for(options)
 
+    @user_facing
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         return self.delivery.write(iterator)
 

@@ -109,6 +109,7 @@ class StromBatchReader(DataSourceReader):
                 )
         return list(_plan(self.options, start, end))
 
+    @user_facing
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, OffsetRange):  # Spark reads one dummy partition when none were planned
             from strom.spark.range_reader import read_range
@@ -152,6 +153,7 @@ class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
+    @user_facing
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self.resolver.latest(self.resolver.discover())
 
@@ -203,9 +205,11 @@ class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict | None:
         return to_json(self._latest) if self._latest is not None else None
 
+    @user_facing
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         return list(_plan(self.options, from_json(start), from_json(end)))
 
+    @user_facing
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, OffsetRange):  # Spark reads one dummy partition when none were planned
             from strom.spark.range_reader import read_range
