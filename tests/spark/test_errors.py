@@ -59,14 +59,17 @@ step("unreachable", lambda: read(closed, subscribe=topic))
 step("unreachable-write", lambda: write(closed, topic))
 step("group-id", lambda: read(subscribe=topic, **{"kafka.group.id": "ported-job"}))
 step("missing-topic", lambda: read(subscribe=topic + "-nope"))
-def stream_missing():
-    q = (spark.readStream.format("strom").option("kafka.bootstrap.servers", bootstrap)
-         .option("subscribe", topic + "-nope").load()
-         .writeStream.format("noop").trigger(availableNow=True).start())
+def stream(**options):
+    r = spark.readStream.format("strom").option("kafka.bootstrap.servers", bootstrap)
+    for k, v in options.items():
+        r = r.option(k, v)
+    q = r.load().writeStream.format("noop").trigger(availableNow=True).start()
     q.awaitTermination(120)
     return q.exception()
 
-step("missing-topic-stream", stream_missing)
+step("stream-option", lambda: stream(subscribe=topic, endingOffsets="latest"))
+step("missing-topic-stream", lambda: stream(subscribe=topic + "-nope"))
+
 step("missing-topic-lenient", lambda: read(subscribe=topic + "-nope", failOnDataLoss="false"))
 step("autocreate", lambda: write(bootstrap, topic + "-new"))
 step("no-autocreate", lambda: write(no_autocreate, topic + "-new"))
@@ -131,6 +134,9 @@ def test_option_error_is_the_message_not_a_traceback(job: _Output) -> None:
     line = job.out("no-subscribe")
     assert "StromOptionError: Exactly one of the options 'subscribe', 'subscribePattern' or 'assign'" in line, line
     assert "Traceback" not in line and 'File "' not in line, line
+    line = job.out("stream-option")  # a streaming query reports it from the query
+    assert "StromOptionError: Option 'endingoffsets' is not supported for streaming queries." in line, line
+    assert "Traceback" not in line and "UnboundLocalError" not in line, line
 
 
 def test_kafka_group_id_is_accepted_with_a_warning(job: _Output) -> None:

@@ -38,7 +38,8 @@ class StromTopicNotFoundError(StromUserError):
     """A topic the job names does not exist (and will not be created)."""
 
 
-def _hide_traceback() -> None:
+def hide_traceback() -> None:
+    """Have PySpark report the exception being raised in this worker without its traceback."""
     os.environ["SPARK_HIDE_TRACEBACK"] = "1"
 
 
@@ -53,7 +54,7 @@ def user_facing(fn: Callable[P, R]) -> Callable[P, R]:
             try:
                 yield from fn(*args, **kwargs)
             except StromUserError:
-                _hide_traceback()
+                hide_traceback()
                 raise
 
         return generator  # type: ignore[return-value]
@@ -63,7 +64,7 @@ def user_facing(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except StromUserError:
-            _hide_traceback()
+            hide_traceback()
             raise
 
     return wrapper

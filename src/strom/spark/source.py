@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -34,7 +34,7 @@ from pyspark.sql.types import StructType
 
 from strom.spark.arrow import source_schema
 from strom.spark.client import check_reachable
-from strom.spark.errors import user_facing
+from strom.spark.errors import StromUserError, hide_traceback, user_facing
 from strom.spark.offsets import (
     OffsetResolver,
     PartitionOffsets,
@@ -223,6 +223,28 @@ class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.resolver.close()
 
 
+class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Stands in for a stream reader whose options were refused, and fails its first call.
+
+    PySpark's streaming source runner calls ``reader.stop()`` in a ``finally`` around the
+    reader's creation, so an error raised by ``streamReader()`` itself is replaced by an
+    ``UnboundLocalError`` about ``reader``; raised from the first call it reaches the user.
+    """
+
+    def __init__(self, error: StromUserError) -> None:
+        self.error = error
+
+    def _fail(self, *args: object, **kwargs: object) -> Any:
+        hide_traceback()
+        raise self.error.with_traceback(None)
+
+    initialOffset = latestOffset = partitions = read = commit = _fail
+    prepareForTriggerAvailableNow = getDefaultReadLimit = reportLatestOffset = _fail
+
+    def stop(self) -> None:
+        """Nothing was opened."""
+
+
 # ---------------------------------------------------------------------------------------
 # The data source
 # ---------------------------------------------------------------------------------------
@@ -243,9 +265,11 @@ class StromDataSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         return StromBatchReader(_reachable(parse_source_options(self.options, streaming=False)))
 
-    @user_facing
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StromStreamReader(_reachable(parse_source_options(self.options, streaming=True)))
+        try:
+            return StromStreamReader(_reachable(parse_source_options(self.options, streaming=True)))
+        except StromUserError as exc:
+            return RefusedStreamReader(exc)
 
     @user_facing
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
