@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -24,6 +25,11 @@ PartitionOffsets = dict[TP, int]
 
 EARLIEST = -2
 LATEST = -1
+
+# Asking again before calling a subscribed topic missing, as Spark's Kafka source does
+# (fetchOffset.numRetries, fetchOffset.retryIntervalMs).
+MISSING_TOPIC_RETRIES = 3
+MISSING_TOPIC_RETRY_INTERVAL_S = 1.0
 
 
 class StromDataLossError(StromUserError, RuntimeError):
@@ -96,6 +102,12 @@ class OffsetResolver:
             return {(t, p) for t, parts in opts.assign.items() for p in parts}
         existing = self.topic_partitions()
         if opts.strategy == "subscribe":
+            for _ in range(MISSING_TOPIC_RETRIES):
+                if all(t in existing for t in opts.topics) or not opts.fail_on_data_loss:
+                    break
+                # A topic created a moment ago may not have reached the broker that answered yet.
+                time.sleep(MISSING_TOPIC_RETRY_INTERVAL_S)
+                existing = self.topic_partitions()
             self._check_subscribed(existing)
             names: Iterable[str] = [t for t in opts.topics if t in existing]
         else:
