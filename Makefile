@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: install native zookeeper run broker test test-fast test-spark test-cluster lint bench clean
+.PHONY: install native zookeeper run broker test test-fast test-spark test-cluster lint typecheck bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -43,8 +43,8 @@ broker: install
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
-## Every test (what CI runs).
-test: install
+## Every test (what CI runs), after the type check.
+test: install typecheck
 	$(PYTEST)
 
 ## Unit tests and single-broker integration tests: no cluster, no Spark, no browser, nothing marked slow.
@@ -60,6 +60,10 @@ test-spark: install
 
 lint: install
 	$(VENV)/bin/ruff check src tests bench pipelines
+
+## mypy over the server packages (configured in pyproject.toml).
+typecheck: install
+	$(PY) -m mypy
 
 bench: install
 	$(PY) bench/bench_broker.py

@@ -37,10 +37,10 @@ from tests.support.broker import BrokerProcess  # noqa: E402
 
 import bench_broker  # noqa: E402
 from strom.broker.handlers import produce  # noqa: E402
-from strom.broker.listeners import EndPoint  # noqa: E402
 from strom.broker.request import RequestContext  # noqa: E402
 from strom.broker.session import Session  # noqa: E402
-from strom.cluster.embedded import EmbeddedMetadataStore  # noqa: E402
+from strom.config.listeners import EndPoint  # noqa: E402
+from strom.metadata.embedded import EmbeddedMetadataStore  # noqa: E402
 from strom.protocol.record_batch import build_batch  # noqa: E402
 from strom.security.acl import (  # noqa: E402
     AccessControlEntry,

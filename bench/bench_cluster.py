@@ -30,7 +30,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.support.broker import BrokerProcess  # noqa: E402
 
-from strom.cluster.zookeeper_server import ZooKeeperServer  # noqa: E402
+from strom.metadata.zk.zookeeper_server import ZooKeeperServer  # noqa: E402
 
 MB = 1_000_000
 SESSION_TIMEOUT_MS = 6000

@@ -1,8 +1,11 @@
 """Screenshots of the web console for the README: a broker, some data, a consumer group, headless Chromium.
 
 Run: PYTHONPATH=src python bench/console_screenshot.py [--out docs]
-Writes console.png (message browser), console-groups.png (a group's lag) and, when the broker has a
-Prometheus endpoint (metrics.listener), console-overview.png with the live throughput chart.
+Writes console.png (message browser, one record opened), console-produce.png (the produce tab),
+console-groups.png (a group's lag), console-groups-list.png (groups with the Spark sink markers shown),
+console-topic.png (a topic: partitions, config overrides in human units), console-broker.png (a broker:
+log dirs, counts, configs) and, when the broker has a Prometheus endpoint (metrics.listener),
+console-overview.png with the live throughput chart.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from confluent_kafka import Consumer, Producer  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from playwright.sync_api import sync_playwright  # noqa: E402
 from tests.support.broker import BrokerProcess, free_port  # noqa: E402
@@ -28,7 +31,9 @@ from tests.support.console import ConsoleProcess, launch_chromium  # noqa: E402
 def seed(bootstrap: str) -> None:
     """A few topics with JSON, text and binary records, and a consumer group that is behind."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic("orders", 3, 1), NewTopic("clicks", 6, 1),
+    orders = NewTopic("orders", 3, 1, config={"retention.ms": str(7 * 86_400_000), "segment.bytes": str(1 << 28),
+                                              "max.message.bytes": str(4 << 20)})
+    for future in admin.create_topics([orders, NewTopic("clicks", 6, 1),
                                        NewTopic("audit-log", 1, 1, config={"cleanup.policy": "compact"})]).values():
         future.result()
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
@@ -52,6 +57,13 @@ def seed(bootstrap: str) -> None:
             seen += 1
     consumer.commit(asynchronous=False)
     consumer.close()
+    # What the exactly-once Spark sink leaves behind: one marker group per task (hidden by default).
+    for partition in range(4):
+        marker = Consumer({"bootstrap.servers": bootstrap, "group.id": f"strom-spark-clicks-4f1c9e-{partition}",
+                           "enable.auto.commit": False})
+        note = json.dumps({"batch": 12, "partition": partition, "rows": 125})
+        marker.commit(offsets=[TopicPartition("clicks", 0, 12, f"strom-spark-sink {note}")], asynchronous=False)
+        marker.close()
 
 
 def traffic(bootstrap: str, stop: threading.Event) -> None:
@@ -82,11 +94,22 @@ def main() -> None:
         with ConsoleProcess(broker.bootstrap, tmp, *console_args) as console, sync_playwright() as pw:
             browser = launch_chromium(pw)
             page = browser.new_page(viewport={"width": 1360, "height": 900})
-            page.goto(console.url + "/topics/orders/messages?partition=0&limit=5")
+            page.goto(console.url + "/topics/orders/messages?partition=0&limit=20")
+            page.locator("#messages tr.record").nth(2).click()
             page.screenshot(path=str(out / "console.png"))
+            page.goto(console.url + "/topics/orders/messages?tab=produce")
+            page.screenshot(path=str(out / "console-produce.png"))
             page.goto(console.url + "/groups/billing")
             page.screenshot(path=str(out / "console-groups.png"))
-            written += ["console.png", "console-groups.png"]
+            page.goto(console.url + "/groups?spark=1")  # the Spark sink markers shown, labelled
+            page.screenshot(path=str(out / "console-groups-list.png"))
+            page.goto(console.url + "/topics/orders")
+            page.screenshot(path=str(out / "console-topic.png"), full_page=True)
+            page.goto(console.url + "/")
+            page.click("#brokers tbody a")
+            page.screenshot(path=str(out / "console-broker.png"))
+            written += ["console.png", "console-produce.png", "console-groups.png", "console-groups-list.png",
+                        "console-topic.png", "console-broker.png"]
             if has_metrics:
                 stop = threading.Event()
                 worker = threading.Thread(target=traffic, args=(broker.bootstrap, stop), daemon=True)

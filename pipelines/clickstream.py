@@ -56,12 +56,20 @@ def click_schema() -> Any:
     )
 
 
+def plural(count: int, noun: str) -> str:
+    """`1 click`, `2 clicks`: progress lines read as sentences."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 class Reporter:
     """Collects what the queries emit and prints one progress line at a time."""
 
     def __init__(self, quiet: bool = False) -> None:
         self.quiet = quiet
         self.lock = threading.Lock()
+        # page-views rows are one per (window, page): the windows are counted by their bounds,
+        # in a set so that a replayed batch does not count a window twice.
+        self.windows: set[tuple[Any, Any]] = set()
         self.emitted: dict[str, int] = {"page-views": 0, "user-sessions": 0}
 
     def say(self, text: str) -> None:
@@ -69,16 +77,18 @@ class Reporter:
             print(text, flush=True)
 
     def windows_closed(self, rows: list[Any]) -> None:
-        with self.lock:
-            self.emitted["page-views"] += len(rows)
         by_window: dict[Any, list[Any]] = {}
         for r in rows:
             by_window.setdefault((r.window_start, r.window_end), []).append(r)
+        with self.lock:
+            self.emitted["page-views"] += len(rows)
+            self.windows.update(by_window)
         for (start, end), items in sorted(by_window.items()):
             top = sorted(items, key=lambda r: (-r.views, r.page))[:5]
             pages = ", ".join(f"{r.page} {r.views}" for r in top)
             total = sum(r.views for r in items)
-            self.say(f"  window {start:%H:%M}-{end:%H:%M} closed: {total} views on {len(items)} pages; top: {pages}")
+            self.say(f"  window {start:%H:%M}-{end:%H:%M} closed: {plural(total, 'view')} on "
+                     f"{plural(len(items), 'page')}; top: {pages}")
 
     def sessions_closed(self, rows: list[Any]) -> None:
         with self.lock:
@@ -86,7 +96,7 @@ class Reporter:
         if rows:
             longest = max(rows, key=lambda r: r.clicks)
             self.say(
-                f"  {len(rows)} sessions closed; longest: {longest.user} {longest.clicks} clicks "
+                f"  {plural(len(rows), 'session')} closed; longest: {longest.user} {plural(longest.clicks, 'click')} "
                 f"over {longest.duration_s:.0f}s"
             )
 
@@ -98,7 +108,7 @@ class Reporter:
                 parts.append(f"{q.name}: starting")
                 continue
             rate = p.get("processedRowsPerSecond") or 0.0
-            item = f"{q.name}: batch {p['batchId']} {p['numInputRows']} rows {rate:.0f}/s"
+            item = f"{q.name}: batch {p['batchId']} {plural(p['numInputRows'], 'row')} {rate:.0f}/s"
             wm = (p.get("eventTime") or {}).get("watermark")
             if wm and not wm.startswith("1970"):
                 item += f" wm {wm[11:19]}"
@@ -107,7 +117,8 @@ class Reporter:
                 item += f" dlq+{dl['rows']}"
             parts.append(item)
         with self.lock:
-            emitted = f"closed windows {self.emitted['page-views']}, sessions {self.emitted['user-sessions']}"
+            emitted = (f"closed windows {len(self.windows)} ({plural(self.emitted['page-views'], 'page-view row')}), "
+                       f"sessions {self.emitted['user-sessions']}")
         self.say(f"[{datetime.now():%H:%M:%S}] " + " | ".join(parts) + f" | {emitted}")
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from strom.cluster.zookeeper_server import ZooKeeperServer, start_ensemble, zookeeper_available
+from strom.metadata.zk.zookeeper_server import ZooKeeperServer, start_ensemble, zookeeper_available
 from tests.support.broker import BrokerProcess
 from tests.support.cluster import ClusterProcess
 from tests.support.stalls import FAIL_ON_STALL, STALL_WARN_MS, is_known_unfixed, new_stall_reports

@@ -43,6 +43,9 @@ def test_console_shows_a_replicated_topic(cluster_factory) -> None:
         assert cells[5] == "20" and cells[7].endswith("KiB")  # end offset; the leader replica's size
 
         follower = next(b for b in (1, 2, 3) if b != leader and b != controller)
+        alone = f"console-rf1-{uuid.uuid4().hex[:6]}"  # its only replica is on the broker about to die
+        admin.create_topics([NewTopic(alone, 1, replica_assignment=[[follower]])])[alone].result()
+        cluster.wait_leader(alone, 0)
         cluster.kill9(follower)
         cluster.wait_isr(topic, 0, sorted({1, 2, 3} - {follower}))
 
@@ -51,3 +54,21 @@ def test_console_shows_a_replicated_topic(cluster_factory) -> None:
             return '<td class="num bad">1</td>' in re.search(rf'>{topic}</a>.*?</tr>', listing, re.S).group(0)
 
         cluster.wait_for(shows_under_replicated, 30, "the topics page counting 1 under-replicated partition")
+
+        cluster.wait_for(lambda: re.search(r'id="offline-card">.*?<div class="value">1</div>', client.get("/").text,
+                                           re.S) is not None, 30, "the overview counting 1 offline partition")
+        overview = client.get("/").text
+        health = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", re.search(r'id="health"[^>]*>(.*?)</div>', overview,
+                                                                     re.S).group(1)))
+        assert "1 partition(s) offline" in health and "under-replicated" in health
+        assert alone in health and topic in health
+        offline_page = client.get(f"/topics/{alone}").text
+        assert '<tr class="offline">' in offline_page and "1 partition(s) offline" in offline_page
+        browse = client.get(f"/topics/{alone}/messages")
+        assert browse.status_code == 200 and "Partition(s) 0 offline (no leader): not read." in browse.text
+        replicated = client.get(f"/topics/{topic}").text
+        assert '<tr class="under-replicated">' in replicated and "badge warn\">under-replicated" in replicated
+        listing = client.get("/topics").text
+        assert re.search(rf'<tr data-name="{alone}" class="offline">', listing)
+        assert re.search(rf'<tr data-name="{topic}" class="under-replicated">', listing)
+        assert client.get(f"/brokers/{follower}").status_code == 404  # gone from the cluster's metadata

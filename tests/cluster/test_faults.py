@@ -77,19 +77,22 @@ def raw_produce(cluster: ClusterProcess, broker_id: int, topic: str, value: byte
 
 def wait_converged(cluster: ClusterProcess, topic: str, partition: int, replicas: set[int],
                    timeout: float = 90.0) -> int:
-    """Wait for a full ISR, then require every replica's whole log to equal the leader's below the HW.
+    """Wait for a full ISR, then for every replica's whole log to equal the leader's below the HW.
 
-    Returns the HW. A replica keeping a suffix the others lack fails here (its log is longer).
+    Returns the HW. The HW is read again on every try: a follower may join the ISR at the old HW
+    and the leader's HW moves up only as followers fetch (records written with acks=1). A replica
+    keeping a suffix the others lack never converges (its log is longer); one differing below the
+    HW fails wait_identical_replicas' assertion, reported when the wait times out.
     """
     cluster.wait_isr(topic, partition, replicas, timeout=timeout)
-    hw = high_watermark(cluster, topic, partition)
-    reference = wait_identical_replicas(cluster, topic, partition, hw, replicas, timeout=timeout)
 
-    def no_suffix() -> bool:
-        return all(batches_below(cluster.log_dir(b), topic, partition, WHOLE_LOG)[0] == reference for b in replicas)
+    def converged() -> int | None:
+        hw = high_watermark(cluster, topic, partition)
+        reference = wait_identical_replicas(cluster, topic, partition, hw, replicas, timeout=min(timeout, 30.0))
+        whole = [batches_below(cluster.log_dir(b), topic, partition, WHOLE_LOG)[0] for b in replicas]
+        return hw if all(data == reference for data in whole) else None
 
-    cluster.wait_for(no_suffix, timeout, f"every replica of {topic}-{partition} ending at the HW {hw}")
-    return hw
+    return cluster.wait_for(converged, timeout, f"every replica of {topic}-{partition} ending at the HW")
 
 
 def test_isolated_leader_truncates_its_divergent_suffix_by_leader_epoch(cluster_factory) -> None:  # noqa: ANN001

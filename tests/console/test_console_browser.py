@@ -62,6 +62,8 @@ def test_create_topic_in_the_ui(page, console_process, admin) -> None:
     expect(row).to_contain_text("dynamic topic config")
     row.locator("text=Reset to default").click()
     expect(page.locator(".flash.ok")).to_have_text(f"Config 'cleanup.policy' of '{name}' reset to its default.")
+    expect(row).to_have_count(0)  # overrides only, by default
+    page.click("#config-view >> text=show all")
     expect(row.locator("input[name=value]")).to_have_value("delete")
     expect(row.locator("text=Reset to default")).to_have_count(0)
     row.locator("input[name=value]").fill("compact,delete")
@@ -84,24 +86,60 @@ def test_message_from_a_client_shows_in_the_browser(page, console_process, broke
     expect(offset_field).to_be_visible()
     page.fill("#browse input[name=offset]", "0")
     page.click("#browse button[type=submit]")
-    rows = page.locator("#messages tbody tr")
+    rows = page.locator("#messages tbody tr.record")
     expect(rows).to_have_count(2)
     first = rows.nth(0)
     expect(first.locator("td.key")).to_have_text("customer-9")
-    expect(first.locator("td.value pre")).to_have_text('{\n  "order": 42,\n  "items": [\n    "tea"\n  ]\n}')
-    expect(first.locator("td.headers")).to_contain_text("source: pytest")
-    expect(rows.nth(1).locator("td.value pre")).to_contain_text("00 9f ff 0a")
+    expect(first.locator("td.value")).to_have_text('{"order": 42, "items": ["tea"]}')  # one line
+    detail = page.locator("#messages tr.detail").nth(0)
+    expect(detail).to_be_hidden()
+    first.click()  # expands in place
+    expect(detail).to_be_visible()
+    expect(first).to_have_attribute("aria-expanded", "true")
+    expect(detail.locator("dd.value pre")).to_have_text('{\n  "order": 42,\n  "items": [\n    "tea"\n  ]\n}')
+    expect(detail.locator("dd.headers")).to_contain_text("source: pytest")
+    first.click()
+    expect(detail).to_be_hidden()
+    expect(rows.nth(1).locator("td.value")).to_contain_text("00 9f ff 0a")
+    page.select_option("#browse select[name=vf]", "base64")
+    page.click("#browse button[type=submit]")
+    page.locator("#messages tr.record").nth(1).click()
+    expect(page.locator("#messages tr.detail").nth(1).locator("dd.value pre")).to_have_text("AJ//Cg==")
+
+
+def test_live_tail_adds_new_messages_on_top(page, console_process, broker, admin) -> None:
+    topic = new_topic(admin)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(topic, b"before", partition=0)
+    assert producer.flush(15) == 0
+    page.goto(f"{console_process.url}/topics/{topic}/messages")
+    expect(page.locator("#messages tr.record")).to_have_count(1)
+    page.click("#live-toggle")
+    expect(page.locator("#live-toggle")).to_have_text("Stop live tail")
+    expect(page.locator("#live-status")).to_contain_text("0 new")
+    producer.produce(topic, b'{"after": "<b>bold</b>"}', key=b"late", headers=[("h", b"1")], partition=0)
+    assert producer.flush(15) == 0
+    newest = page.locator("#messages tr.record").first
+    expect(newest).to_have_attribute("data-offset", "1", timeout=30000)
+    expect(newest.locator("td.value")).to_have_text('{"after": "<b>bold</b>"}')
+    expect(page.locator("#messages b")).to_have_count(0)  # shown as text, never as markup
+    newest.click()
+    expect(page.locator("#messages tr.detail").first.locator("dd.headers")).to_contain_text("h: 1")
+    page.click("#live-toggle")
+    expect(page.locator("#live-status")).to_have_text("stopped")
 
 
 def test_produce_in_the_browser_and_read_back(page, console_process, broker, admin) -> None:
     topic = new_topic(admin)
     page.goto(f"{console_process.url}/topics/{topic}/messages")
+    page.click("#tab-produce")
     page.fill("#produce input[name=key]", "from-ui")
     page.fill("#produce textarea[name=value]", "hello from the browser")
     page.fill("#produce input[name=headers]", '{"via": "console"}')
     page.click("#produce button[type=submit]")
     expect(page.locator(".flash.ok")).to_contain_text("Produced a message to partition 0 at offset 0.")
-    expect(page.locator("#messages tbody tr td.value")).to_have_text("hello from the browser")
+    expect(page.locator("#messages tr.record td.value")).to_have_text("hello from the browser")
+    expect(page.locator("#messages tr.detail dd.value pre")).to_have_text("hello from the browser")
     message = first_message(broker.bootstrap, topic, 0, "ui-readback")
     assert message is not None and message.error() is None
     assert (message.key(), message.value(), message.headers()) == (
@@ -169,9 +207,11 @@ def test_html_in_a_value_is_shown_as_text(page, console_process, broker, admin) 
     producer.produce(topic, payload.encode(), key=b"<b>key</b>", headers=[("<i>h</i>", b"<u>v</u>")])
     assert producer.flush(15) == 0
     page.goto(f"{console_process.url}/topics/{topic}/messages")
-    expect(page.locator("#messages td.value pre")).to_have_text(payload)
-    expect(page.locator("#messages td.key pre")).to_have_text("<b>key</b>")
-    expect(page.locator("#messages td.headers")).to_contain_text("<i>h</i>: <u>v</u>")
+    expect(page.locator("#messages td.value")).to_have_text(payload)
+    page.locator("#messages tr.record").click()
+    expect(page.locator("#messages dd.value pre")).to_have_text(payload)
+    expect(page.locator("#messages dd.key pre")).to_have_text("<b>key</b>")
+    expect(page.locator("#messages dd.headers")).to_contain_text("<i>h</i>: <u>v</u>")
     assert page.evaluate("window.__xss") is None
     assert page.locator("#messages img, #messages b, #messages i, #messages u").count() == 0
 
@@ -192,3 +232,26 @@ def test_delete_topic_after_typing_its_name(page, console_process, admin) -> Non
     while topic in admin.list_topics(timeout=10).topics and time.monotonic() < deadline:
         time.sleep(0.2)
     assert topic not in admin.list_topics(timeout=10).topics
+
+
+def test_topic_filter_box_hides_other_topics_as_you_type(page, console_process, admin) -> None:
+    wanted, other = new_topic(admin), new_topic(admin)
+    page.goto(console_process.url + "/topics")
+    expect(page.locator(f'#topics tr[data-name="{other}"]')).to_be_visible()
+    page.fill("#topic-filter input[name=q]", wanted[-6:])
+    expect(page.locator(f'#topics tr[data-name="{other}"]')).to_be_hidden()
+    expect(page.locator(f'#topics tr[data-name="{wanted}"]')).to_be_visible()
+    expect(page.locator("#topics-count")).to_have_text("1 match")
+    page.press("#topic-filter input[name=q]", "Enter")  # the same filter, answered by the server
+    expect(page).to_have_url(re.compile(r"/topics\?q="))
+    expect(page.locator("#topics tbody tr[data-name]")).to_have_count(1)
+
+
+def test_broker_page_from_the_overview(page, console_process, broker) -> None:
+    page.goto(console_process.url + "/")
+    page.click("#brokers tbody a")
+    expect(page.locator("h1")).to_contain_text("Brokers /")
+    expect(page.locator("#log-dirs")).to_contain_text("online")
+    expect(page.locator("#config-view")).to_contain_text("show all")
+    page.click("#config-view >> text=show all")
+    expect(page.locator('#config-table tr[data-config="log.segment.bytes"]')).to_contain_text("GiB")

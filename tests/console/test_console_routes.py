@@ -206,7 +206,7 @@ def test_message_browser_bad_input(client: TestClient, admin, query: str, status
 
 def test_produce_from_the_console_and_read_back(client: TestClient, broker, admin) -> None:
     topic = make_topic(admin, partitions=2)
-    token = csrf(client, f"/topics/{topic}/messages")
+    token = csrf(client, f"/topics/{topic}/messages?tab=produce")
     response = client.post(f"/topics/{topic}/produce", data={
         "csrf": token, "partition": "1", "key": "user-1", "value": '{"hello": "world"}',
         "headers": '{"source": "console", "empty": null}'})

@@ -13,7 +13,7 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 from kafka.protocol.producer import ProduceRequest
 
-from strom.cluster.broker_client import BrokerClient
+from strom.client.broker_client import BrokerClient
 from strom.protocol import replica_fetch
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.record_batch import build_batch, parse_header

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from strom.cluster.controller import KafkaController
-from strom.cluster.zk import KafkaZkClient
-from strom.cluster.zk_metadata import ZkMetadataStore
-from strom.cluster.zookeeper_server import ZooKeeperServer
 from strom.config import BrokerConfig
+from strom.controller.controller import KafkaController
+from strom.metadata.zk import KafkaZkClient
+from strom.metadata.zk.zookeeper_server import ZooKeeperServer
+from strom.metadata.zk_metadata import ZkMetadataStore
 
 pytestmark = pytest.mark.zookeeper
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from kazoo.client import KazooClient
 
-from strom.cluster.zk import (
+from strom.metadata.zk import (
     BadVersionError,
     BrokerIdAlreadyRegisteredError,
     ControllerMovedError,
@@ -21,8 +21,8 @@ from strom.cluster.zk import (
     ZkConnectionError,
     ZNodeNotFoundError,
 )
-from strom.cluster.zk import zk_data as zd
-from strom.cluster.zookeeper_server import ZooKeeperServer, ensemble_connect_string
+from strom.metadata.zk import zk_data as zd
+from strom.metadata.zk.zookeeper_server import ZooKeeperServer, ensemble_connect_string
 
 pytestmark = pytest.mark.zookeeper
 
@@ -92,7 +92,7 @@ def test_nested_chroot_is_created(zookeeper: ZooKeeperServer, chroot: str) -> No
 
 
 def test_unreachable_server_raises_connection_error() -> None:
-    from strom.cluster.zookeeper_server import free_port
+    from strom.metadata.zk.zookeeper_server import free_port
 
     c = KafkaZkClient(f"127.0.0.1:{free_port()}", session_timeout_ms=2000, connection_timeout_ms=1500)
     with pytest.raises(ZkConnectionError):

@@ -208,7 +208,7 @@ def test_clients_re_authenticate_before_their_session_ends(tmp_path) -> None:
     from confluent_kafka import Consumer, Producer
     from kafka.protocol.metadata import MetadataRequest as Metadata
 
-    from strom.cluster.broker_client import BrokerClient
+    from strom.client.broker_client import BrokerClient
     from strom.security.client_security import ClientSecurity
 
     plain, sasl = free_port(), free_port()

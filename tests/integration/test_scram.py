@@ -97,6 +97,14 @@ def test_the_cli_itself_connects_over_sasl_with_java_client_properties(scram_bro
     done = strom("topics", "--bootstrap-server", f"127.0.0.1:{scram_broker.sasl_port}", "--command-config",
                  str(props), "--list")
     assert done.returncode == 0, done.stderr
+    # --describe sends its own Metadata and DescribeConfigs requests: they authenticate the same way.
+    sasl = f"127.0.0.1:{scram_broker.sasl_port}"
+    created = strom("topics", "--bootstrap-server", sasl, "--command-config", str(props), "--create", "--topic",
+                    "scram-cli", "--config", "retention.ms=7200000")
+    assert created.returncode == 0, created.stderr
+    described = strom("topics", "--bootstrap-server", sasl, "--command-config", str(props), "--describe",
+                      "--topic", "scram-cli")
+    assert described.returncode == 0 and "Configs: retention.ms=7200000" in described.stdout, described
 
 
 @pytest.mark.parametrize(("add", "message"), [

@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from strom.spark.batch_encode import BatchEncoder, key_partition  # noqa: E402
 from strom.spark.client import task_client  # noqa: E402
+from strom.spark.errors import StromTopicNotFoundError  # noqa: E402
 from strom.spark.options import parse_sink_options  # noqa: E402
 from strom.spark.producer import DeliveryError, IdempotentProducer  # noqa: E402
 from strom.spark.sink import AtLeastOnceDelivery  # noqa: E402
@@ -110,15 +111,19 @@ def test_row_larger_than_max_message_bytes_fails_the_task_clearly(broker: Broker
         write(broker.bootstrap, topic, [batch])
 
 
-def test_unknown_topic_is_created_by_a_broker_that_allows_it(broker: BrokerProcess) -> None:
+def test_unknown_topic_is_created_by_a_broker_that_allows_it(broker: BrokerProcess,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
     topic = f"auto-created-{uuid.uuid4().hex[:6]}"
-    assert write(broker.bootstrap, topic, [pa.record_batch({"value": pa.array([b"v"] * 10)})]) == 10
+    with caplog.at_level("WARNING", logger="strom.spark"):
+        assert write(broker.bootstrap, topic, [pa.record_batch({"value": pa.array([b"v"] * 10)})]) == 10
     assert len(read_all(broker.bootstrap, topic, 1)) == 10
+    assert f"topic '{topic}' did not exist; the broker created it with 1 partition(s)" in caplog.text
 
 
 def test_unknown_topic_fails_clearly_without_auto_creation(broker_factory: Any) -> None:
     broker = broker_factory({"auto.create.topics.enable": "false"})
-    with pytest.raises(DeliveryError, match="Topic no-such-topic-.* not found: UNKNOWN_TOPIC_OR_PARTITION"):
+    with pytest.raises(StromTopicNotFoundError,
+                       match="Topic 'no-such-topic-.*' .* does not exist and the broker did not create it"):
         write(broker.bootstrap, f"no-such-topic-{uuid.uuid4().hex[:6]}", [pa.record_batch({"value": pa.array([b"v"])})])
 
 

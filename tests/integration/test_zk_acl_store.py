@@ -9,11 +9,11 @@ import uuid
 
 import pytest
 
-from strom.cluster import zk_metadata
-from strom.cluster.zk import zk_data as zd
-from strom.cluster.zk.kafka_zk_client import KafkaZkClient
-from strom.cluster.zk_metadata import ZkMetadataStore
-from strom.cluster.zookeeper_server import ZooKeeperServer
+from strom.metadata import zk_metadata
+from strom.metadata.zk import zk_data as zd
+from strom.metadata.zk.kafka_zk_client import KafkaZkClient
+from strom.metadata.zk.zookeeper_server import ZooKeeperServer
+from strom.metadata.zk_metadata import ZkMetadataStore
 from strom.security.acl import (
     AccessControlEntry,
     AclOperation,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 from kazoo.client import KazooClient
 
-from strom.cluster.zookeeper_server import ZooKeeperServer, four_letter_word
+from strom.metadata.zk.zookeeper_server import ZooKeeperServer, four_letter_word
 
 pytestmark = pytest.mark.zookeeper
 

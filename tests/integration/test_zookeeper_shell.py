@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from strom.cluster.zk import KafkaZkClient
-from strom.cluster.zookeeper_server import ZooKeeperServer, free_port
+from strom.metadata.zk import KafkaZkClient
+from strom.metadata.zk.zookeeper_server import ZooKeeperServer, free_port
 
 pytestmark = pytest.mark.zookeeper
 

@@ -87,7 +87,7 @@ def test_subscribe_pattern_and_timestamp(spark: Any, bootstrap: str, topic: str)
     [
         ({}, "Exactly one of the options 'subscribe', 'subscribePattern' or 'assign'"),
         ({"subscribe": "a", "assign": '{"a":[0]}'}, "Exactly one of the options"),
-        ({"subscribe": "a", "kafka.group.id": "g"}, "Kafka option 'group.id' is not supported"),
+        ({"subscribe": "a", "kafka.interceptor.classes": "x"}, "'interceptor.classes' is not supported"),
         ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, "'auto.offset.reset' is not supported"),
         ({"subscribe": "a", "kafka.enable.auto.commit": "true"}, "'enable.auto.commit' is not supported"),
         ({"subscribe": "a", "kafka.value.deserializer": "x"}, "'value.deserializer' is not supported"),

@@ -45,10 +45,17 @@ def test_option_parsing() -> None:
     assert o.topics == ("a", "b") and o.max_offsets_per_trigger == 5 and o.max_trigger_delay_ms == 30_000
     assert o.read_committed and o.starting == "latest"
     assert parse_source_options({**BS, "assign": '{"a":[1,0]}'}, streaming=False).assign == {"a": (0, 1)}
-    with pytest.raises(StromOptionError, match="group.id"):
-        parse_source_options({**BS, "subscribe": "a", "kafka.group.id": "g"}, streaming=True)
+    # Accepted (with a warning) as Spark's Kafka source does, and not passed to the client.
+    assert "group.id" not in parse_source_options({**BS, "subscribe": "a", "kafka.group.id": "g"}, streaming=True).client
+    with pytest.raises(StromOptionError, match="auto.offset.reset"):
+        parse_source_options({**BS, "subscribe": "a", "kafka.auto.offset.reset": "earliest"}, streaming=True)
     with pytest.raises(StromOptionError, match="transactional"):
         parse_sink_options({**BS, "kafka.transactional.id": "x"})
+    # librdkafka's own logging is silenced unless strom.debug (or librdkafka's kafka.debug) asks for it.
+    assert parse_source_options({**BS, "subscribe": "a"}, streaming=True).client["log_level"] == "0"
+    assert "log_level" not in parse_source_options({**BS, "subscribe": "a", "strom.debug": "true"},
+                                                   streaming=True).client
+    assert "log_level" not in parse_sink_options({**BS, "kafka.debug": "broker"}).client
     sink = parse_sink_options({**BS, "topic": "out", "kafka.linger.ms": "5"})
     conf = sink.producer_config()
     assert conf["enable.idempotence"] is True and conf["linger.ms"] == "5"

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from strom.cluster.zookeeper_server import ZooKeeperServer
+from strom.metadata.zk.zookeeper_server import ZooKeeperServer
 from tests.support.broker import BrokerProcess
 from tests.support.raw_client import RawClient, decode
 

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from strom.cluster.zk import zk_data as zd
-from strom.cluster.zk.errors import (
+from strom.metadata.zk import zk_data as zd
+from strom.metadata.zk.errors import (
     BadVersionError,
     ControllerMovedError,
     KafkaZkError,
@@ -33,8 +33,8 @@ from strom.cluster.zk.errors import (
     TopicExistsError,
     ZNodeNotFoundError,
 )
-from strom.cluster.zk.kafka_zk_client import SessionState, StateListener
-from strom.cluster.zk.zk_data import BrokerRegistration, LeaderIsrAndControllerEpoch, TopicAssignment
+from strom.metadata.zk.kafka_zk_client import SessionState, StateListener
+from strom.metadata.zk.zk_data import BrokerRegistration, LeaderIsrAndControllerEpoch, TopicAssignment
 
 ANY_VERSION = -1
 

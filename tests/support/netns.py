@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from strom.cluster.zookeeper_server import ZooKeeperServer
+from strom.metadata.zk.zookeeper_server import ZooKeeperServer
 from tests.support.broker import BrokerProcess
 from tests.support.cluster import ClusterProcess
 from tests.support.raw_client import RawClient

@@ -9,10 +9,13 @@ from collections.abc import Awaitable, Callable
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
+from tests.unit.fake_clock import ManualClock
+
 from strom.broker.partition import Partition
-from strom.cluster.metadata import PartitionState
+from strom.coordinator.clock import SYSTEM_CLOCK
 from strom.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
+from strom.metadata.store import PartitionState
 from strom.server_common.purgatory import TimerDriver
 from strom.server_common.timing_wheel import Timer
 from strom.storage.log import Log
@@ -67,13 +70,19 @@ class Harness:
     """A GroupCoordinator on the running loop, owning every offsets partition."""
 
     def __init__(self, directory: str, num_partitions: int = 4, config: GroupConfig | None = None,
-                 retention_ms: int = 7 * 24 * 3600 * 1000, log_props: dict[str, str] | None = None) -> None:
+                 retention_ms: int = 7 * 24 * 3600 * 1000, log_props: dict[str, str] | None = None,
+                 clock: ManualClock | None = None) -> None:
+        """With a ``clock``, time moves only when the test advances it (no timer driver runs)."""
         self.replicas = LogBackedReplicaManager(directory, log_props)
-        self.timer = Timer(tick_ms=1, wheel_size=20)
-        self.driver = TimerDriver(self.timer, asyncio.get_running_loop())
-        self.driver.start()
+        self.driver: TimerDriver | None = None
+        if clock is None:
+            self.timer = Timer(tick_ms=1, wheel_size=20)
+            self.driver = TimerDriver(self.timer, asyncio.get_running_loop())
+            self.driver.start()
+        else:
+            self.timer = clock.timer()
         self.manager = GroupMetadataManager(0, self.replicas, num_partitions=num_partitions,
-                                            retention_ms=retention_ms)
+                                            retention_ms=retention_ms, clock=clock or SYSTEM_CLOCK)
         self.coordinator = GroupCoordinator(
             0, self.manager,
             config or GroupConfig(min_session_timeout_ms=10, max_session_timeout_ms=60_000,
@@ -84,7 +93,8 @@ class Harness:
 
     def close(self) -> None:
         self.coordinator.shutdown()
-        self.driver.stop()
+        if self.driver is not None:
+            self.driver.stop()
         self.replicas.close()
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from strom.cluster.embedded import EmbeddedMetadataStore
-from strom.cluster.zk import zk_data as zd
 from strom.config import BrokerConfig, ConfigError
+from strom.metadata.embedded import EmbeddedMetadataStore
+from strom.metadata.zk import zk_data as zd
 from strom.security.acl import (
     AccessControlEntry,
     AclBinding,

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strom.cluster.broker_client import _STAGING_BYTES, _Connection
+from strom.client.broker_client import _STAGING_BYTES, _Connection
 
 
 def _feed(data: bytes, cuts: list[int]) -> tuple[list[bytes], list[Exception | None]]:

@@ -1,6 +1,6 @@
 """Which controller requests a broker refuses as meant for an earlier registration of itself."""
 
-from strom.cluster.broker_epoch import is_stale_broker_epoch
+from strom.controller.broker_epoch import is_stale_broker_epoch
 
 
 def test_a_newcomer_accepts_the_controller_before_its_own_register_call_returned() -> None:

@@ -44,7 +44,7 @@ def test_defaults() -> None:
     assert cfg.get("zookeeper.connect") == ""
     assert cfg.get("cluster.id") is None
     assert cfg["fetch.max.bytes"] == 57671680
-    assert cfg.listener_host_port() == ("127.0.0.1", 9092)
+    assert [(ep.host, ep.port) for ep in cfg.listeners()] == [("127.0.0.1", 9092)]
     assert cfg.advertised_host_port() == ("127.0.0.1", 9092)
     assert cfg.log_dirs() == ["./data"]
 
@@ -80,7 +80,7 @@ def test_overrides_win_over_file(tmp_path: Path) -> None:
     cfg = BrokerConfig.load(path, ["num.partitions=8", "log.dirs=/x"])
     assert cfg.get("num.partitions") == 8
     assert cfg.log_dirs() == ["/x"]
-    assert cfg.listener_host_port() == ("0.0.0.0", 9092)
+    assert [(ep.host, ep.port) for ep in cfg.listeners()] == [("0.0.0.0", 9092)]
     assert cfg.advertised_host_port() == ("broker1", 19092)
     with pytest.raises(ConfigError, match="expected key=value"):
         BrokerConfig.load(None, ["num.partitions"])
@@ -132,9 +132,9 @@ def test_aliases_and_listeners() -> None:
         BrokerConfig.load(None, ["node.id=7", "broker.id=8"])
     assert BrokerConfig.load(None, ["log.dir=/d"]).log_dirs() == ["/d"]
     cfg = BrokerConfig.load(None, ["listeners=localhost:9093"])
-    assert cfg.listener_host_port() == ("localhost", 9093)
+    assert [(ep.host, ep.port) for ep in cfg.listeners()] == [("localhost", 9093)]
     cfg = BrokerConfig.load(None, ["listeners=SSL://h:1,PLAINTEXT://[::1]:9094"])
-    assert cfg.listener_host_port() == ("::1", 9094)
+    assert cfg.advertised_host_port() == ("::1", 9094)  # the inter-broker (PLAINTEXT) listener
     with pytest.raises(ConfigError, match="0.0.0.0"):
         BrokerConfig.load(None, ["listeners=PLAINTEXT://0.0.0.0:9092"])
 
@@ -241,7 +241,7 @@ def test_topic_name_rules() -> None:
 
 def test_shipped_server_properties_loads() -> None:
     cfg = BrokerConfig.load(str(REPO / "config" / "server.properties"), [])
-    assert cfg.listener_host_port() == ("127.0.0.1", 9092)
+    assert [(ep.host, ep.port) for ep in cfg.listeners()] == [("127.0.0.1", 9092)]
     assert cfg.log_dirs() == ["./data"]
 
 

@@ -236,3 +236,26 @@ def test_host_header_names() -> None:
     assert allowed_hosts("127.0.0.1") == ("127.0.0.1", "localhost", "::1")
     assert allowed_hosts("0.0.0.0") is None
     assert allowed_hosts("console.internal")[0] == "console.internal"
+
+
+def test_config_values_in_human_units() -> None:
+    from strom.console.formatting import human_config_value
+
+    assert human_config_value("retention.ms", "604800000") == "7 d"
+    assert human_config_value("segment.ms", "5400000") == "1.5 h"
+    assert human_config_value("flush.ms", "9223372036854775807") == "unlimited"
+    assert human_config_value("retention.bytes", "-1") == "unlimited"
+    assert human_config_value("segment.bytes", "1073741824") == "1 GiB"
+    assert human_config_value("max.message.bytes", "1048588") == "1.0 MiB"
+    assert human_config_value("segment.jitter.ms", "0") == "0 ms"
+    assert human_config_value("log.retention.hours", "168") == "7 d"
+    assert human_config_value("log.retention.minutes", "90") == "1.5 h"
+    assert human_config_value("cleanup.policy", "delete") is None
+    assert human_config_value("retention.ms", "soon") is None
+
+
+def test_spark_sink_marker_matches_the_sink() -> None:
+    from strom.console.kafka_client import SPARK_SINK_MARKER
+
+    sink = pytest.importorskip("strom.spark.sink")
+    assert sink.MARKER == SPARK_SINK_MARKER

@@ -19,9 +19,9 @@ import kafka.errors as Errors
 import pytest
 from tests.support.fake_zk import FakeZkClient, InMemoryZooKeeper, RecordingChannel
 
-from strom.cluster.controller import KafkaController
-from strom.cluster.zk import zk_data as zd
 from strom.config import BrokerConfig
+from strom.controller.controller import KafkaController
+from strom.metadata.zk import zk_data as zd
 from strom.protocol.inter_broker import LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest
 
 BOUND_S = 10.0  # an upper bound for the controller to act (threads are involved); never an assertion
@@ -631,7 +631,7 @@ def test_controlled_shutdown_with_a_stale_broker_epoch_is_refused(caplog: pytest
         try:
             c.create_topic("t", {0: [2, 1]})
             await c.start()
-            with caplog.at_level(logging.ERROR, logger="strom.cluster.controller"):
+            with caplog.at_level(logging.ERROR, logger="strom.controller.controller"):
                 with pytest.raises(Errors.StaleBrokerEpochError):
                     await c.controller.controlled_shutdown(2, c.epochs[2] - 1)
                 with pytest.raises(Errors.BrokerNotAvailableError):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.unit.fake_clock import ManualClock
 from tests.unit.group_support import Harness, run
 
 from strom.coordinator import common
@@ -34,12 +36,17 @@ def _fail_first_reads(h: Harness, monkeypatch: pytest.MonkeyPatch, failures: int
     return calls
 
 
+async def _until(condition: Callable[[], bool]) -> None:
+    """Wait for the load's worker thread to get somewhere (bounded by the test's own timeout)."""
+    while not condition():
+        await asyncio.sleep(0.001)
+
+
 def test_failed_load_is_retried_until_the_partition_is_coordinated(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(common, "LOAD_RETRY_INITIAL_S", 0.05)
-
     async def main() -> None:
-        h = Harness(str(tmp_path), num_partitions=4)
+        clock = ManualClock()
+        h = Harness(str(tmp_path), num_partitions=4, clock=clock)
         c = h.coordinator
         await _commit(h, "g")
         p = h.manager.partition_for("g")
@@ -47,12 +54,15 @@ def test_failed_load_is_retried_until_the_partition_is_coordinated(tmp_path: Pat
         assert c.handle_fetch_offsets("g", None)[0] == NOT_COORDINATOR
         calls = _fail_first_reads(h, monkeypatch, failures=2)
         c.loading_partitions.add(p)
-        task = asyncio.create_task(common.load_with_retry(c, p, lambda: True))
-        while len(calls) < 1:
-            await asyncio.sleep(0.001)
-        await asyncio.sleep(0.01)
+        task = asyncio.create_task(common.load_with_retry(c, p, lambda: True, clock))
+        await _until(lambda: clock.sleepers == 1)  # the first read failed: backing off
         # Between attempts the group is loading (clients retry), never NOT_COORDINATOR.
-        assert c.handle_fetch_offsets("g", None)[0] == COORDINATOR_LOAD_IN_PROGRESS
+        assert len(calls) == 1 and c.handle_fetch_offsets("g", None)[0] == COORDINATOR_LOAD_IN_PROGRESS
+        await clock.advance(999)
+        assert len(calls) == 1  # the back-off starts at 1 s
+        await clock.advance(1)
+        await _until(lambda: len(calls) == 2 and clock.sleepers == 1)
+        await clock.advance(2000)  # then doubles
         await asyncio.wait_for(task, 5)
         assert len(calls) == 3 and p in c.owned_partitions and p not in c.loading_partitions
         error, offsets = c.handle_fetch_offsets("g", None)
@@ -63,20 +73,21 @@ def test_failed_load_is_retried_until_the_partition_is_coordinated(tmp_path: Pat
 
 
 def test_retry_stops_once_leadership_is_gone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(common, "LOAD_RETRY_INITIAL_S", 0.01)
-
     async def main() -> None:
-        h = Harness(str(tmp_path), num_partitions=4)
+        clock = ManualClock()
+        h = Harness(str(tmp_path), num_partitions=4, clock=clock)
         c = h.coordinator
         c.on_resignation(0)
         calls = _fail_first_reads(h, monkeypatch, failures=100)
         leader = [True]
-        task = asyncio.create_task(common.load_with_retry(c, 0, lambda: leader[0]))
-        while len(calls) < 2:
-            await asyncio.sleep(0.001)
+        task = asyncio.create_task(common.load_with_retry(c, 0, lambda: leader[0], clock))
+        await _until(lambda: clock.sleepers == 1)
+        await clock.advance(1000)
+        await _until(lambda: len(calls) == 2 and clock.sleepers == 1)
         leader[0] = False
+        await clock.advance(2000)
         await asyncio.wait_for(task, 5)
-        assert 0 not in c.owned_partitions and 0 not in c.loading_partitions
+        assert len(calls) == 2 and 0 not in c.owned_partitions and 0 not in c.loading_partitions
         h.close()
 
     run(main)

@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from tests.unit.fake_clock import ManualClock
 from tests.unit.group_support import Harness, run
 
 from strom.coordinator.group.consumer_protocol import encode_assignment, encode_subscription
@@ -31,6 +32,12 @@ from strom.coordinator.group.group_metadata import GroupState, OffsetAndMetadata
 from strom.coordinator.group.member_metadata import JoinGroupResult
 
 SUB = encode_subscription(["t"])
+
+
+async def settle() -> None:
+    """Let every task that can run, run (parked requests reach their wait)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
 
 
 async def join(c: GroupCoordinator, group: str, member_id: str = "", instance: str | None = None,
@@ -78,14 +85,14 @@ def test_single_member_join_sync_heartbeat(tmp_path: Path) -> None:
 
 def test_second_member_triggers_rebalance_and_both_get_assignments(tmp_path: Path) -> None:
     async def main() -> None:
-        h = Harness(str(tmp_path))
+        h = Harness(str(tmp_path), clock=ManualClock())
         c = h.coordinator
         r1 = await join_new(c, "g")
         await sync(c, "g", r1, {r1.member_id: encode_assignment({"t": [0, 1]})})
         # A second member arrives: the first learns about it from its heartbeat.
         first = await join(c, "g")
         j2 = asyncio.create_task(join(c, "g", member_id=first.member_id))
-        await asyncio.sleep(0.01)
+        await settle()
         assert await c.handle_heartbeat("g", r1.member_id, None, r1.generation_id) == REBALANCE_IN_PROGRESS
         j1 = await join(c, "g", member_id=r1.member_id)
         r2 = await j2
@@ -118,13 +125,18 @@ def test_leave_group_and_batched_leave(tmp_path: Path) -> None:
 
 def test_session_timeout_expires_member(tmp_path: Path) -> None:
     async def main() -> None:
-        h = Harness(str(tmp_path))
+        clock = ManualClock()
+        h = Harness(str(tmp_path), clock=clock)
         c = h.coordinator
         r1 = await join_new(c, "g", session_ms=150)
         await sync(c, "g", r1)
         first = await join(c, "g", session_ms=5000)
         j2 = asyncio.create_task(join(c, "g", member_id=first.member_id, session_ms=5000))
-        # member 1 never heartbeats again: after 150 ms it is removed and member 2 completes the join alone.
+        await clock.advance(100)
+        assert not j2.done()  # member 1's session has not expired yet
+        # member 1 never heartbeats again: after 150 ms it is removed and member 2 completes the join alone
+        # (the timing wheel rounds expiries to its buckets, so move well past it).
+        await clock.advance(100)
         r2 = await asyncio.wait_for(j2, 5)
         assert r2.error_code == 0 and r2.leader_id == r2.member_id and r2.generation_id == 2
         group = h.manager.get_group("g")
@@ -137,7 +149,8 @@ def test_session_timeout_expires_member(tmp_path: Path) -> None:
 
 def test_member_that_does_not_rejoin_is_dropped_after_rebalance_timeout(tmp_path: Path) -> None:
     async def main() -> None:
-        h = Harness(str(tmp_path))
+        clock = ManualClock()
+        h = Harness(str(tmp_path), clock=clock)
         c = h.coordinator
         r1 = await join_new(c, "g", rebalance_ms=200)
         await sync(c, "g", r1)
@@ -145,8 +158,10 @@ def test_member_that_does_not_rejoin_is_dropped_after_rebalance_timeout(tmp_path
         # member 1 keeps heartbeating but never rejoins
         j2 = asyncio.create_task(join(c, "g", member_id=first.member_id, rebalance_ms=200))
         for _ in range(3):
-            await asyncio.sleep(0.05)
+            await clock.advance(50)
             await c.handle_heartbeat("g", r1.member_id, None, 1)
+        assert not j2.done()  # the rebalance still waits for member 1
+        await clock.advance(100)  # past the rebalance timeout (the wheel rounds to its buckets)
         r2 = await asyncio.wait_for(j2, 5)
         assert r2.error_code == 0 and r2.generation_id == 2
         assert not h.manager.get_group("g").has(r1.member_id)  # type: ignore[union-attr]
@@ -204,13 +219,22 @@ def test_bad_join_requests(tmp_path: Path) -> None:
 
 def test_protocol_selection_by_vote(tmp_path: Path) -> None:
     async def main() -> None:
-        h = Harness(str(tmp_path), config=GroupConfig(10, 60_000, 100))  # initial delay gathers all three
+        clock = ManualClock()
+        # The initial delay gathers all three.
+        h = Harness(str(tmp_path), config=GroupConfig(10, 60_000, 100), clock=clock)
         c = h.coordinator
         prefs = [[("roundrobin", SUB), ("range", SUB)], [("range", SUB), ("roundrobin", SUB)],
                  [("range", SUB), ("roundrobin", SUB), ("sticky", SUB)]]
         firsts = [await join(c, "g", protocols=p) for p in prefs]
-        results = await asyncio.gather(*[join(c, "g", member_id=f.member_id, protocols=p)
-                                         for f, p in zip(firsts, prefs, strict=True)])
+        joins = asyncio.gather(*[join(c, "g", member_id=f.member_id, protocols=p)
+                                 for f, p in zip(firsts, prefs, strict=True)])
+        await clock.advance(50)
+        assert not joins.done()  # still in the initial delay
+        for _ in range(100):  # the delay restarts while members keep arriving, up to the rebalance timeout
+            if joins.done():
+                break
+            await clock.advance(100)
+        results = await joins
         assert {r.protocol_name for r in results} == {"range"}
         assert len({r.generation_id for r in results}) == 1
         h.close()

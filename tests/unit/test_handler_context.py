@@ -13,11 +13,11 @@ from kafka.protocol.admin import DescribeClusterRequest
 from kafka.protocol.metadata import MetadataRequest
 
 from strom.broker.handlers import describe_cluster, metadata
-from strom.broker.listeners import EndPoint
 from strom.broker.request import BrokerServices, RequestContext
 from strom.broker.session import Session
-from strom.cluster.embedded import EmbeddedMetadataStore
-from strom.cluster.metadata import BrokerInfo
+from strom.config.listeners import EndPoint
+from strom.metadata.embedded import EmbeddedMetadataStore
+from strom.metadata.store import BrokerInfo
 from strom.protocol.codec import RequestHeader
 
 

@@ -346,3 +346,43 @@ def test_log_manager_lifecycle(tmp_path: str) -> None:
     assert mgr2.cleanup_logs() > 0
     assert b2.log_start_offset == 5
     mgr2.shutdown()
+
+
+def test_retention_renames_segments_without_holding_the_log_lock(tmp_path: str, monkeypatch: pytest.MonkeyPatch
+                                                                  ) -> None:
+    """Retention runs in a worker; the event loop takes the log's lock for every append, so the
+    renames to .deleted must happen with it released."""
+    import threading
+
+    from strom.storage.segment import LogSegment
+
+    log = open_log(tmp_path, **{"segment.bytes": "300", "retention.ms": "10000", "file.delete.delay.ms": "0"})
+    for i in range(12):
+        log.append_as_leader(batch(1, ts=1_000 * i, value=b"x" * 100), 0, now_ms=1_000 * i)
+    log.update_high_watermark(log.log_end_offset)
+    lock_free_during_rename: list[bool] = []
+    real_change_suffix = LogSegment.change_suffix
+
+    def change_suffix(seg: LogSegment, new_suffix: str) -> None:
+        got: list[bool] = []
+
+        def appender() -> None:  # another thread, as the loop appending meanwhile
+            ok = log._lock.acquire(blocking=False)
+            got.append(ok)
+            if ok:
+                log._lock.release()
+
+        t = threading.Thread(target=appender)
+        t.start()
+        t.join()
+        lock_free_during_rename.extend(got)
+        real_change_suffix(seg, new_suffix)
+
+    monkeypatch.setattr(LogSegment, "change_suffix", change_suffix)
+    assert log.delete_old_segments(now_ms=16_500) > 0
+    assert lock_free_during_rename and all(lock_free_during_rename)
+    assert not any(name.endswith(".deleted") or name.endswith(".log") and
+                   int(name.split(".")[0]) < log.log_start_offset for name in os.listdir(log.directory))
+    info = log.append_as_leader(batch(1, ts=20_000), 0, now_ms=20_000)
+    assert info.first_offset == 12
+    log.close()

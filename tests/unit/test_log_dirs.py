@@ -115,3 +115,30 @@ def test_lock_is_exclusive_and_all_or_nothing(tmp_path: Path) -> None:
     held.release()
     for lk in lock_log_dirs([a, b]):
         lk.release()
+
+
+def test_new_partitions_go_to_the_log_dir_with_fewest_through_load_delete_and_offline(tmp_path: Path) -> None:
+    """Kafka's placement rule, with the per-dir counts kept as logs are loaded, created, deleted,
+    taken offline and brought back."""
+    from strom.storage.log_manager import LogManager
+
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    first = LogManager([a])
+    first.load_logs()
+    for p in range(3):
+        first.get_or_create_log("old", p)
+    first.shutdown()
+    mgr = LogManager([a, b])
+    mgr.load_logs()
+    placed = [os.path.dirname(mgr.get_or_create_log("new", p).directory) for p in range(4)]
+    assert placed == [b, b, b, a]  # b fills up to a's three first; a tie goes to the first dir listed
+    for p in range(3):
+        mgr.delete_log("old", p)
+    assert os.path.dirname(mgr.get_or_create_log("after-delete", 0).directory) == a
+    dropped = mgr.take_offline(b, OSError(5, "Input/output error"))
+    for lg in dropped.values():
+        lg.close()
+    assert {os.path.dirname(mgr.get_or_create_log("while-offline", p).directory) for p in range(3)} == {a}
+    assert len(mgr.bring_online(b)) == len(dropped) == 3
+    assert os.path.dirname(mgr.get_or_create_log("back", 0).directory) == b  # 3 in b against 5 in a
+    mgr.shutdown()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from tests.support.metrics import Samples
 
+from strom.config.metrics_listener import parse_metrics_listener
 from strom.metrics.collector import PartitionSnapshot, Snapshot, render
-from strom.metrics.listener import parse_metrics_listener
 from strom.metrics.request_metrics import RequestMetrics, api_name, count_response_errors, error_name
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey

@@ -9,7 +9,7 @@ import pytest
 from kafka.errors import FencedLeaderEpochError, NotLeaderForPartitionError, UnknownLeaderEpochError
 
 from strom.broker.partition import Partition
-from strom.cluster.metadata import PartitionState
+from strom.metadata.store import PartitionState
 from strom.protocol.record_batch import build_batch
 from strom.storage.log import Log
 from strom.storage.log_config import LogConfig

@@ -9,7 +9,7 @@ import pytest
 from kafka.errors import NotLeaderForPartitionError
 
 from strom.broker.partition import READ_UNCOMMITTED, Partition
-from strom.cluster.metadata import PartitionState
+from strom.metadata.store import PartitionState
 from strom.protocol.record_batch import build_batch, build_control_batch, iter_batches
 from strom.storage.log import Log
 from strom.storage.log_config import LogConfig
@@ -93,3 +93,51 @@ def test_topic_config_changes_reach_the_log(tmp_path: str) -> None:
     assert part.min_insync_replicas == 2
     assert part.num_log_segments == 1
     part.log.close()
+
+
+def test_a_follower_truncates_through_the_partition(tmp_path: str) -> None:
+    part = make_partition(tmp_path, leader=LEADER)
+    part.append_records_as_follower(records(3, epoch=1), 0, 0)
+    part.append_records_as_follower(records(2, epoch=2, base_offset=3), 0, 0)
+    assert part.truncate_to(3)  # divergence found at the start of epoch 2
+    assert (part.log_end_offset, part.latest_epoch) == (3, 1)
+    assert not part.truncate_to(5)  # nothing at or after the LEO to drop
+    part.truncate_fully_and_start_at(40)  # below the leader's log start: start over there
+    assert (part.log_start_offset, part.log_end_offset, part.latest_epoch) == (40, 40, None)
+    part.append_records_as_follower(records(1, epoch=3, base_offset=40), 41, 40)
+    assert offsets(part.read_records(40, 10**6, READ_UNCOMMITTED, True).to_bytes()) == [(40, 40)]
+    part.log.close()
+
+
+def test_a_replica_about_to_lead_records_its_epoch_at_its_end_through_the_partition(tmp_path: str) -> None:
+    part = make_partition(tmp_path, leader=LEADER)
+    part.append_records_as_follower(records(2, epoch=1), 0, 0)
+    part.assign_epoch_start_offset(5)
+    assert part.latest_epoch == 5
+    assert part.end_offset_for_epoch(1) == (1, 2)
+    assert part.end_offset_for_epoch(5) == (5, 2)
+    part.log.close()
+
+
+def test_nothing_outside_storage_and_the_partition_reaches_into_a_hosted_log() -> None:
+    """Followers, handlers and coordinators go through Partition: ``<partition>.log`` stays private to it."""
+    import ast
+
+    import strom
+
+    root = os.path.dirname(strom.__file__)
+    allowed = {os.path.join(root, "broker", "partition.py")}
+    found = []
+    for dirpath, _, names in os.walk(root):
+        if os.path.join(root, "storage") in dirpath:
+            continue
+        for name in names:
+            path = os.path.join(dirpath, name)
+            if not name.endswith(".py") or path in allowed:
+                continue
+            with open(path, encoding="utf-8") as f:
+                tree = ast.parse(f.read(), path)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and node.attr == "log":
+                    found.append(f"{os.path.relpath(path, root)}:{node.lineno}")
+    assert found == []

@@ -8,7 +8,7 @@ from collections import Counter
 import kafka.errors as Errors
 import pytest
 
-from strom.cluster.replica_assignment import (
+from strom.metadata.replica_assignment import (
     BrokerMetadata,
     assign_replicas_to_brokers,
     rack_alternated_brokers,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,14 +26,15 @@ from kafka.protocol.consumer import (
     OffsetForLeaderEpochResponse,
 )
 
+import strom.storage.leader_epoch_cache as leader_epoch_cache
 from strom.broker.partition import Partition
-from strom.cluster.metadata import PartitionState
-from strom.cluster.replica_fetcher import ReplicaFetcher
 from strom.config import BrokerConfig
+from strom.metadata.store import PartitionState
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import build
 from strom.protocol.record_batch import build_batch, iter_batches
 from strom.protocol.replica_fetch import FETCH_VERSION
+from strom.replication.replica_fetcher import ReplicaFetcher
 from strom.server_common.types import TopicPartition
 from strom.storage.log import Log
 from strom.storage.log_config import LogConfig
@@ -283,3 +285,30 @@ def test_a_follower_below_the_leaders_log_start_starts_over_there(tmp_path: str)
         assert "ListOffsets" in fake.asked
 
     replicate(tmp_path, 1, setup, check)
+
+
+def test_a_follower_writes_the_epochs_it_fetches_off_the_event_loop(tmp_path: str, monkeypatch) -> None:  # noqa: ANN001
+    """Each new leader epoch a follower fetches costs a fsynced checkpoint write: it happens on the
+    storage thread before the append, never on the loop thread that serves every connection."""
+    writes: list[tuple[str, str]] = []
+    real_write = leader_epoch_cache.write_atomically
+
+    def recording_write(path: str, data: bytes, fsync: bool = True) -> None:
+        writes.append((path, threading.current_thread().name))
+        real_write(path, data, fsync)
+
+    def setup(leader: Partition, _follower: Partition) -> None:
+        write(leader, 0, "a", "b")
+        write(leader, 1, "c")
+        write(leader, 3, "d", "e")
+        monkeypatch.setattr(leader_epoch_cache, "write_atomically", recording_write)
+
+    async def check(leader: Partition, follower: Partition, _fake: FakeLeader) -> None:
+        await converged(leader, follower)
+        assert follower.log.leader_epoch_cache.epoch_entries == leader.log.leader_epoch_cache.epoch_entries
+        loop_thread = threading.current_thread().name
+        by_follower = [thread for path, thread in writes if os.sep + "follower" + os.sep in path]
+        assert by_follower, "the follower wrote no epoch checkpoint"
+        assert loop_thread not in by_follower, by_follower
+
+    replicate(tmp_path, 3, setup, check)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from strom.config import BrokerConfig, ConfigError
-from strom.security.jaas import JaasConfigError, parse_jaas_config
+from strom.config.jaas import JaasConfigError, parse_jaas_config
 
 LISTENERS = {"listeners": "PLAINTEXT://127.0.0.1:9092,SASL_SSL://127.0.0.1:9093"}
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '

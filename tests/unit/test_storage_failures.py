@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kafka.errors import KafkaStorageError
 
-from strom.cluster.embedded import METADATA_FILE, EmbeddedMetadataStore
+from strom.metadata.embedded import METADATA_FILE, EmbeddedMetadataStore
 from strom.storage.checkpoints import RECOVERY_POINT_CHECKPOINT
 from strom.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager, parse_tombstone
 

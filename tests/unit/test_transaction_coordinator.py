@@ -15,9 +15,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import kafka.errors as Errors
+from tests.unit.fake_clock import ManualClock
 
 from strom.broker.partition import Partition
-from strom.cluster.metadata import PartitionState
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME
 from strom.coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from strom.coordinator.transaction.transaction_marker_channel_manager import TransactionMarkerChannelManager
@@ -26,6 +26,7 @@ from strom.coordinator.transaction.transaction_state_manager import (
     TRANSACTION_STATE_TOPIC_NAME,
     TransactionStateManager,
 )
+from strom.metadata.store import PartitionState
 from strom.storage.log import Log
 from strom.storage.log_config import LogConfig
 
@@ -56,9 +57,10 @@ class Partitions:
         results = {}
         for (topic, partition), records in entries.items():
             plog = self.log(partition)
-            plog.append_as_leader(records, 0)
+            info = plog.append_as_leader(records, 0)
             plog.update_high_watermark(plog.log_end_offset)
-            results[(topic, partition)] = SimpleNamespace(error_code=0, error_message=None)
+            results[(topic, partition)] = SimpleNamespace(error_code=0, error_message=None,
+                                                          base_offset=info.first_offset)
         return results, None
 
     def get_partition(self, topic: str, partition: int) -> Partition:
@@ -106,14 +108,17 @@ class Groups:
 
 
 class Harness:
-    def __init__(self, directory: str, partitions: Partitions | None = None) -> None:
+    def __init__(self, directory: str, partitions: Partitions | None = None,
+                 clock: ManualClock | None = None) -> None:
+        self.clock = clock or ManualClock()
         self.partitions = partitions or Partitions(directory)
         self.metadata = Metadata()
         self.groups = Groups()
         self.next_pid = 1000
         self.manager = TransactionStateManager(0, self.partitions, num_partitions=NUM_PARTITIONS,
-                                               transactional_id_expiration_ms=1000)
-        channel = TransactionMarkerChannelManager(0, self.metadata, self.partitions, lambda: self.groups)
+                                               transactional_id_expiration_ms=1000, clock=self.clock)
+        channel = TransactionMarkerChannelManager(0, self.metadata, self.partitions, lambda: self.groups,
+                                                  clock=self.clock)
         self.coordinator = TransactionCoordinator(0, self.manager, channel, self._pid, lambda g: 1,
                                                   max_timeout_ms=900000)
 
@@ -126,8 +131,13 @@ class Harness:
             await self.coordinator.load_partition(p)
 
     async def settle(self) -> None:
-        while self.coordinator._tasks:
-            await asyncio.gather(*self.coordinator._tasks)
+        """Run the background work (markers, Complete records) to its end, moving the clock over
+        its retry back-offs."""
+        for _ in range(1000):
+            if not self.coordinator._tasks:
+                return
+            await self.clock.advance(1000)
+        raise AssertionError(f"background work never finished: {self.coordinator._tasks}")
 
     def state(self, tid: str) -> Any:
         return self.manager.get_transaction_state(tid)[1].metadata
@@ -217,9 +227,11 @@ async def test_a_second_producer_fences_the_first_and_aborts_its_transaction(h: 
 @with_harness
 async def test_timed_out_transaction_is_aborted_with_a_bumped_epoch(h: Harness) -> None:
     c = h.coordinator
-    pid, epoch = await init(h, timeout_ms=1)
+    pid, epoch = await init(h, timeout_ms=10)
     assert await c.handle_add_partitions_to_transaction("tx", pid, epoch, {("a", 0)}) == 0
-    await asyncio.sleep(0.01)
+    await h.clock.advance(10)
+    assert await c.abort_timed_out_transactions() == 0  # open exactly as long as its timeout: not yet
+    await h.clock.advance(1)
     assert await c.abort_timed_out_transactions() == 1
     await h.settle()
     md = h.state("tx")
@@ -257,7 +269,9 @@ async def _test_reload_completes_a_prepared_commit(tmp_path: Path) -> None:
     await h.coordinator.handle_add_partitions_to_transaction("tx", pid, epoch, {("a", 0)})
     h.partitions.marker_errors[("a", 0)] = [Errors.NotLeaderForPartitionError.errno] * 1000
     assert await h.coordinator.handle_end_transaction("tx", pid, epoch, True) == 0
-    await asyncio.sleep(0.05)
+    await h.clock.advance(200)  # a few marker attempts fail
+    assert h.partitions.markers and all(m[4] == [] for m in h.partitions.markers)  # attempted, none written
+    assert h.state("tx").state is S.PREPARE_COMMIT
     await h.coordinator.shutdown()  # the "crash": PrepareCommit in the log, markers never written
     h.partitions.marker_errors.clear()
     h.partitions.markers.clear()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import uuid
 
-from strom.cluster.zk import zk_data as zd
-from strom.cluster.zk.kafka_zk_client import split_connect_string
-from strom.cluster.zookeeper_server import ZooKeeperServer
+from strom.metadata.zk import zk_data as zd
+from strom.metadata.zk.kafka_zk_client import split_connect_string
+from strom.metadata.zk.zookeeper_server import ZooKeeperServer
 
 
 def test_uuid_is_kafkas_url_safe_base64_without_padding() -> None:
@@ -68,7 +68,7 @@ def test_connect_string_chroot() -> None:
 
 
 def test_ensemble_config_lists_every_peer(tmp_path) -> None:
-    from strom.cluster.zookeeper_server import QuorumPeer
+    from strom.metadata.zk.zookeeper_server import QuorumPeer
 
     peers = [QuorumPeer(1, 1001, 2001), QuorumPeer(2, 1002, 2002)]
     server = ZooKeeperServer(tmp_path, 3000, server_id=2, peers=peers)

@@ -7,7 +7,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from strom.cluster.zk_metadata import ZkMetadataStore
+from strom.metadata.zk_metadata import ZkMetadataStore
 from strom.server_common.stall_detector import LoopStallDetector
 
 FROZEN_S = 0.6  # how long each ZooKeeper read takes (a SIGSTOPped server answers after its SIGCONT)

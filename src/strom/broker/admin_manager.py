@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 import kafka.errors as Errors
 
-from strom.cluster.metadata import MetadataStore, TopicMetadata
-from strom.cluster.replica_assignment import (
+from strom.config import BrokerConfig, ConfigError, validate_topic_configs, validate_topic_name
+from strom.metadata.replica_assignment import (
     BrokerMetadata,
     assign_replicas_to_brokers,
     start_index_for_new_partitions,
 )
-from strom.config import BrokerConfig, ConfigError, validate_topic_configs, validate_topic_name
+from strom.metadata.store import MetadataStore, TopicMetadata
 
 if TYPE_CHECKING:
     from strom.broker.replica_manager import ReplicaManager
@@ -123,7 +123,7 @@ class AdminManager:
             self.metadata.delete_topic(name, recorded_elsewhere=tombstoned > 0)
         except OSError as exc:
             raise Errors.KafkaStorageError(f"cannot record the deletion of topic {name}: {exc}") from exc
-        rm.purge_tombstones()
+        await rm.purge_tombstones()
         return topic
 
     async def create_partitions(self, name: str, count: int, assignment: list[list[int]] | None,
@@ -174,7 +174,7 @@ class AdminManager:
             raise
         return topic.topic_id, new
 
-    async def set_topic_configs(self, name: str, configs: dict[str, str | None], validate_only: bool) -> None:
+    async def set_topic_configs(self, name: str, configs: Mapping[str, str | None], validate_only: bool) -> None:
         topic = self.metadata.topic(name)
         if topic is None:
             raise Errors.UnknownTopicOrPartitionError(f"Topic '{name}' does not exist.")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[RequestContext, Any], Awaitable[Any]]
+Handler = Callable[[RequestContext, Any], Coroutine[Any, Any, Any]]
 UNKNOWN_SERVER_ERROR = -1
 # Test hook: API keys (numbers, comma separated) whose handlers always raise, to exercise the
 # unexpected-error path end to end. Unset in production.
@@ -52,6 +52,9 @@ class KafkaApis:
         self._fail_apis = _injected_failure_apis()
         self.quotas: QuotaManagers | None = None  # set by the server; the request-time quota is enforced here
         self.request_metrics: RequestMetrics | None = None  # error counts per API, when metrics are on
+        # APIs whose handlers answer at once (or with a DeferredResponse): a connection may gather their
+        # answers into one write instead of writing each (a handler module says so with GATHER_RESPONSES).
+        self.gathered_apis: set[int] = set()
 
     def register(self, api_key: int, handler: Handler, versions: tuple[int, int] | None = None) -> None:
         self._handlers[api_key] = handler
@@ -59,8 +62,11 @@ class KafkaApis:
             self.supported_versions[api_key] = versions
 
     def register_module(self, module: ModuleType) -> None:
-        """A handler module declares API_KEY, optional VERSIONS and `async def handle(ctx, request)`."""
+        """A handler module declares API_KEY, optional VERSIONS and GATHER_RESPONSES, and
+        `async def handle(ctx, request)`."""
         self.register(module.API_KEY, module.handle, getattr(module, "VERSIONS", None))
+        if getattr(module, "GATHER_RESPONSES", False):
+            self.gathered_apis.add(module.API_KEY)
 
     def advertised(self) -> dict[int, tuple[int, int]]:
         return {k: v for k, v in self.supported_versions.items() if k in self._handlers}

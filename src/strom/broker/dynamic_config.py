@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import kafka.errors as Errors
 
-from strom.cluster.metadata import MetadataStore
 from strom.config import BrokerConfig, ConfigError, DynamicUpdateError
+from strom.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
 

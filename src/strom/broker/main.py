@@ -23,13 +23,13 @@ def run(properties_path: str | None, overrides: list[str]) -> None:
     try:
         config = BrokerConfig.load(properties_path, overrides)
     except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"Error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
     try:
         ensure_open_files_limit(config.log_dirs())
         asyncio.run(_serve(config))
     except (ConfigError, LogDirError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"Error: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
 
 

@@ -8,16 +8,17 @@ alone and HW = LEO after every append.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import kafka.errors as Errors
 
-from strom.cluster.metadata import PartitionState
+from strom.metadata.store import PartitionState
 from strom.storage.log import FetchDataInfo, Log
 from strom.storage.log_config import LogConfig
 from strom.storage.producer_state import ProducerStateEntry
@@ -29,6 +30,8 @@ READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 # current_leader_epoch of Fetch, ListOffsets and OffsetForLeaderEpoch: the client does not fence.
 NO_LEADER_EPOCH = -1
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -112,6 +115,19 @@ class Partition:
     @property
     def size_in_bytes(self) -> int:
         return self.log.size_in_bytes
+
+    async def run_on_storage(self, fn: Callable[..., T], *args: object) -> T:
+        """Run a file mutation of this replica's log on its log dir's storage thread, off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self.log.storage_executor, fn, *args)
+
+    def assign_epoch_starts(self, starts: list[tuple[int, int]]) -> None:
+        """Follower: record the leader epochs fetched batches start (storage thread; see Log)."""
+        self.log.assign_epoch_starts(starts)
+
+    def assign_epoch_start_offset(self, leader_epoch: int) -> None:
+        """About to lead ``leader_epoch``: record that it starts at the LEO (storage thread; see Log), so
+        ``make_leader`` on the loop finds it assigned and writes nothing."""
+        self.log.assign_epoch_start_offset(leader_epoch)
 
     @property
     def log_dir(self) -> str:
@@ -313,6 +329,16 @@ class Partition:
         info = self.log.append_as_follower(records) if records else None
         self.update_follower_high_watermark(leader_high_watermark, leader_log_start_offset)
         return info
+
+    def truncate_to(self, offset: int) -> bool:
+        """Follower divergence: drop everything at/after ``offset``; whether anything changed.
+        File work: run it with ``run_on_storage``."""
+        return self.log.truncate_to(offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Follower below the leader's log start: drop the whole log and restart it empty at ``offset``.
+        File work: run it with ``run_on_storage``."""
+        self.log.truncate_fully_and_start_at(offset)
 
     def update_follower_high_watermark(self, leader_high_watermark: int, leader_log_start_offset: int) -> None:
         """A follower's HW is the leader's, capped at its own LEO; its log start follows the leader's."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from strom.cluster.metadata import MetadataStore
+from strom.metadata.store import MetadataStore
 
 BLOCK_SIZE = 1000
 

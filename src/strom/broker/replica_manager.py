@@ -19,12 +19,13 @@ import kafka.errors as Errors
 
 from strom.broker.handlers import error_code_of, error_message_of
 from strom.broker.partition import READ_COMMITTED, READ_UNCOMMITTED, IsrChangeSender, Partition
-from strom.cluster.metadata import ChangeKind, MetadataStore, PartitionState, TopicChange, TopicMetadata
 from strom.config import BrokerConfig
+from strom.metadata.store import ChangeKind, MetadataStore, PartitionState, TopicChange, TopicMetadata
 from strom.metrics.topic_stats import BrokerTopicStats
 from strom.protocol.record_batch import build_control_batch
 from strom.server_common.purgatory import DelayedOperation, DelayedOperationPurgatory
 from strom.server_common.types import TopicPartition
+from strom.storage.log import Log
 from strom.storage.log_config import LogConfig
 from strom.storage.log_manager import LogManager, close_offline_log, is_log_dir_failure
 from strom.storage.partition_metadata import ensure_topic_configs, ensure_topic_id
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 
 # A full disk fails every produce: log it once per partition per interval, not once per request.
 STORAGE_ERROR_LOG_INTERVAL_S = 60.0
+# LeaderAndIsr / StopReplica handle this many partitions between yields to the event loop, so
+# thousands of partitions do not hold up every other connection (effects keep their order).
+STATE_CHANGE_CHUNK = 128
 # Append errors that refuse the records themselves: their bytes count as rejected (Kafka's BytesRejected).
 _REJECTED_RECORDS = (Errors.MessageSizeTooLargeError, Errors.RecordListTooLargeError, Errors.CorruptRecordError,
                      Errors.InvalidRecordError, Errors.InvalidTimestampError)
@@ -215,6 +219,8 @@ class ReplicaManager:
         self.topic_stats: BrokerTopicStats | None = None
         self.isr_shrinks = 0
         self.isr_expands = 0
+        # LeaderAndIsr and StopReplica yield to the loop between chunks: one applies at a time, in order.
+        self._state_change_lock = asyncio.Lock()
 
     # -- partition lifecycle ---------------------------------------------------
     def log_config_for(self, topic: TopicMetadata) -> LogConfig:
@@ -318,12 +324,14 @@ class ReplicaManager:
             self.produce_purgatory.check_and_complete(tp)
         return done
 
-    def purge_tombstones(self) -> None:
-        """Drop tombstone dirs once the metadata durably forgot their topics."""
+    async def purge_tombstones(self) -> None:
+        """Drop tombstone dirs once the metadata durably forgot their topics (on the dirs' storage threads)."""
         pending = self.metadata.save_pending
         self.purge_due = pending  # the metadata write is retried later; purge again once it succeeds
         live = None if pending else [t.topic_id.hex for t in self.metadata.topics().values()]
-        self.log_manager.purge_tombstones(live)
+        dirs = [d for d in self.log_manager.log_dirs if d not in self.log_manager.offline_log_dirs]
+        await asyncio.gather(*(self.log_manager.run_in_dir(d, self.log_manager.purge_tombstones, live, d)
+                               for d in dirs))
 
     def apply_topic_change(self, change: TopicChange) -> None:
         """First step of every metadata change (see MetadataPublisher): logs and partition states."""
@@ -355,23 +363,36 @@ class ReplicaManager:
             part.update_log_config(cfg)
 
     # -- leadership from the controller (LeaderAndIsr, StopReplica) -----------------------------------
-    def become_leader_or_follower(self, controller_epoch: int, partitions: list[LeaderAndIsrPartition],
-                                  topic_configs: Callable[[str], dict[str, str]]
-                                  ) -> dict[TopicPartition, int]:
+    async def become_leader_or_follower(self, controller_epoch: int, partitions: list[LeaderAndIsrPartition],
+                                        topic_configs: Callable[[str], dict[str, str]]
+                                        ) -> dict[TopicPartition, int]:
         """Apply one LeaderAndIsr request; returns an error code per partition.
 
         A request from an older controller epoch is refused whole (STALE_CONTROLLER_EPOCH); a
         partition state older than ours is refused per partition. Leaders stop fetching and start
         a new epoch at their LEO; followers (re)start fetching from the new leader, truncating to
-        the divergence point the leader's epochs give them first.
+        the divergence point the leader's epochs give them first. Partitions are applied in
+        chunks, yielding to the event loop in between; the new epochs' checkpoints are written
+        on the log dirs' storage threads.
         """
-        if controller_epoch < self.controller_epoch:
-            raise Errors.StaleControllerEpochError(
-                f"controller epoch {controller_epoch} is older than {self.controller_epoch}")
-        self.controller_epoch = controller_epoch
-        errors: dict[TopicPartition, int] = {}
-        leaders: list[TopicPartition] = []
-        followers: dict[TopicPartition, tuple[int, int]] = {}
+        async with self._state_change_lock:
+            if controller_epoch < self.controller_epoch:
+                raise Errors.StaleControllerEpochError(
+                    f"controller epoch {controller_epoch} is older than {self.controller_epoch}")
+            self.controller_epoch = controller_epoch
+            errors: dict[TopicPartition, int] = {}
+            for i in range(0, len(partitions), STATE_CHANGE_CHUNK):
+                if i:
+                    await asyncio.sleep(0)
+                await self._become_leader_or_follower(partitions[i:i + STATE_CHANGE_CHUNK], topic_configs, errors)
+            return errors
+
+    async def _become_leader_or_follower(self, partitions: list[LeaderAndIsrPartition],
+                                         topic_configs: Callable[[str], dict[str, str]],
+                                         errors: dict[TopicPartition, int]) -> None:
+        """One chunk: check and create replicas, write new leaders' epochs off the loop, then apply."""
+        created_logs = await self._open_new_replica_logs(partitions, topic_configs)
+        accepted: list[tuple[LeaderAndIsrPartition, Partition, bool]] = []
         for lp in partitions:
             st = lp.state
             tp = (lp.topic, st.partition)
@@ -390,26 +411,39 @@ class ReplicaManager:
                 continue
             created = part is None
             if part is None:
-                try:
-                    part = self._create_partition(lp, topic_configs(lp.topic))
-                except Errors.KafkaError as exc:
+                opened = created_logs.get(tp)
+                if opened is None or isinstance(opened, Errors.KafkaError):
+                    exc = opened or Errors.KafkaStorageError(f"no log for {tp[0]}-{tp[1]}")
                     log.error("cannot create replica %s-%d: %s", *tp, exc)
                     errors[tp] = exc.errno
                     continue
+                part = Partition(lp.topic, st.partition, lp.topic_id, st, opened, self.broker_id,
+                                 self.isr_change_sender)  # registered once its epoch is written
+            accepted.append((lp, part, created))
+        failed = await self._assign_new_leader_epochs(accepted)
+        leaders: list[TopicPartition] = []
+        followers: dict[TopicPartition, tuple[int, int]] = {}
+        for lp, part, created in accepted:
+            st = lp.state
+            tp = (lp.topic, st.partition)
+            if created:
+                if tp in self.offline_partitions or tp in self.partitions:  # its dir failed meanwhile
+                    errors[tp] = Errors.KafkaStorageError.errno
+                    continue
+                self.partitions[tp] = part
+            elif self.partitions.get(tp) is not part:  # its dir went offline while the epochs were written
+                errors[tp] = Errors.KafkaStorageError.errno
+                continue
+            if tp in failed:
+                errors[tp] = self._state_change_failed(tp, part, failed[tp])
+                continue
             try:
                 if created and part.is_leader:
                     part.make_leader()
                 elif not created:
                     part.update_state(st)
             except (OSError, Errors.KafkaStorageError) as exc:  # the leader-epoch checkpoint, on a full disk
-                log.error("cannot apply the new state of %s-%d: %s", *tp, exc)
-                errors[tp] = Errors.KafkaStorageError.errno
-                if not self.maybe_take_log_dir_offline(tp, exc, part.log_dir):
-                    part.leader_id = -1  # neither leader nor follower until the next LeaderAndIsr
-                    if self.fetcher_manager is not None:
-                        self.fetcher_manager.remove_partitions([tp])
-                    self.fetch_purgatory.check_and_complete(tp)
-                    self.produce_purgatory.check_and_complete(tp)
+                errors[tp] = self._state_change_failed(tp, part, exc)
                 continue
             if part.is_leader:
                 leaders.append(tp)
@@ -421,51 +455,144 @@ class ReplicaManager:
             self.fetcher_manager.remove_partitions(leaders)
             if followers:
                 self.fetcher_manager.add_partitions(followers)
-        return errors
 
-    def _create_partition(self, lp: LeaderAndIsrPartition, configs: dict[str, str]) -> Partition:
-        st = lp.state
-        tp = (lp.topic, st.partition)
-        log_config = LogConfig.from_props({**self.config.topic_defaults(), **configs})
-        plog = self.log_manager.get_or_create_log(lp.topic, st.partition, log_config, is_new=lp.is_new)
-        try:
-            ensure_topic_id(plog.directory, lp.topic_id)
-            ensure_topic_configs(plog.directory, configs)
-        except OSError as exc:
-            log.warning("could not record the topic id of %s-%d: %s", *tp, exc)
-        part = Partition(lp.topic, st.partition, lp.topic_id, st, plog, self.broker_id, self.isr_change_sender)
-        self.partitions[tp] = part
-        self.offline_partitions.discard(tp)
-        return part
-
-    def stop_replicas(self, controller_epoch: int, partitions: dict[TopicPartition, bool]
-                      ) -> dict[TopicPartition, int]:
-        """StopReplica: stop fetching; with delete=True tombstone the replica's log (topic deletion)."""
-        if controller_epoch < self.controller_epoch:
-            raise Errors.StaleControllerEpochError(
-                f"controller epoch {controller_epoch} is older than {self.controller_epoch}")
-        self.controller_epoch = controller_epoch
-        if self.fetcher_manager is not None:
-            self.fetcher_manager.remove_partitions(list(partitions))
-        errors: dict[TopicPartition, int] = {}
-        for tp, delete in partitions.items():
-            errors[tp] = 0
-            if not delete:
-                part = self.partitions.get(tp)
-                if part is not None:
-                    part.leader_id = -1  # neither leader nor fetching until the next LeaderAndIsr
-                continue
-            part = self.partitions.pop(tp, None)
-            self.offline_partitions.discard(tp)
-            if part is not None:
-                try:
-                    self.log_manager.delete_log(*tp, topic_id=part.topic_id)
-                except OSError as exc:
-                    log.error("could not delete replica %s-%d: %s", *tp, exc)
-                    errors[tp] = Errors.KafkaStorageError.errno
+    def _state_change_failed(self, tp: TopicPartition, part: Partition, exc: BaseException) -> int:
+        """A storage error applying a replica's state: its dir goes offline (cluster) or the replica
+        stops leading and fetching until the next LeaderAndIsr. Returns the error code to answer."""
+        log.error("cannot apply the new state of %s-%d: %s", *tp, exc)
+        if not self.maybe_take_log_dir_offline(tp, exc, part.log_dir):
+            part.leader_id = -1  # neither leader nor follower until the next LeaderAndIsr
+            if self.fetcher_manager is not None:
+                self.fetcher_manager.remove_partitions([tp])
             self.fetch_purgatory.check_and_complete(tp)
             self.produce_purgatory.check_and_complete(tp)
-        return errors
+        return Errors.KafkaStorageError.errno
+
+    async def _assign_new_leader_epochs(self, accepted: list[tuple[LeaderAndIsrPartition, Partition, bool]]
+                                        ) -> dict[TopicPartition, BaseException]:
+        """Write the leader-epoch checkpoint of every replica about to lead a new epoch, on its log dir's
+        storage thread (an fsync of file and dir each), before the state is applied on the loop, so
+        make_leader finds the epoch assigned. Their fetchers stop first: no follower append may land
+        between. Returns the partitions whose write failed."""
+        todo: dict[str, list[tuple[TopicPartition, Partition, int]]] = {}
+        for lp, part, created in accepted:
+            st = lp.state
+            if st.leader != self.broker_id or not (created or not part.is_leader or
+                                                   st.leader_epoch != part.leader_epoch):
+                continue
+            if st.leader_epoch >= 0 and st.leader_epoch != part.latest_epoch:
+                todo.setdefault(part.log_dir, []).append(((lp.topic, st.partition), part, st.leader_epoch))
+        if not todo:
+            return {}
+        if self.fetcher_manager is not None:
+            self.fetcher_manager.remove_partitions([tp for items in todo.values() for tp, _, _ in items])
+
+        def assign(items: list[tuple[TopicPartition, Partition, int]]) -> dict[TopicPartition, BaseException]:
+            failed: dict[TopicPartition, BaseException] = {}
+            for tp, part, epoch in items:
+                try:
+                    part.assign_epoch_start_offset(epoch)
+                except (OSError, Errors.KafkaStorageError) as exc:
+                    failed[tp] = exc
+            return failed
+
+        failed: dict[TopicPartition, BaseException] = {}
+        for result in await asyncio.gather(*(self.log_manager.run_in_dir(d, assign, items)
+                                             for d, items in todo.items())):
+            failed.update(result)
+        return failed
+
+    async def _open_new_replica_logs(self, partitions: list[LeaderAndIsrPartition],
+                                     topic_configs: Callable[[str], dict[str, str]]
+                                     ) -> dict[TopicPartition, Log | Errors.KafkaError]:
+        """Open or create the logs of replicas new to this broker, each on its log dir's storage thread
+        (a partition dir, its segment and index files, its topic id file); returns a log or the error."""
+        new = [lp for lp in partitions if self.broker_id in lp.state.replicas
+               and (lp.topic, lp.state.partition) not in self.partitions
+               and (lp.topic, lp.state.partition) not in self.offline_partitions]
+        if not new:
+            return {}
+        plan = self.log_manager.plan_log_dirs((lp.topic, lp.state.partition) for lp in new)
+        by_dir: dict[str, list[tuple[LeaderAndIsrPartition, dict[str, str]]]] = {}
+        for lp in new:
+            by_dir.setdefault(plan[(lp.topic, lp.state.partition)], []).append((lp, topic_configs(lp.topic)))
+        opened: dict[TopicPartition, Log | Errors.KafkaError] = {}
+        for result in await asyncio.gather(*(self.log_manager.run_in_dir(d, self._open_replica_logs, d, items)
+                                             for d, items in by_dir.items())):
+            opened.update(result)
+        return opened
+
+    def _open_replica_logs(self, log_dir: str, items: list[tuple[LeaderAndIsrPartition, dict[str, str]]]
+                           ) -> dict[TopicPartition, Log | Errors.KafkaError]:
+        """On a log dir's storage thread: get_or_create_log and record the topic id and configs."""
+        out: dict[TopicPartition, Log | Errors.KafkaError] = {}
+        for lp, configs in items:
+            tp = (lp.topic, lp.state.partition)
+            log_config = LogConfig.from_props({**self.config.topic_defaults(), **configs})
+            try:
+                plog = self.log_manager.get_or_create_log(lp.topic, lp.state.partition, log_config,
+                                                          is_new=lp.is_new, log_dir=log_dir)
+            except Errors.KafkaError as exc:
+                out[tp] = exc
+                continue
+            try:
+                ensure_topic_id(plog.directory, lp.topic_id)
+                ensure_topic_configs(plog.directory, configs)
+            except OSError as exc:
+                log.warning("could not record the topic id of %s-%d: %s", *tp, exc)
+            out[tp] = plog
+        return out
+
+
+    async def stop_replicas(self, controller_epoch: int, partitions: dict[TopicPartition, bool]
+                            ) -> dict[TopicPartition, int]:
+        """StopReplica: stop fetching; with delete=True tombstone the replica's log (topic deletion).
+
+        The replicas leave this broker's view on the loop at once; closing, renaming and emptying
+        their logs runs on their log dirs' storage threads, in chunks between yields to the loop.
+        """
+        async with self._state_change_lock:
+            if controller_epoch < self.controller_epoch:
+                raise Errors.StaleControllerEpochError(
+                    f"controller epoch {controller_epoch} is older than {self.controller_epoch}")
+            self.controller_epoch = controller_epoch
+            if self.fetcher_manager is not None:
+                self.fetcher_manager.remove_partitions(list(partitions))
+            errors: dict[TopicPartition, int] = {}
+            items = list(partitions.items())
+            for i in range(0, len(items), STATE_CHANGE_CHUNK):
+                if i:
+                    await asyncio.sleep(0)
+                doomed: dict[str, list[tuple[TopicPartition, Partition]]] = {}
+                for tp, delete in items[i:i + STATE_CHANGE_CHUNK]:
+                    errors[tp] = 0
+                    if not delete:
+                        part = self.partitions.get(tp)
+                        if part is not None:
+                            part.leader_id = -1  # neither leader nor fetching until the next LeaderAndIsr
+                        continue
+                    part = self.partitions.pop(tp, None)
+                    self.offline_partitions.discard(tp)
+                    if part is not None:
+                        doomed.setdefault(part.log_dir, []).append((tp, part))
+                    self.fetch_purgatory.check_and_complete(tp)
+                    self.produce_purgatory.check_and_complete(tp)
+                results = await asyncio.gather(*(self.log_manager.run_in_dir(d, self._delete_replica_logs, parts)
+                                                 for d, parts in doomed.items()))
+                for failed in results:
+                    errors.update(failed)
+            return errors
+
+    def _delete_replica_logs(self, parts: list[tuple[TopicPartition, Partition]]) -> dict[TopicPartition, int]:
+        """On a log dir's storage thread: tombstone the logs of deleted replicas; returns the failures."""
+        failed: dict[TopicPartition, int] = {}
+        for tp, part in parts:
+            try:
+                self.log_manager.delete_log(*tp, topic_id=part.topic_id)
+            except OSError as exc:
+                log.error("could not delete replica %s-%d: %s", *tp, exc)
+                failed[tp] = Errors.KafkaStorageError.errno
+        return failed
 
     def maybe_shrink_isr(self) -> None:
         """Periodic (replica.lag.time.max.ms / 2): leaders drop followers that fell behind."""
@@ -547,7 +674,7 @@ class ReplicaManager:
                 if loop is None:
                     close_offline_log(lg)
                 else:
-                    loop.run_in_executor(None, close_offline_log, lg)
+                    loop.run_in_executor(self.log_manager.executor_for(log_dir), close_offline_log, lg)
         if self.log_dir_failure_listener is not None:
             self.log_dir_failure_listener(log_dir)
 

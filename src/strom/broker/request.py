@@ -18,13 +18,13 @@ if TYPE_CHECKING:
     from strom.broker.producer_id_manager import ProducerIdManager
     from strom.broker.quota.manager import QuotaManagers
     from strom.broker.replica_manager import ReplicaManager
-    from strom.cluster.controller import KafkaController
-    from strom.cluster.metadata import MetadataStore
-    from strom.cluster.publisher import MetadataPublisher
-    from strom.cluster.zk_metadata import ZkMetadataStore
     from strom.config import BrokerConfig
+    from strom.controller.controller import KafkaController
     from strom.coordinator.group.group_coordinator import GroupCoordinator
     from strom.coordinator.transaction.transaction_coordinator import TransactionCoordinator
+    from strom.metadata.publisher import MetadataPublisher
+    from strom.metadata.store import MetadataStore
+    from strom.metadata.zk_metadata import ZkMetadataStore
     from strom.security.authorizer import AclAuthorizer
 
 

@@ -8,12 +8,12 @@ checkpoints plus a clean-shutdown marker so the next start skips recovery.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from strom.broker import handlers as _handlers_pkg  # noqa: F401 - ensure package import
 from strom.broker.admin_manager import AdminManager
@@ -76,29 +76,30 @@ from strom.broker.producer_id_manager import ProducerIdManager
 from strom.broker.quota.manager import QuotaManagers
 from strom.broker.replica_manager import ReplicaManager
 from strom.broker.request import BrokerServices, ClusterLink
-from strom.cluster.alter_partition_manager import AlterPartitionManager
-from strom.cluster.broker_client import BrokerClient
-from strom.cluster.controller import KafkaController
-from strom.cluster.embedded import open_metadata_store
-from strom.cluster.metadata import BrokerInfo, MetadataStore
-from strom.cluster.publisher import MetadataPublisher
-from strom.cluster.replica_fetcher import ReplicaFetcherManager
-from strom.cluster.zk.kafka_zk_client import KafkaZkClient, SessionState
-from strom.cluster.zk_metadata import ZkMetadataStore
+from strom.client.broker_client import BrokerClient
 from strom.config import TOPIC_CONFIGS, BrokerConfig
+from strom.config.metrics_listener import parse_metrics_listener
+from strom.controller.controller import KafkaController
 from strom.coordinator.common import sync_ownership
 from strom.coordinator.group.group_coordinator import GroupCoordinator
 from strom.coordinator.group.startup import create_group_coordinator
 from strom.coordinator.transaction.startup import create_transaction_coordinator
 from strom.coordinator.transaction.transaction_coordinator import TransactionCoordinator
+from strom.metadata.embedded import open_metadata_store
+from strom.metadata.publisher import MetadataPublisher
+from strom.metadata.store import BrokerInfo, MetadataStore
+from strom.metadata.zk.kafka_zk_client import KafkaZkClient, SessionState
+from strom.metadata.zk_metadata import ZkMetadataStore
 from strom.metrics.collector import BrokerCollector, BrokerState
 from strom.metrics.endpoint import MetricsEndpoint
-from strom.metrics.listener import parse_metrics_listener
 from strom.metrics.request_metrics import RequestMetrics
 from strom.metrics.topic_stats import BrokerTopicStats
 from strom.protocol.inter_broker import ControlledShutdownRequest
+from strom.replication.alter_partition_manager import AlterPartitionManager
+from strom.replication.replica_fetcher import ReplicaFetcherManager
 from strom.security.authorizer import AclAuthorizer, create_authorizer
 from strom.security.client_security import ClientSecurity
+from strom.server_common.lifecycle import Lifecycle
 from strom.server_common.purgatory import DelayedOperationPurgatory, TimerDriver
 from strom.server_common.stall_detector import LoopStallDetector
 from strom.server_common.timing_wheel import Timer
@@ -163,7 +164,9 @@ class KafkaServer:
         self.services: BrokerServices  # what handlers see, instead of this object
         self.publisher: MetadataPublisher  # metadata changes -> replica manager, then coordinators
         self._timer_driver: TimerDriver
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._lifecycle = Lifecycle()  # stop steps, registered as components start
+        self._controller_started = False
         self._log_dir_locks: list[LogDirLock] = []
         self._stopped = asyncio.Event()
         self._loop = asyncio.get_event_loop()
@@ -209,6 +212,7 @@ class KafkaServer:
             topic_configs, expected = await self._open_zookeeper(log_dirs)
         else:
             self.metadata = open_metadata_store(log_dirs, self.broker_id, cfg.get("cluster.id") or None)
+            self._stop_with_metadata()
             self._load_dynamic_config()
             self._complete_interrupted_deletions()
             topic_configs = {
@@ -225,6 +229,7 @@ class KafkaServer:
         timer = Timer(tick_ms=1, wheel_size=20)
         self._timer_driver = TimerDriver(timer, loop)
         self._timer_driver.start()
+        self._lifecycle.on_stop("timer", self._timer_driver.stop)
         fetch_purgatory = DelayedOperationPurgatory("Fetch", timer)
         produce_purgatory = DelayedOperationPurgatory("Produce", timer)  # acks=all waiting for the ISR
         self.replica_manager = ReplicaManager(cfg, self.log_manager, self.metadata, fetch_purgatory,
@@ -246,9 +251,11 @@ class KafkaServer:
         else:
             self.replica_manager.load_partitions()
             self._set_aside_unhosted_logs()
-            self.replica_manager.purge_tombstones()
+            await self.replica_manager.purge_tombstones()
         self.group_coordinator: GroupCoordinator = create_group_coordinator(self, timer)
+        self._lifecycle.on_stop("group coordinator", self.group_coordinator.shutdown)
         self.transaction_coordinator: TransactionCoordinator = create_transaction_coordinator(self)
+        self._lifecycle.on_stop("transaction coordinator", self.transaction_coordinator.shutdown)
         self.publisher.sync_coordinators()
         self.quotas = self._start_quotas()
         cluster_link = self._start_cluster_services() if self.clustered else None
@@ -266,7 +273,9 @@ class KafkaServer:
             quotas=self.quotas,
         )
         self.dynamic_config.add_reconfigurable(self._reconfigure)
+        self._lifecycle.on_stop("background tasks", self._cancel_tasks)  # after the listener closed
         self.socket_server = SocketServer(self, cfg.listeners(), cfg.get("socket.request.max.bytes"))
+        self._lifecycle.on_stop("socket server", self.socket_server.stop)
         await self.socket_server.start()
         me = self._broker_info()
         if self.clustered:
@@ -274,6 +283,7 @@ class KafkaServer:
             await loop.run_in_executor(None, self.metadata.register_broker, me)
             self.zk.add_state_listener(self._on_zookeeper_state)
             self.controller.startup()
+            self._controller_started = True
             self._schedule("isr-expiration", max(cfg.get("replica.lag.time.max.ms") // 2, 100),
                            self._maybe_shrink_isr)
         else:
@@ -365,6 +375,7 @@ class KafkaServer:
         self.metadata = ZkMetadataStore(self.zk, self.broker_id, cluster_id,
                                         protocol_map={ep.listener_name: ep.security_protocol
                                                       for ep in cfg.listeners()})
+        self._stop_with_metadata()
         await loop.run_in_executor(None, self._load_dynamic_config)
         await loop.run_in_executor(None, self.metadata.load_entities)
 
@@ -413,6 +424,10 @@ class KafkaServer:
 
         self.controller = KafkaController(self.broker_id, self.config, self.zk, unclean_enabled,
                                           self.inter_broker_security)
+        # Stopped fetchers first, then the ISR sender, then the controller (reverse of registration).
+        self._lifecycle.on_stop("controller", self.controller.shutdown)
+        self._lifecycle.on_stop("alter partition manager", self.alter_partition_manager.close)
+        self._lifecycle.on_stop("replica fetchers", self.fetcher_manager.shutdown)
         for module in CLUSTER_HANDLER_MODULES:
             self.apis.register_module(module)
         return ClusterLink(store=store, controller=self.controller, publisher=self.publisher)
@@ -422,11 +437,16 @@ class KafkaServer:
         if state is SessionState.LOST:
             self._loop.call_soon_threadsafe(self._reregister)
 
+    def _zk_store(self) -> ZkMetadataStore:
+        """The ZooKeeper-backed metadata store (cluster mode only)."""
+        assert isinstance(self.metadata, ZkMetadataStore)
+        return self.metadata
+
     def _reregister(self) -> None:
         async def again() -> None:
             while not self._stopped.is_set():
                 try:
-                    await asyncio.get_running_loop().run_in_executor(None, self.metadata.reregister)
+                    await asyncio.get_running_loop().run_in_executor(None, self._zk_store().reregister)
                     return
                 except Exception as exc:  # noqa: BLE001 - ZooKeeper may still be away: keep trying
                     log.warning("re-registering in ZooKeeper failed (%s); retrying", exc)
@@ -462,6 +482,11 @@ class KafkaServer:
         controlled.shutdown.*): clients see a leader change, not an outage of a session timeout."""
         retries = self.config.get("controlled.shutdown.max.retries")
         for attempt in range(1, retries + 1):
+            if not self._other_live_brokers():
+                # Nobody to hand leadership to (the last broker of a cluster going down): retrying
+                # would only add the backoff to every full shutdown.
+                log.info("controlled shutdown skipped: no other live broker to move leadership to")
+                return
             cid = self.metadata.controller_id()
             broker = next((b for b in self.metadata.live_brokers() if b.broker_id == cid), None)
             if broker is None:
@@ -471,7 +496,7 @@ class KafkaServer:
                                       request_timeout_ms=30_000, security=self.inter_broker_security)
                 try:
                     response = await client.send(ControlledShutdownRequest(
-                        broker_id=self.broker_id, broker_epoch=self.metadata.broker_epoch), 3)
+                        broker_id=self.broker_id, broker_epoch=self._zk_store().broker_epoch), 3)
                     if response.error_code == 0 and not response.remaining_partitions:
                         log.info("controlled shutdown complete: leadership moved off broker %d", self.broker_id)
                         # Give the new leaders' LeaderAndIsr a moment to land before our listener closes.
@@ -483,8 +508,13 @@ class KafkaServer:
                     log.warning("controlled shutdown request failed: %s (attempt %d)", exc, attempt)
                 finally:
                     await client.close()
-            await asyncio.sleep(self.config.get("controlled.shutdown.retry.backoff.ms") / 1000)
+            if attempt < retries and self._other_live_brokers():
+                await asyncio.sleep(self.config.get("controlled.shutdown.retry.backoff.ms") / 1000)
         log.warning("controlled shutdown did not complete; shutting down anyway")
+
+    def _other_live_brokers(self) -> list[int]:
+        """Ids of the live brokers other than this one, as the metadata cache knows them."""
+        return [b.broker_id for b in self.metadata.live_brokers() if b.broker_id != self.broker_id]
 
     async def _maybe_shrink_isr(self) -> None:
         self.replica_manager.maybe_shrink_isr()
@@ -508,7 +538,7 @@ class KafkaServer:
         if self.metadata.save_pending:
             self.metadata.retry_pending_save()
         if self.replica_manager.purge_due and not self.metadata.save_pending:
-            self.replica_manager.purge_tombstones()
+            await self.replica_manager.purge_tombstones()
 
     def _set_aside_unhosted_logs(self) -> None:
         """A loaded log no partition claims is renamed aside (``-stray``), never deleted: only DeleteTopics
@@ -518,7 +548,7 @@ class KafkaServer:
             if (topic, partition) not in hosted:
                 self.log_manager.set_aside_stray_log(topic, partition)
 
-    def _schedule(self, name: str, interval_ms: int | Callable[[], int], job: Callable[[], Awaitable[None]]) -> None:
+    def _schedule(self, name: str, interval_ms: int | Callable[[], int], job: Callable[[], Awaitable[object]]) -> None:
         interval = interval_ms if callable(interval_ms) else lambda: interval_ms
 
         async def loop() -> None:
@@ -561,55 +591,45 @@ class KafkaServer:
     def request_stop(self) -> None:
         self._stopped.set()
 
-    async def shutdown(self) -> None:
-        """Every step runs even if an earlier one failed (a full disk must not abort shutdown half way)."""
-        log.info("shutting down")
-        failed = False
+    def _stop_with_metadata(self) -> None:
+        """The metadata store closes last, after the logs (and a pending metadata write) are done."""
+        self._lifecycle.on_stop("metadata store", self.metadata.close)
+        self._lifecycle.on_stop("metadata write", self._save_pending_metadata)
+        self._lifecycle.on_stop("log manager", lambda: asyncio.get_running_loop().run_in_executor(
+            None, self.log_manager.shutdown))
 
-        async def step(name: str, fn: Callable[[], object]) -> None:
-            nonlocal failed
-            try:
-                result = fn()
-                if inspect.isawaitable(result):
-                    await result
-            except Exception:
-                failed = True
-                log.exception("shutdown step %s failed; continuing", name)
+    def _save_pending_metadata(self) -> None:
+        if self.metadata.save_pending:
+            self.metadata.retry_pending_save()
 
-        loop = asyncio.get_running_loop()
-        self.ready = False
-        self.broker_state = BrokerState.PENDING_CONTROLLED_SHUTDOWN
-        if self.clustered and hasattr(self, "controller") and self.config.get("controlled.shutdown.enable"):
-            await step("controlled shutdown", self._controlled_shutdown)
-        self.broker_state = BrokerState.SHUTTING_DOWN
-        if hasattr(self, "socket_server"):
-            await step("socket server", self.socket_server.stop)
+    async def _cancel_tasks(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if hasattr(self, "fetcher_manager"):
-            await step("replica fetchers", self.fetcher_manager.shutdown)
-        if hasattr(self, "alter_partition_manager"):
-            await step("alter partition manager", self.alter_partition_manager.close)
-        if hasattr(self, "controller"):
-            await step("controller", self.controller.shutdown)
-        if hasattr(self, "transaction_coordinator"):
-            await step("transaction coordinator", self.transaction_coordinator.shutdown)
-        if hasattr(self, "group_coordinator"):
-            await step("group coordinator", self.group_coordinator.shutdown)
-        if hasattr(self, "_timer_driver"):
-            await step("timer", self._timer_driver.stop)
-        if hasattr(self, "log_manager"):
-            await step("log manager", lambda: loop.run_in_executor(None, self.log_manager.shutdown))
-        if hasattr(self, "metadata"):
-            if self.metadata.save_pending:
-                await step("metadata write", self.metadata.retry_pending_save)
-            await step("metadata store", self.metadata.close)
+
+    async def shutdown(self) -> None:
+        """Controlled shutdown (cluster), then every started component stops in reverse start order."""
+        log.info("shutting down")
+        ok = True
+        self.ready = False
+        self.broker_state = BrokerState.PENDING_CONTROLLED_SHUTDOWN
+        if self._controller_started and self.config.get("controlled.shutdown.enable"):
+            try:
+                await self._controlled_shutdown()
+            except Exception:
+                ok = False
+                log.exception("shutdown step controlled shutdown failed; continuing")
+        self.broker_state = BrokerState.SHUTTING_DOWN
+        ok = await self._lifecycle.stop() and ok
         self.broker_state = BrokerState.NOT_RUNNING
         if self.metrics_endpoint is not None:
-            await step("metrics endpoint", self.metrics_endpoint.stop)
+            try:
+                await self.metrics_endpoint.stop()
+            except Exception:
+                ok = False
+                log.exception("shutdown step metrics endpoint failed; continuing")
         self.stall_detector.stop()
-        log.info("shut down" if failed else "shut down cleanly")
+        log.info("shut down cleanly" if ok else "shut down")
 
 
 async def _hold_for_test(path: str | None) -> None:

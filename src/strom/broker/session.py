@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from strom.broker.listeners import EndPoint
+from strom.config.listeners import EndPoint
 from strom.security.principal import ANONYMOUS, KafkaPrincipal
 
 if TYPE_CHECKING:

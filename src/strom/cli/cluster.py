@@ -7,6 +7,11 @@ it starts and stops them by pid: on Ctrl-C or SIGTERM the brokers get SIGTERM (c
 shutdown, the controller last) and then ZooKeeper stops. The children run in their own
 sessions so that a terminal's Ctrl-C reaches only this command, which then stops them in
 order; their pids are written to `<data-dir>/pids` in case this command itself is killed.
+
+While it runs it supervises: a broker that dies is reported (which one, its exit status or
+signal, its log) and the others keep running; `strom cluster stop-broker|start-broker|
+restart-broker N --data-dir DIR` ask it to act on one broker (see strom.cli.cluster_control
+for the state file and the request files they use).
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from typing import Annotated
 
 import typer
 
-from strom.cli.common import cli_errors, fail, parse_key_values
+from strom.cli import cluster_control
+from strom.cli.common import PLAIN_HELP, cli_errors, fail, parse_key_values
 
-cluster_app = typer.Typer(help="Run a local ZooKeeper-coordinated Strom cluster.", no_args_is_help=True)
+cluster_app = typer.Typer(help="Run a local ZooKeeper-coordinated Strom cluster.", no_args_is_help=True, **PLAIN_HELP)
 
 HOST = "127.0.0.1"
 CHROOT = "/strom"
@@ -65,6 +71,7 @@ class LocalBroker:
         self.zookeeper_connect = zookeeper_connect
         self.overrides = overrides
         self.proc: subprocess.Popen[bytes] | None = None
+        self.stopped_on_purpose = False  # by stop-broker: its exit is not a death to report
 
     @property
     def address(self) -> str:
@@ -85,6 +92,7 @@ class LocalBroker:
         return cmd
 
     def start(self) -> None:
+        self.stopped_on_purpose = False
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL, stdout=log,
@@ -94,11 +102,30 @@ class LocalBroker:
         """The exit status once the process has ended, else None."""
         return None if self.proc is None else self.proc.poll()
 
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def how_it_ended(self) -> str:
+        """`exited with status 2` or `killed by SIGKILL` (Popen's negative return codes)."""
+        code = self.exited()
+        if code is not None and code < 0:
+            with contextlib.suppress(ValueError):
+                return f"killed by {signal.Signals(-code).name}"
+            return f"killed by signal {-code}"
+        return f"exited with status {code}"
+
+    def state(self) -> dict[str, object]:
+        """This broker's entry in the state file."""
+        status = "running" if self.running() else "stopped" if self.stopped_on_purpose or self.proc is None else "exited"
+        return {"pid": self.proc.pid if self.proc else None, "address": self.address, "log": str(self.log_path),
+                "state": status, "exit": self.exited(), "command": self.command()}
+
     def stop(self, timeout: float) -> None:
         """SIGTERM by pid, SIGKILL if it outlives `timeout`; always reaps the child."""
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
+        self.stopped_on_purpose = True
         _say(f"stopping broker {self.broker_id} (pid {proc.pid})")
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGCONT)  # a SIGSTOPped broker could not act on SIGTERM
@@ -128,12 +155,13 @@ def _read_zookeeper(zk: object) -> tuple[set[int], int | None]:
     return registered, controller
 
 
-def _how_to(bootstrap: str, brokers: int, data_dir: Path, zookeeper_connect: str) -> str:
+def _how_to(bootstrap: str, brokers: int, data_dir: Path, zookeeper_connect: str, session_timeout_ms: int) -> str:
     rf = min(3, brokers)
     return (
         f"Strom cluster of {brokers} broker(s) is up.\n"
         f"Bootstrap servers: {bootstrap}\n"
-        f"ZooKeeper: {zookeeper_connect}\n"
+        f"ZooKeeper: {zookeeper_connect}, session timeout {session_timeout_ms / 1000:g} s "
+        "(zookeeper.session.timeout.ms: how long a broker that dies without stopping keeps its leaderships)\n"
         f"Logs: {data_dir}/broker-<id>/broker.log, {data_dir}/zookeeper/zookeeper.log\n"
         f"  create a replicated topic: strom topics --bootstrap-server {bootstrap} --create --topic demo "
         f"--partitions 3 --replication-factor {rf} --config min.insync.replicas={max(1, rf - 1)}\n"
@@ -141,6 +169,7 @@ def _how_to(bootstrap: str, brokers: int, data_dir: Path, zookeeper_connect: str
         f"  produce:  strom console-producer --bootstrap-server {bootstrap} --topic demo "
         "--producer-property acks=all\n"
         f"  consume:  strom console-consumer --bootstrap-server {bootstrap} --topic demo --from-beginning\n"
+        f"  one broker: strom cluster stop-broker|start-broker|restart-broker <id> --data-dir {data_dir}\n"
         "  stop:     Ctrl-C"
     )
 
@@ -191,7 +220,11 @@ def up(
                 fail(f"Port {port} on {HOST} is already in use.")
         if zookeeper_port in ports:
             fail(f"--zookeeper-port {zookeeper_port} collides with a broker port.")
-        from strom.cluster.zookeeper_server import ZooKeeperServer, ZooKeeperServerError, zookeeper_available
+        from strom.metadata.zk.zookeeper_server import (
+            ZooKeeperServer,
+            ZooKeeperServerError,
+            zookeeper_available,
+        )
 
         if not zookeeper_available():
             fail("ZooKeeper is not installed: run `make zookeeper` (Debian package `zookeeper`) or set "
@@ -204,13 +237,14 @@ def up(
         zookeeper_connect = f"{zookeeper.connect_string}{CHROOT}"
         members = [LocalBroker(i + 1, port, data_dir, zookeeper_connect, overrides, metrics_ports[i])
                    for i, port in enumerate(ports)]
-        code = _run(zookeeper, ZooKeeperServerError, members, data_dir, startup_timeout, stop_timeout)
+        code = _run(zookeeper, ZooKeeperServerError, members, data_dir, startup_timeout, stop_timeout,
+                    int(overrides["zookeeper.session.timeout.ms"]))
         if code:
             raise typer.Exit(code)
 
 
 def _run(zookeeper, zookeeper_error: type[Exception], members: list[LocalBroker], data_dir: Path,  # noqa: ANN001
-         startup_timeout: float, stop_timeout: float) -> int:
+         startup_timeout: float, stop_timeout: float, session_timeout_ms: int) -> int:
     """Start everything, supervise until asked to stop, then stop everything; returns the exit status."""
     from kazoo.client import KazooClient
 
@@ -223,6 +257,7 @@ def _run(zookeeper, zookeeper_error: type[Exception], members: list[LocalBroker]
     old_term = signal.signal(signal.SIGTERM, on_signal)
     zk: KazooClient | None = None
     pids_file = data_dir / "pids"
+    state = _StateFile(data_dir, zookeeper, members, session_timeout_ms)
     code = 0
     try:
         _say(f"starting ZooKeeper on {zookeeper.connect_string} (data in {zookeeper.data_dir})")
@@ -236,7 +271,7 @@ def _run(zookeeper, zookeeper_error: type[Exception], members: list[LocalBroker]
         _ensure_chroot(zookeeper.connect_string)
         for member in members:
             member.start()
-        _write_pids(pids_file, zookeeper, members)
+        state.write()
         _say("started " + ", ".join(f"broker {m.broker_id} (pid {m.proc.pid}, {m.address})" for m in members)
              + f", ZooKeeper pid {zookeeper.pid}; pids in {pids_file}")
         zk = KazooClient(hosts=f"{zookeeper.connect_string}{CHROOT}", timeout=10.0)
@@ -245,13 +280,14 @@ def _run(zookeeper, zookeeper_error: type[Exception], members: list[LocalBroker]
         if code or stop_requested["signal"] is not None:
             return code
         bootstrap = ",".join(m.address for m in members)
-        typer.echo(_how_to(bootstrap, len(members), data_dir, f"{zookeeper.connect_string}{CHROOT}"), nl=True)
+        typer.echo(_how_to(bootstrap, len(members), data_dir, f"{zookeeper.connect_string}{CHROOT}",
+                           session_timeout_ms), nl=True)
         if any(m.metrics_port for m in members):
             typer.echo("Metrics: " + ", ".join(f"broker {m.broker_id} http://{HOST}:{m.metrics_port}/metrics"
                                                for m in members if m.metrics_port)
                        + " (and /healthz, /readyz)")
         sys.stdout.flush()
-        code = _supervise(zookeeper, members, stop_requested)
+        code = _supervise(zookeeper, members, stop_requested, state, zk, startup_timeout, stop_timeout)
         return code
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -261,6 +297,7 @@ def _run(zookeeper, zookeeper_error: type[Exception], members: list[LocalBroker]
         finally:
             with contextlib.suppress(OSError):
                 pids_file.unlink()
+            state.remove()
             signal.signal(signal.SIGINT, old_int)
             signal.signal(signal.SIGTERM, old_term)
 
@@ -283,9 +320,41 @@ def _write_pids(path: Path, zookeeper, members: list[LocalBroker]) -> None:  # n
     path.write_text("\n".join(lines) + "\n")
 
 
-def _report_exit(member: LocalBroker) -> None:
-    _say(f"broker {member.broker_id} (pid {member.proc.pid if member.proc else '?'}) exited unexpectedly "
-         f"with status {member.exited()}; last lines of {member.log_path}:\n{_log_tail(member.log_path)}", err=True)
+class _StateFile:
+    """`<data-dir>/cluster.json` (see strom.cli.cluster_control), rewritten whenever a broker changes."""
+
+    def __init__(self, data_dir: Path, zookeeper, members: list[LocalBroker],  # noqa: ANN001
+                 session_timeout_ms: int) -> None:
+        self.data_dir = data_dir
+        self.path = data_dir / cluster_control.STATE_FILE
+        self.zookeeper = zookeeper
+        self.members = members
+        self.session_timeout_ms = session_timeout_ms
+
+    def write(self) -> None:
+        _write_pids(self.data_dir / "pids", self.zookeeper, self.members)  # a restarted broker has a new pid
+        cluster_control.write_json_atomically(self.path, {
+            "supervisor_pid": os.getpid(),
+            "zookeeper": {"pid": self.zookeeper.pid, "connect": f"{self.zookeeper.connect_string}{CHROOT}",
+                          "session_timeout_ms": self.session_timeout_ms},
+            "brokers": {str(m.broker_id): m.state() for m in self.members},
+        })
+
+    def remove(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        control = self.data_dir / cluster_control.CONTROL_DIR
+        for request in control.glob("*.request"):
+            cluster_control.answer(request, False, "the cluster is stopping.")
+
+
+def _report_exit(member: LocalBroker, data_dir: Path | None = None) -> None:
+    pid = member.proc.pid if member.proc else "?"
+    restart = (f"; `strom cluster restart-broker {member.broker_id} --data-dir {data_dir}` starts it again"
+               if data_dir is not None else "")
+    _say(f"broker {member.broker_id} (pid {pid}, {member.address}) died: {member.how_it_ended()}"
+         f"{'; the other brokers keep running' if data_dir is not None else ''}{restart}; "
+         f"its log is {member.log_path}, last lines:\n{_log_tail(member.log_path)}", err=True)
 
 
 def _wait_up(zk, members: list[LocalBroker], timeout: float, stop_requested: dict) -> int:  # noqa: ANN001
@@ -310,32 +379,96 @@ def _wait_up(zk, members: list[LocalBroker], timeout: float, stop_requested: dic
     return 0
 
 
-def _supervise(zookeeper, members: list[LocalBroker], stop_requested: dict) -> int:  # noqa: ANN001
-    """Run until a signal; report brokers that die (the rest keep running) and give up if ZooKeeper dies."""
+def _supervise(zookeeper, members: list[LocalBroker], stop_requested: dict, state: _StateFile,  # noqa: ANN001
+               zk, startup_timeout: float, stop_timeout: float) -> int:  # noqa: ANN001
+    """Run until a signal: report brokers that die (the rest keep running), act on stop/start/restart
+    requests, give up if ZooKeeper dies or every broker has died."""
     reported: set[int] = set()
     while stop_requested["signal"] is None:
+        changed = False
         for member in members:
-            if member.broker_id not in reported and member.exited() is not None:
+            if member.exited() is not None and not member.stopped_on_purpose and member.broker_id not in reported:
                 reported.add(member.broker_id)
-                _report_exit(member)
-        if len(reported) == len(members):
-            _say("every broker has exited; stopping", err=True)
+                changed = True
+                _report_exit(member, state.data_dir)
+        if changed:
+            state.write()
+        if reported and all(m.broker_id in reported for m in members):
+            _say("every broker has died; stopping", err=True)
             return 1
         if not zookeeper.is_running():
             _say(f"ZooKeeper exited unexpectedly; last lines of its log:\n{zookeeper.log_tail()}", err=True)
             return 1
+        for path, request in cluster_control.pending_requests(state.data_dir):
+            ok, message = _act(request, members, zk, startup_timeout, stop_timeout, stop_requested,
+                               state.session_timeout_ms)
+            if ok:
+                reported.discard(request.get("broker"))
+            state.write()
+            _say(message, err=not ok)
+            cluster_control.answer(path, ok, message)
         time.sleep(POLL)
     _say(f"received {signal.Signals(stop_requested['signal']).name}; stopping the cluster")
     return 0
 
 
+def _act(request: dict, members: list[LocalBroker], zk, startup_timeout: float,  # noqa: ANN001
+         stop_timeout: float, stop_requested: dict, session_timeout_ms: int) -> tuple[bool, str]:
+    """Carry out one stop/start/restart request; (ok, what happened)."""
+    action, broker_id = request.get("action"), request.get("broker")
+    member = next((m for m in members if m.broker_id == broker_id), None)
+    if action not in cluster_control.ACTIONS:
+        return False, f"unknown action {action!r}"
+    if member is None:
+        return False, f"no broker {broker_id} in this cluster (brokers {', '.join(str(m.broker_id) for m in members)})"
+    if action == "start" and member.running():
+        return False, f"broker {broker_id} is already running (pid {member.proc.pid})"  # type: ignore[union-attr]
+    if action == "stop" and not member.running():
+        return False, f"broker {broker_id} is not running"
+    if action in ("stop", "restart") and member.running():
+        member.stop(stop_timeout)
+        if action == "stop":
+            return True, f"broker {broker_id} stopped ({member.how_it_ended()})"
+    # A broker that died without stopping is still registered until its ZooKeeper session expires,
+    # and a broker cannot register an id another session holds: wait that out first.
+    registered, _ = _read_zookeeper(zk)
+    if broker_id in registered:
+        wait = session_timeout_ms / 1000 + 10
+        _say(f"broker {broker_id} is still registered by its old ZooKeeper session; waiting up to {wait:g} s "
+             "for the session to expire")
+        deadline = time.monotonic() + wait
+        while broker_id in registered and time.monotonic() < deadline and stop_requested["signal"] is None:
+            time.sleep(POLL)
+            registered, _ = _read_zookeeper(zk)
+        if broker_id in registered:
+            return False, f"broker {broker_id} is still registered in ZooKeeper; is another process using its id?"
+    member.start()
+    _say(f"started broker {broker_id} (pid {member.proc.pid}, {member.address})")  # type: ignore[union-attr]
+    deadline = time.monotonic() + startup_timeout
+    while stop_requested["signal"] is None and time.monotonic() < deadline:
+        if member.exited() is not None:
+            return False, (f"broker {broker_id} died while starting: {member.how_it_ended()}; its log is "
+                           f"{member.log_path}, last lines:\n{_log_tail(member.log_path, 15)}")
+        registered, _ = _read_zookeeper(zk)
+        if broker_id in registered and _port_open(member.port):
+            verb = "restarted" if action == "restart" else "started"
+            return True, f"broker {broker_id} {verb} (pid {member.proc.pid}, {member.address})"  # type: ignore[union-attr]
+        time.sleep(POLL)
+    return False, f"broker {broker_id} (pid {member.proc.pid}) is not serving after {startup_timeout:g} s; see {member.log_path}"  # type: ignore[union-attr]
+
+
 def _stop_all(zk, zookeeper, members: list[LocalBroker], timeout: float) -> None:  # noqa: ANN001
-    """Brokers one by one (the controller last, so control moves at most once), then ZooKeeper."""
-    controller = None
-    if zk is not None:
-        with contextlib.suppress(Exception):
-            _, controller = _read_zookeeper(zk)
-    for member in sorted(members, key=lambda m: m.broker_id == controller):
+    """Brokers one by one (the controller last, so control moves at most once), then ZooKeeper.
+
+    The controller is read again before each stop: it moves when a broker dies or is stopped by hand."""
+    remaining = [m for m in members if m.running()]
+    while remaining:
+        controller = None
+        if zk is not None:
+            with contextlib.suppress(Exception):
+                _, controller = _read_zookeeper(zk)
+        member = sorted(remaining, key=lambda m: m.broker_id == controller)[0]
+        remaining.remove(member)
         member.stop(timeout)
     if zk is not None:
         with contextlib.suppress(Exception):
@@ -345,3 +478,51 @@ def _stop_all(zk, zookeeper, members: list[LocalBroker], timeout: float) -> None
         _say(f"stopping ZooKeeper (pid {zookeeper.pid})")
     zookeeper.stop()
     _say("stopped")
+
+
+DataDirOption = Annotated[
+    Path, typer.Option("--data-dir", help="The --data-dir of the running `strom cluster up`.")
+]
+BrokerIdArgument = Annotated[int, typer.Argument(help="Broker id (1..N).", show_default=False)]
+TimeoutOption = Annotated[
+    float, typer.Option("--timeout", help="Seconds to wait for `strom cluster up` to carry it out.")
+]
+
+
+def _request(action: str, broker_id: int, data_dir: Path, timeout: float) -> None:
+    with cli_errors():
+        data_dir = data_dir.resolve()
+        state = cluster_control.read_state(data_dir)
+        if state is None:
+            fail(f"No `strom cluster up` is running with --data-dir {data_dir} "
+                 f"(no {cluster_control.STATE_FILE} there, or the process that wrote it is gone).")
+        if str(broker_id) not in state.get("brokers", {}):
+            fail(f"The cluster in {data_dir} has no broker {broker_id} "
+                 f"(brokers {', '.join(sorted(state.get('brokers', {}), key=int))}).")
+        supervisor = int(state["supervisor_pid"])
+        reply = cluster_control.send_request(data_dir, action, broker_id, timeout,
+                                             lambda: cluster_control.pid_alive(supervisor))
+        if not reply.get("ok"):
+            fail(str(reply.get("message")))
+        typer.echo(str(reply.get("message")))
+
+
+@cluster_app.command("stop-broker")
+def stop_broker(broker_id: BrokerIdArgument, data_dir: DataDirOption = Path("cluster-data"),
+                timeout: TimeoutOption = 120) -> None:
+    """Stop one broker of the running cluster (SIGTERM: controlled shutdown); the others keep running."""
+    _request("stop", broker_id, data_dir, timeout)
+
+
+@cluster_app.command("start-broker")
+def start_broker(broker_id: BrokerIdArgument, data_dir: DataDirOption = Path("cluster-data"),
+                 timeout: TimeoutOption = 120) -> None:
+    """Start a stopped or dead broker again with its original command line; waits until it serves."""
+    _request("start", broker_id, data_dir, timeout)
+
+
+@cluster_app.command("restart-broker")
+def restart_broker(broker_id: BrokerIdArgument, data_dir: DataDirOption = Path("cluster-data"),
+                   timeout: TimeoutOption = 180) -> None:
+    """Stop one broker if it runs, then start it again; waits until it serves."""
+    _request("restart", broker_id, data_dir, timeout)

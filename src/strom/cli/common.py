@@ -2,6 +2,13 @@
 
 The tools talk to the broker through confluent-kafka (librdkafka), the same client a
 user would use, so that the CLI doubles as a compatibility check of the broker.
+
+Errors, the same for every tool (and `strom server start`): one line `Error: <what went wrong>`
+on stderr, data only on stdout, never a traceback for an expected failure. Exit status 0 =
+done; 1 = the tool refused or failed (no broker answers, the topic or group does not exist,
+the broker refused, a value or combination of options the tool itself checks); 2 = the command
+line could not be parsed (unknown option, missing or mistyped argument: click's usage errors) or
+a broker was given a setting it does not know or accept, so it did not start; 130 = Ctrl-C.
 """
 
 from __future__ import annotations
@@ -15,9 +22,32 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
+import typer.core
 from rich.console import Console
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+# Help and usage errors are click's plain text (not typer's rich panels): rich panels cut long
+# option names to fit 80 columns with "…" and read option help as markup (`[/chroot]` crashed),
+# while click wraps to the terminal's width and prints usage errors as `Error: ...`, the same
+# prefix as every other error of these tools.
+class CommandList(typer.core.TyperGroup):
+    """A command group whose `--help` lists each command's whole first docstring line, wrapped
+    rather than cut off with "..." to fit the terminal."""
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=1000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+PLAIN_HELP: dict[str, Any] = {"rich_markup_mode": None, "context_settings": {"max_content_width": 120},
+                              "cls": CommandList}
 
 # Errors go to stderr through rich (colour on a terminal, plain text in pipes); data
 # always goes to stdout as plain text so that it can be piped and parsed.
@@ -129,6 +159,11 @@ def describe_kafka_error(exc: BaseException, topic: str | None = None) -> str:
         return f"{subject} has no such partition."
     if name in ("_TRANSPORT", "_ALL_BROKERS_DOWN"):
         return "Lost the connection to the broker (is it still running?)."
+    if name == "_TIMED_OUT" and "controller" in text:
+        # librdkafka sends this request to the controller only; after a broker died (kill -9) the
+        # metadata names it until its ZooKeeper session expires and another broker is elected.
+        return ("No controller answered in time: if a broker just died, the cluster elects another "
+                "controller once its ZooKeeper session expires (zookeeper.session.timeout.ms); try again then.")
     if name == "_TIMED_OUT":
         return "The broker did not answer in time."
     if name == "INVALID_REPLICATION_FACTOR":

@@ -121,11 +121,12 @@ def configs(
             return
         admin = admin_client(bootstrap_server, command_config)
         if describe:
-            _describe(admin, kind, name, all_)
+            _describe(admin, kind, name, all_, bootstrap_server, client_security(command_config))
         else:
             if name is None:
                 fail("--alter needs --entity-name.")
-            _alter(admin, kind, name, parse_add_config(add_config or ""), _split_names(delete_config))
+            _alter(admin, kind, name, parse_add_config(add_config or ""), _split_names(delete_config),
+                   bootstrap_server, client_security(command_config))
 
 
 def _entity(
@@ -194,33 +195,39 @@ def _resource_type(kind: str) -> Any:
     return ResourceType.TOPIC if kind == "topics" else ResourceType.BROKER
 
 
-def _describe(admin: Any, kind: str, name: str | None, all_: bool) -> None:
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import ConfigResource, ConfigSource
+def _describe(admin: Any, kind: str, name: str | None, all_: bool, given: str, security: Any = None) -> None:
+    """kafka-configs.sh --describe. The request is sent by hand, not through confluent-kafka, whose
+    ConfigEntry keeps synonyms in a dict keyed by name: a topic override and the default it replaces
+    share the name (min.insync.replicas) and only one of them would survive."""
+    from strom.config import ConfigSource
 
+    metadata = admin.list_topics(timeout=10)
     if name is not None:
         names = [name]
     elif kind == "topics":
-        names = sorted(admin.list_topics(timeout=10).topics)
+        names = sorted(metadata.topics)
     else:
-        names = [str(b) for b in sorted(admin.list_topics(timeout=10).brokers)]
-    dynamic_source = (
-        ConfigSource.DYNAMIC_TOPIC_CONFIG if kind == "topics" else ConfigSource.DYNAMIC_BROKER_CONFIG
-    )
+        names = [str(b) for b in sorted(metadata.brokers)]
+    dynamic_source = ConfigSource.DYNAMIC_TOPIC_CONFIG if kind == "topics" else ConfigSource.DYNAMIC_BROKER_CONFIG
     singular = _ENTITY_TYPES[kind]
+    bootstrap = ",".join(f"{b.host}:{b.port}" for b in metadata.brokers.values())
     for entity in names:
-        resource = ConfigResource(_resource_type(kind), entity)
-        future = admin.describe_configs([resource], request_timeout=30)[resource]
-        try:
-            entries = future.result()
-        except KafkaException as exc:
-            fail(describe_kafka_error(exc, entity if kind == "topics" else None))
+        targets = [*given.split(","), *bootstrap.split(",")]  # the user's list first, then the metadata's
+        if kind != "topics":  # a broker's own configs come from that broker
+            broker = metadata.brokers.get(int(entity)) if entity.isdigit() else None
+            if broker is None:
+                fail(f"Broker {entity} is not in the cluster.")
+            targets = [f"{broker.host}:{broker.port}"]
+        result = describe_configs(targets, [(_TOPIC if kind == "topics" else _BROKER, entity)], security)[0]
+        if result.error_code == _UNKNOWN_TOPIC_OR_PARTITION:
+            fail(f"Topic '{entity}' does not exist.")
+        _raise_for(result.error_code, result.error_message)
         write_out(f"{'All' if all_ else 'Dynamic'} configs for {singular} {entity} are:\n")
-        for entry in sorted(entries.values(), key=lambda e: e.name):
-            if not all_ and _source(entry.source) != dynamic_source:
+        for entry in sorted(result.configs, key=lambda e: e.name):
+            if not all_ and entry.config_source != int(dynamic_source):
                 continue
-            synonyms = [(_source(syn.source).name, syn.name, None if syn.is_sensitive else syn.value)
-                        for syn in entry.synonyms.values()]
+            synonyms = [(_source(syn.source).name, syn.name, None if entry.is_sensitive else syn.value)
+                        for syn in entry.synonyms]
             _write_entry(entry.name, None if entry.is_sensitive else entry.value, entry.is_sensitive, synonyms)
 
 
@@ -241,7 +248,8 @@ def _source(value: Any) -> Any:
         return ConfigSource.UNKNOWN_CONFIG
 
 
-def _alter(admin: Any, kind: str, name: str, add: dict[str, str], delete: list[str]) -> None:
+def _alter(admin: Any, kind: str, name: str, add: dict[str, str], delete: list[str], given: str,
+           security: Any = None) -> None:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
@@ -250,6 +258,23 @@ def _alter(admin: Any, kind: str, name: str, add: dict[str, str], delete: list[s
         fail(f"A config cannot be both added and deleted: {', '.join(sorted(both))}.")
     if kind == "topics" and name not in admin.list_topics(timeout=10).topics:
         fail(f"Topic '{name}' does not exist.")
+    if kind == "topics":
+        # Any broker applies a topic's configs (it writes them to ZooKeeper); librdkafka would wait for
+        # the controller, which after a kill -9 is a dead broker until its session expires.
+        import asyncio
+
+        from kafka.protocol.admin import IncrementalAlterConfigsRequest
+
+        brokers = [f"{b.host}:{b.port}" for b in admin.list_topics(timeout=10).brokers.values()]
+        ops = [(k, _SET, v) for k, v in add.items()] + [(k, _DELETE, None) for k in delete]
+        request = IncrementalAlterConfigsRequest(resources=[(_TOPIC, name, ops)], validate_only=False)
+        addresses = ",".join(dict.fromkeys(a.strip() for a in [*given.split(","), *brokers] if a.strip()))
+        result = asyncio.run(_send_to_bootstrap(addresses, request, 1, security)).responses[0]
+        if result.error_code == _UNKNOWN_TOPIC_OR_PARTITION:
+            fail(f"Topic '{name}' does not exist.")
+        _raise_for(result.error_code, result.error_message)
+        write_out(f"Completed updating config for topic {name}.\n")
+        return
     entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in add.items()]
     entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in delete]
     resource = ConfigResource(_resource_type(kind), name, incremental_configs=entries)
@@ -290,19 +315,35 @@ def _cluster_default(bootstrap: str, describe: bool, add: dict[str, str], delete
     write_out("Completed updating default config for brokers in the cluster.\n")
 
 
-_BROKER, _SET, _DELETE = 4, 0, 1
+_TOPIC, _BROKER, _SET, _DELETE = 2, 4, 0, 1
+_UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+def describe_configs(addresses: list[str], resources: list[tuple[int, str]], security: Any = None) -> list[Any]:
+    """DescribeConfigs results, in the order of `resources`, from the first of `addresses` that answers.
+
+    Any broker can describe topic configs; librdkafka sends the request to the controller only, which
+    after a kill -9 is a dead broker until its ZooKeeper session expires, so the tools send it here."""
+    import asyncio
+
+    from kafka.protocol.admin import DescribeConfigsRequest
+
+    request = DescribeConfigsRequest(resources=[(kind, name, None) for kind, name in resources],
+                                     include_synonyms=True, include_documentation=False)
+    return list(asyncio.run(_send_to_bootstrap(",".join(dict.fromkeys(addresses)), request, 4, security)).results)
 
 
 async def _send_to_bootstrap(bootstrap: str, request: Any, version: int, security: Any = None) -> Any:
-    """Send one request to the first bootstrap broker that answers."""
+    """Send one request to the first bootstrap broker that answers (each gets the connect timeout to answer)."""
     from strom.cli.common import connect_timeout
-    from strom.cluster.broker_client import BrokerClient
+    from strom.client.broker_client import BrokerClient
 
     problems = []
     for address in bootstrap.split(","):
         host, _, port = address.strip().rpartition(":")
         client = BrokerClient(host.strip("[]") or "127.0.0.1", int(port), client_id="strom-configs",
-                              connect_timeout_s=connect_timeout(), security=security)
+                              connect_timeout_s=connect_timeout(), security=security,
+                              request_timeout_ms=int(connect_timeout() * 1000))
         try:
             return await client.send(request, version)
         except (ConnectionError, OSError, TimeoutError) as exc:

@@ -11,6 +11,7 @@ with --dry-run (the default) before --execute applies it.
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -27,6 +28,7 @@ from strom.cli.common import (
 )
 
 _MISSING = "-"
+_COORDINATOR_BUSY = ("COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "NOT_COORDINATOR")
 
 
 def parse_datetime(text: str) -> int:
@@ -84,10 +86,18 @@ class GroupTool:
     def describe(self, group: str) -> Any:
         from confluent_kafka import KafkaException
 
-        try:
-            return self.admin.describe_consumer_groups([group], request_timeout=self.timeout)[group].result()
-        except KafkaException as exc:
-            fail(f"Could not describe group '{group}': {describe_kafka_error(exc)}")
+        # A coordinator that is still loading its offsets partition (right after it became leader,
+        # e.g. the first group request of a new cluster) answers with a retriable error: wait it out.
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return self.admin.describe_consumer_groups([group], request_timeout=self.timeout)[group].result()
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                name = err.name() if hasattr(err, "name") else ""
+                if name not in _COORDINATOR_BUSY or time.monotonic() > deadline:
+                    fail(f"Could not describe group '{group}': {describe_kafka_error(exc)}")
+            time.sleep(0.5)
 
     def committed(self, group: str) -> dict[tuple[str, int], int]:
         from confluent_kafka import ConsumerGroupTopicPartitions
@@ -122,13 +132,14 @@ class GroupTool:
 
         desc = self.describe(group)
         committed = self.committed(group)
+        if _state_name(desc.state) == "Dead" and not committed:
+            fail(f"Consumer group '{group}' does not exist.")
         owner: dict[tuple[str, int], Any] = {}
         for m in desc.members:
             for tp in m.assignment.topic_partitions:
                 owner[(tp.topic, tp.partition)] = m
         partitions = sorted(set(committed) | set(owner))
         ends = self.offsets(partitions, OffsetSpec.latest())
-        state = _state_name(desc.state)
         if not desc.members:
             write_out(f"\nConsumer group '{group}' has no active members.\n")
         rows = []
@@ -140,14 +151,20 @@ class GroupTool:
             rows.append([group, tp[0], str(tp[1]), _MISSING if cur is None else str(cur),
                          _MISSING if end < 0 else str(end), lag,
                          m.member_id if m else _MISSING, m.host if m else _MISSING, m.client_id if m else _MISSING])
-        if not partitions and state in ("Empty", "Dead"):
-            write_out(f"\nConsumer group '{group}' does not exist or has no committed offsets.\n")
+        if not partitions:
             return
         write_out("\n" + _table(rows, ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
                                        "CONSUMER-ID", "HOST", "CLIENT-ID"]))
 
-    def print_members(self, group: str, verbose: bool) -> None:
+    def require(self, group: str) -> Any:
+        """The group's description; a group the coordinator does not know (Dead, nothing committed) is an error."""
         desc = self.describe(group)
+        if _state_name(desc.state) == "Dead" and not self.committed(group):
+            fail(f"Consumer group '{group}' does not exist.")
+        return desc
+
+    def print_members(self, group: str, verbose: bool) -> None:
+        desc = self.require(group)
         if not desc.members:
             write_out(f"\nConsumer group '{group}' has no active members.\n")
             return
@@ -168,7 +185,7 @@ class GroupTool:
         write_out("\n" + _table(rows, headers))
 
     def print_state(self, group: str) -> None:
-        desc = self.describe(group)
+        desc = self.require(group)
         coord = desc.coordinator
         coordinator = f"{coord.host}:{coord.port} ({coord.id})" if coord is not None else _MISSING
         rows = [[group, coordinator, desc.partition_assignor or "", _state_name(desc.state), str(len(desc.members))]]

@@ -315,7 +315,18 @@ class Dumper:
     def dump(self, path: Path) -> None:
         """Dispatch on the file's extension like Kafka's DumpLogSegments."""
         if not path.exists():
-            print_error(f"File '{path}' does not exist.")
+            log = path.with_suffix(".log")
+            if path.suffix in (".index", ".timeindex") and log.exists() and _is_active_segment(log):
+                # Not a fault: the broker writes the active segment's indexes when it rolls or stops.
+                self.write(f"{path} is not written yet: {log.name} is the partition's active segment, whose "
+                           "index the broker keeps in memory until the segment rolls or the broker stops. "
+                           f"Nothing to check; dump {log.name} to see its batches.")
+                return
+            if path.suffix in (".index", ".timeindex") and log.exists():
+                print_error(f"File '{path}' does not exist; the broker rebuilds it from {log.name} the next "
+                            "time it loads the partition.")
+            else:
+                print_error(f"File '{path}' does not exist.")
             self.failures += 1
             return
         if path.is_dir():
@@ -477,6 +488,15 @@ class Dumper:
                 self.write(f"  {problem}")
         else:
             self.write(f"{path} passed sanity check.")
+
+
+def _is_active_segment(log: Path) -> bool:
+    """Whether `log` is the newest segment of its partition directory (the one being appended to)."""
+    base = _base_offset_from_name(log)
+    if base is None:
+        return False
+    others = (_base_offset_from_name(p) for p in log.parent.glob("*.log"))
+    return all(other is None or other <= base for other in others)
 
 
 def _whole(raw: bytes, entry_size: int) -> bytes:

@@ -20,7 +20,7 @@ from strom.cli import (
     zookeeper_shell,
 )
 from strom.cli.cluster import cluster_app
-from strom.cli.common import print_error
+from strom.cli.common import PLAIN_HELP, print_error
 from strom.cli.server import server_app
 from strom.cli.storage import storage_app
 from strom.cli.transactions import transactions_app
@@ -31,6 +31,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    **PLAIN_HELP,
 )
 
 app.add_typer(server_app, name="server")
@@ -83,7 +84,7 @@ def _delegate(ctx: typer.Context, module: str, attribute: str, name: str) -> Non
     if isinstance(target, typer.Typer):
         sub = target
     else:
-        sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+        sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False, **PLAIN_HELP)
         sub.command(name)(target)
     command = typer.main.get_command(sub)
     command.main(args=list(ctx.args), prog_name=f"strom {name}", standalone_mode=True)

@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from strom.cli.common import cli_errors, fail
+from strom.cli.common import PLAIN_HELP, cli_errors, fail
 
-server_app = typer.Typer(help="Run a Strom broker.", no_args_is_help=True)
+server_app = typer.Typer(help="Run a Strom broker.", no_args_is_help=True, **PLAIN_HELP)
 
 
 @server_app.command("start")

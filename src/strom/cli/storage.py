@@ -12,9 +12,9 @@ from typing import Annotated
 
 import typer
 
-from strom.cli.common import cli_errors, fail, print_warning, write_out
+from strom.cli.common import PLAIN_HELP, cli_errors, fail, print_warning, write_out
 
-storage_app = typer.Typer(help="Inspect and repair a broker's log dirs (broker stopped).", no_args_is_help=True)
+storage_app = typer.Typer(help="Inspect and repair a broker's log dirs (broker stopped).", no_args_is_help=True, **PLAIN_HELP)
 
 
 @storage_app.command("recover-metadata")
@@ -35,9 +35,9 @@ def recover_metadata(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be recovered; write nothing.")] = False,
 ) -> None:
     """Rebuild topic metadata from the partition directories, keeping recorded topic ids."""
-    from strom.cluster.recovery import OFFSETS_TOPIC
-    from strom.cluster.recovery import recover_metadata as recover
     from strom.config import BrokerConfig, ConfigError
+    from strom.metadata.recovery import OFFSETS_TOPIC
+    from strom.metadata.recovery import recover_metadata as recover
     from strom.storage.log_dirs import LogDirError
     from strom.storage.partition_metadata import encode_topic_id
 

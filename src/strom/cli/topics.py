@@ -13,9 +13,11 @@ import typer
 
 from strom.cli.common import (
     BootstrapOption,
+    CliError,
     CommandConfigOption,
     admin_client,
     cli_errors,
+    client_security,
     describe_kafka_error,
     fail,
     parse_key_values,
@@ -68,7 +70,7 @@ def topics(
         elif list_:
             _list(admin, topic, exclude_internal)
         elif describe:
-            _describe(admin, topic, exclude_internal, if_exists)
+            _describe(admin, topic, exclude_internal, if_exists, bootstrap_server, client_security(command_config))
         elif alter:
             assert topic is not None
             if config:
@@ -144,61 +146,84 @@ def _list(admin: Any, pattern: str | None, exclude_internal: bool) -> None:
         write_out(name + "\n")
 
 
-def _topic_id(uuid: Any) -> str:
-    """Kafka prints topic ids in URL-safe base64; librdkafka's string uses '+' and '/'."""
-    return str(uuid).replace("+", "-").replace("/", "_").rstrip("=")
+def _topic_id(topic_id: Any) -> str:
+    """Kafka prints topic ids in URL-safe base64 without padding."""
+    import base64
+
+    raw = getattr(topic_id, "bytes", None)
+    if raw is None:
+        return str(topic_id).replace("+", "-").replace("/", "_").rstrip("=")
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _node_id(node: Any) -> str:
-    return "none" if node is None or node.id < 0 else str(node.id)
+def _node_id(node_id: int) -> str:
+    return "none" if node_id < 0 else str(node_id)
 
 
-def _describe(admin: Any, pattern: str | None, exclude_internal: bool, if_exists: bool) -> None:
-    from confluent_kafka import KafkaException, TopicCollection
-    from confluent_kafka.admin import ConfigResource, ResourceType
+_TOPIC, _DEFAULT_CONFIG = 2, 5  # DescribeConfigs resource type and config source
+_UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+def _describe(admin: Any, pattern: str | None, exclude_internal: bool, if_exists: bool, bootstrap: str,
+              security: Any) -> None:
+    """kafka-topics.sh --describe: partitions from a Metadata request, overrides from DescribeConfigs.
+
+    Both are sent by hand to the first broker that answers (bootstrap list first, then the brokers
+    the metadata names): librdkafka sends DescribeTopics and DescribeConfigs to the controller only,
+    and after a kill -9 of the controller that is a dead broker until its ZooKeeper session expires."""
+    import asyncio
+
+    from kafka.protocol.metadata import MetadataRequest
+
+    from strom.cli.configs import _send_to_bootstrap, describe_configs
 
     names = _matching(admin, pattern, exclude_internal)
     if not names:
         if pattern is not None and not if_exists:
             fail(f"Topic '{pattern}' does not exist.")
         return
-    descriptions = admin.describe_topics(TopicCollection(names), request_timeout=30)
-    resources = [ConfigResource(ResourceType.TOPIC, name) for name in names]
-    try:
-        config_futures = admin.describe_configs(resources, request_timeout=30)
-    except KafkaException:
-        config_futures = {}
+    brokers = [f"{b.host}:{b.port}" for b in admin.list_topics(timeout=10).brokers.values()]
+    addresses = list(dict.fromkeys(a.strip() for a in [*bootstrap.split(","), *brokers] if a.strip()))
+    request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names],
+                              allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    metadata = asyncio.run(_send_to_bootstrap(",".join(addresses), request, 12, security))
+    described = {t.name: t for t in metadata.topics}
     configs_by_topic: dict[str, str] = {}
-    for resource, future in config_futures.items():
-        try:
-            entries = future.result()
-        except KafkaException:
-            continue  # a broker without DescribeConfigs still gets a useful describe
+    try:
+        results = describe_configs(addresses, [(_TOPIC, name) for name in names], security)
+    except CliError:
+        results = []  # no broker answered DescribeConfigs: the partitions are still worth showing
+    for result in results:
+        if result.error_code:
+            continue
         overrides = [
             f"{entry.name}={'null' if entry.is_sensitive or entry.value is None else entry.value}"
-            for entry in sorted(entries.values(), key=lambda e: e.name)
-            if not entry.is_default
+            for entry in sorted(result.configs, key=lambda e: e.name)
+            if entry.config_source != _DEFAULT_CONFIG
         ]
-        configs_by_topic[resource.name] = ",".join(overrides)
+        configs_by_topic[result.resource_name] = ",".join(overrides)
 
     for name in names:
-        try:
-            desc = descriptions[name].result()
-        except KafkaException as exc:
-            if if_exists and exc.args[0].name() in ("UNKNOWN_TOPIC_OR_PART", "_UNKNOWN_TOPIC"):
+        topic = described.get(name)
+        if topic is None or topic.error_code == _UNKNOWN_TOPIC_OR_PARTITION:
+            if if_exists:
                 continue
-            fail(describe_kafka_error(exc, name))
-        parts = sorted(desc.partitions, key=lambda p: p.id)
-        rf = len(parts[0].replicas) if parts else 0
+            fail(f"Topic '{name}' does not exist.")
+        if topic.error_code and not topic.partitions:
+            import kafka.errors as Errors
+
+            fail(f"Topic '{name}': {Errors.for_code(topic.error_code).__name__}")
+        parts = sorted(topic.partitions, key=lambda p: p.partition_index)
+        rf = len(parts[0].replica_nodes) if parts else 0
         write_out(
-            f"Topic: {name}\tTopicId: {_topic_id(desc.topic_id)}\tPartitionCount: {len(parts)}\t"
+            f"Topic: {name}\tTopicId: {_topic_id(topic.topic_id)}\tPartitionCount: {len(parts)}\t"
             f"ReplicationFactor: {rf}\tConfigs: {configs_by_topic.get(name, '')}\n"
         )
         for p in parts:
-            replicas = ",".join(str(r.id) for r in p.replicas)
-            isr = ",".join(str(r.id) for r in p.isr)
+            replicas = ",".join(str(r) for r in p.replica_nodes)
+            isr = ",".join(str(r) for r in p.isr_nodes)
             write_out(
-                f"\tTopic: {name}\tPartition: {p.id}\tLeader: {_node_id(p.leader)}\t"
+                f"\tTopic: {name}\tPartition: {p.partition_index}\tLeader: {_node_id(p.leader_id)}\t"
                 f"Replicas: {replicas}\tIsr: {isr}\n"
             )
 

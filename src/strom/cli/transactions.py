@@ -36,6 +36,7 @@ from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 
 from strom.cli.common import (
+    PLAIN_HELP,
     BootstrapOption,
     CommandConfigOption,
     cli_errors,
@@ -44,7 +45,7 @@ from strom.cli.common import (
     fail,
     write_out,
 )
-from strom.cluster.broker_client import BrokerClient
+from strom.client.broker_client import BrokerClient
 from strom.security.client_security import ClientSecurity
 
 T = TypeVar("T")
@@ -271,7 +272,7 @@ def _run(fn: Callable[[TransactionsAdmin], Awaitable[T]], options: _Options) -> 
 transactions_app = typer.Typer(
     help="List and describe transactions, show a partition's producers, abort hanging transactions "
          "(like kafka-transactions.sh).",
-    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, **PLAIN_HELP)
 
 
 @dataclass(slots=True)

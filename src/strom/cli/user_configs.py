@@ -98,8 +98,8 @@ def _check_changes(user: str | None, add: dict[str, str], delete: list[str]) -> 
 
 
 def _zookeeper(connect: str) -> Any:
-    from strom.cluster.zk.errors import KafkaZkError
-    from strom.cluster.zk.kafka_zk_client import KafkaZkClient
+    from strom.metadata.zk.errors import KafkaZkError
+    from strom.metadata.zk.kafka_zk_client import KafkaZkClient
 
     try:
         return KafkaZkClient(connect, session_timeout_ms=10_000).start()

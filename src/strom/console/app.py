@@ -31,7 +31,15 @@ from starlette.templating import Jinja2Templates
 
 from strom.console import inputs
 from strom.console.errors import ConsoleError, bad_request
-from strom.console.formatting import format_timestamp, human_bytes
+from strom.console.formatting import (
+    DISPLAY_FORMATS,
+    RenderedBytes,
+    config_source_label,
+    config_unit,
+    format_timestamp,
+    human_bytes,
+    human_config_value,
+)
 from strom.console.kafka_client import (
     ACL_OPERATIONS,
     ACL_PATTERN_TYPES,
@@ -129,6 +137,9 @@ def _templates() -> Jinja2Templates:
     env.filters["ts"] = format_timestamp
     env.filters["urlpart"] = lambda value: quote(str(value), safe="")
     env.filters["number"] = lambda value: "–" if value is None else f"{value:,}"
+    env.globals["human_config"] = human_config_value
+    env.globals["config_unit"] = config_unit
+    env.filters["source_label"] = config_source_label
     return Jinja2Templates(env=env)
 
 
@@ -196,10 +207,15 @@ async def overview(request: Request) -> Response:
     app = console(request)
     cluster = await app.call(gateway(request).cluster)
     topics = await app.call(gateway(request).topics)
+    partitions = [p for t in topics for p in t.partitions]
+    leaders = {b.id: sum(1 for p in partitions if p.leader == b.id) for b in cluster.brokers}
+    replicas = {b.id: sum(1 for p in partitions if b.id in p.replicas) for b in cluster.brokers}
+    unhealthy = [t for t in topics if t.under_replicated or t.offline]
     return render(request, "overview.html", {
         "cluster": cluster, "topic_count": len([t for t in topics if not t.internal]),
-        "partition_count": sum(len(t.partitions) for t in topics),
+        "partition_count": len(partitions), "leaders": leaders, "replicas": replicas, "unhealthy": unhealthy,
         "under_replicated": sum(t.under_replicated for t in topics),
+        "offline": sum(t.offline for t in topics),
         "total_size": sum(t.size or 0 for t in topics),
         "metrics_url": app.settings.metrics_url,
     })
@@ -215,15 +231,31 @@ async def throughput_api(request: Request) -> Response:
     return JSONResponse(tracker.as_json())
 
 
+# -- brokers -------------------------------------------------------------------------------------
+
+async def broker_page(request: Request) -> Response:
+    """One broker: rack, leader and replica counts, log directories and sizes, its configs (overrides unless
+    ?configs=all) and the replicas it holds."""
+    broker_id = inputs.integer(request.path_params["broker_id"], "Broker id", minimum=0)
+    detail = await console(request).call(gateway(request).broker, broker_id)
+    all_configs = request.query_params.get("configs") == "all"
+    configs = [c for c in detail.configs if all_configs or not c.is_default]
+    return render(request, "broker.html", {"detail": detail, "b": detail.broker, "configs": configs,
+                                           "all_configs": all_configs, "config_count": len(detail.configs),
+                                           "replica_limit": 1000})
+
+
 # -- topics --------------------------------------------------------------------------------------
 
 async def topics_page(request: Request, status: int = 200, error: str | None = None,
                       form: dict[str, str] | None = None) -> Response:
     show_internal = request.query_params.get("internal") == "1"
+    search = (request.query_params.get("q") or "").strip()
     topics = await console(request).call(gateway(request).topics)
-    shown = [t for t in topics if show_internal or not t.internal]
-    return render(request, "topics.html", {"topics": shown, "show_internal": show_internal,
-                                           "hidden": len(topics) - len(shown), "form": form or {}},
+    listed = [t for t in topics if show_internal or not t.internal]
+    shown = [t for t in listed if search.lower() in t.name.lower()]
+    return render(request, "topics.html", {"topics": shown, "show_internal": show_internal, "search": search,
+                                           "hidden": len(topics) - len(listed), "form": form or {}},
                   status=status, error=error)
 
 
@@ -244,11 +276,15 @@ async def create_topic(request: Request) -> Response:
 
 
 async def topic_page(request: Request, status: int = 200, error: str | None = None) -> Response:
+    """A topic's partitions and configs; configs show only what differs from the defaults unless ?configs=all."""
     name = inputs.topic_name(request.path_params["name"])
     gw = gateway(request)
     topic = await console(request).call(gw.topic, name)
     configs = await console(request).call(gw.topic_configs, name)
-    return render(request, "topic.html", {"topic": topic, "configs": configs, "topic_url": topic_url(name)},
+    all_configs = request.query_params.get("configs") == "all"
+    shown = [c for c in configs if all_configs or not c.is_default]
+    return render(request, "topic.html", {"topic": topic, "configs": shown, "all_configs": all_configs,
+                                          "config_count": len(configs), "topic_url": topic_url(name)},
                   status=status, error=error)
 
 
@@ -274,7 +310,8 @@ async def alter_topic_config(request: Request) -> Response:
         return await topic_page(request, exc.status, exc.message)
     session_of(request).flash(f"Config '{key}' of '{name}' set to '{value}'." if value is not None
                               else f"Config '{key}' of '{name}' reset to its default.")
-    return redirect(topic_url(name) + "#configs")
+    view = "?configs=all" if form_value(form, "view") == "all" else ""
+    return redirect(topic_url(name) + view + "#configs")
 
 
 # -- messages ------------------------------------------------------------------------------------
@@ -290,6 +327,9 @@ def browse_query(params: Any) -> BrowseQuery:
                         search=(params.get("search") or "").strip(),
                         scan=inputs.integer(params.get("scan"), "Records to scan", minimum=1, maximum=100000,
                                             default=5000))
+    for attribute, name, label in (("key_format", "kf", "Key format"), ("value_format", "vf", "Value format"),
+                                   ("header_format", "hf", "Header format")):
+        setattr(query, attribute, inputs.choice(params.get(name), label, DISPLAY_FORMATS, "auto"))
     if mode == "offset":
         query.offset = inputs.integer(params.get("offset"), "Offset", minimum=0)
     elif mode == "timestamp":
@@ -302,17 +342,49 @@ async def messages_page(request: Request, status: int = 200, error: str | None =
     name = inputs.topic_name(request.path_params["name"])
     app = console(request)
     params = request.query_params
+    tab = "produce" if produce_form is not None or params.get("tab") == "produce" else "browse"
     partitions = await app.call(gateway(request).partition_ids, name)
     result = None
-    if error is None:
+    if error is None and tab == "browse":
         try:
             query = browse_query(params)
             result = await app.call(gateway(request).browse, name, query)
         except ConsoleError as exc:
             status, error = exc.status, exc.message
+    query_string = {k: v for k, v in params.items() if k not in ("expand", "tab")}
     context = {"topic": name, "partitions": partitions, "result": result, "params": dict(params),
-               "topic_url": topic_url(name), "produce": produce_form or {}}
+               "topic_url": topic_url(name), "produce": produce_form or {}, "tab": tab,
+               "formats": DISPLAY_FORMATS, "expand": params.get("expand") == "1",
+               "expand_url": topic_url(name, "/messages?" + urlencode({**query_string, "expand": "1"})),
+               "tail_url": "/api/tail?" + urlencode({**query_string, "topic": name})}
     return render(request, "messages.html", context, status=status, error=error)
+
+
+def _rendered_json(shown: RenderedBytes) -> dict[str, Any]:
+    return {"kind": shown.kind, "text": shown.text, "preview": shown.preview, "size": shown.size,
+            "truncated": shown.truncated, "note": shown.note}
+
+
+async def tail_api(request: Request) -> Response:
+    """New records since the positions the page last saw (?from=partition:offset,...), for the live tail."""
+    params = request.query_params
+    name = inputs.topic_name(params.get("topic"))
+    query = browse_query(params)
+    query.limit = min(query.limit, 100)
+    positions: dict[int, int] = {}
+    for item in (params.get("from") or "").split(","):
+        if item.strip():
+            partition, _, offset = item.partition(":")
+            positions[inputs.integer(partition, "Partition", minimum=0)] = inputs.integer(offset, "Offset",
+                                                                                           minimum=0)
+    records, following = await console(request).call(gateway(request).tail, name, positions, query)
+    return JSONResponse({
+        "from": ",".join(f"{p}:{o}" for p, o in sorted(following.items())),
+        "records": [{"partition": r.partition, "offset": r.offset, "timestamp": format_timestamp(r.timestamp),
+                     "timestamp_type": r.timestamp_type, "key": _rendered_json(r.key),
+                     "value": _rendered_json(r.value),
+                     "headers": [[header, _rendered_json(v)] for header, v in r.headers]} for r in records],
+    })
 
 
 async def produce_message(request: Request) -> Response:
@@ -329,14 +401,20 @@ async def produce_message(request: Request) -> Response:
     except ConsoleError as exc:
         return await messages_page(request, exc.status, exc.message, values)
     session_of(request).flash(f"Produced a message to partition {where[0]} at offset {where[1]}.")
-    return redirect(topic_url(name, "/messages?" + urlencode({"partition": where[0], "mode": "newest"})))
+    return redirect(topic_url(name, "/messages?" + urlencode({"partition": where[0], "mode": "offset",
+                                                              "offset": where[1], "limit": "1", "expand": "1"})))
 
 
 # -- consumer groups -----------------------------------------------------------------------------
 
 async def groups_page(request: Request) -> Response:
+    """Consumer groups; the Spark sink's marker groups are hidden unless asked for (?spark=1), as internal
+    topics are: they are bookkeeping, always Empty, and their "lag" would mean nothing."""
+    show_markers = request.query_params.get("spark") == "1"
     groups = await console(request).call(gateway(request).groups)
-    return render(request, "groups.html", {"groups": groups})
+    shown = [g for g in groups if show_markers or not g.spark_marker]
+    return render(request, "groups.html", {"groups": shown, "show_markers": show_markers,
+                                           "hidden": len(groups) - len(shown)})
 
 
 async def group_page(request: Request, status: int = 200, error: str | None = None) -> Response:
@@ -354,6 +432,7 @@ async def group_api(request: Request) -> Response:
     group = await console(request).call(gateway(request).group, group_id)
     return JSONResponse({
         "group": group.group_id, "state": group.state, "members": len(group.members), "total_lag": group.total_lag,
+        "spark_marker_batch": group.spark_marker_batch,
         "partitions": [{"topic": r.topic, "partition": r.partition, "committed": r.committed,
                         "end_offset": r.end_offset, "lag": r.lag, "client_id": r.client_id} for r in group.lag],
     })
@@ -587,6 +666,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
 
     routes = [
         Route("/", overview),
+        Route("/brokers/{broker_id}", broker_page),
         Route("/topics", topics_page, methods=["GET"]),
         Route("/topics", create_topic, methods=["POST"]),
         Route("/topics/{name}", topic_page, methods=["GET"]),
@@ -608,6 +688,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         Route("/logout", logout, methods=["POST"]),
         Route("/api/throughput", throughput_api),
         Route("/api/group", group_api),
+        Route("/api/tail", tail_api),
         Route("/healthz", healthz),
         Mount("/static", app=StaticFiles(directory=str(files("strom.console") / "static")), name="static"),
     ]

@@ -149,6 +149,11 @@ class PartitionView:
         return len(self.isr) < len(self.replicas)
 
     @property
+    def offline(self) -> bool:
+        """No leader: nothing can be read or written until a replica in the ISR comes back."""
+        return self.leader < 0
+
+    @property
     def messages(self) -> int | None:
         if self.earliest is None or self.latest is None:
             return None
@@ -176,9 +181,56 @@ class TopicView:
         return sum(1 for p in self.partitions if p.under_replicated)
 
     @property
+    def offline(self) -> int:
+        return sum(1 for p in self.partitions if p.offline)
+
+    @property
     def messages(self) -> int | None:
         counts = [p.messages for p in self.partitions]
         return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+
+
+@dataclass
+class LogDirView:
+    path: str
+    error: str | None
+    size: int  # bytes of the partitions in it
+    partitions: int
+    total_bytes: int | None  # the volume's capacity and free space (DescribeLogDirs v4+), when reported
+    usable_bytes: int | None
+
+
+@dataclass
+class ReplicaView:
+    """One replica a broker holds: its partition, whether it leads it and whether it is in sync."""
+
+    topic: str
+    partition: int
+    leader: bool
+    in_sync: bool
+    offline: bool
+    size: int | None
+
+
+@dataclass
+class BrokerDetail:
+    broker: BrokerView
+    configs: list[ConfigView]
+    log_dirs: list[LogDirView]
+    replicas: list[ReplicaView]
+    log_dirs_error: str | None = None
+
+    @property
+    def leaders(self) -> int:
+        return sum(1 for r in self.replicas if r.leader)
+
+    @property
+    def out_of_sync(self) -> int:
+        return sum(1 for r in self.replicas if not r.in_sync)
+
+    @property
+    def size(self) -> int:
+        return sum(d.size for d in self.log_dirs)
 
 
 @dataclass
@@ -211,6 +263,12 @@ class BrowseQuery:
     limit: int = 50
     search: str = ""
     scan: int = 5000  # records read per partition when searching
+    key_format: str = "auto"  # how keys, values and header values are shown (formatting.DISPLAY_FORMATS)
+    value_format: str = "auto"
+    header_format: str = "auto"
+
+    def render(self, message: Any) -> RecordView:
+        return _record(message, self.key_format, self.value_format, self.header_format)
 
 
 @dataclass
@@ -219,6 +277,7 @@ class BrowseResult:
     scanned: int
     partial: bool
     notes: list[str] = field(default_factory=list)
+    ends: dict[int, int] = field(default_factory=dict)  # log end offset per partition read: where a live tail starts
 
 
 @dataclass
@@ -251,9 +310,18 @@ class GroupView:
     coordinator: int | None
     assignor: str
     lag: list[LagRow]
+    # The exactly-once Spark sink's bookkeeping, not a consumer: its "offset" is a batch id (see spark_marker_batch).
+    spark_marker_batch: int | None = None
 
     @property
-    def total_lag(self) -> int:
+    def spark_marker(self) -> bool:
+        return self.spark_marker_batch is not None
+
+    @property
+    def total_lag(self) -> int | None:
+        """Sum of the known lags; None for a Spark sink marker group, whose committed "offset" is no position."""
+        if self.spark_marker:
+            return None
         return total_lag([row.lag for row in self.lag])
 
     @property
@@ -409,9 +477,9 @@ class KafkaGateway:
                                [r.id for r in p.replicas], [r.id for r in p.isr])
                  for p in sorted(description.partitions, key=lambda p: p.id)]
         view = TopicView(name, bool(description.is_internal), parts, str(description.topic_id))
-        ids = [p.id for p in parts]
-        earliest = self._offsets(name, ids, OffsetSpec.earliest())
-        latest = self._offsets(name, ids, OffsetSpec.latest())
+        ids = [p.id for p in parts if not p.offline]  # an offline partition has no leader to ask
+        earliest = self._offsets(name, ids, OffsetSpec.earliest(), tolerant=True)
+        latest = self._offsets(name, ids, OffsetSpec.latest(), tolerant=True)
         for p in parts:
             p.earliest, p.latest = earliest.get(p.id), latest.get(p.id)
         self._fill_sizes([view])
@@ -428,15 +496,25 @@ class KafkaGateway:
             raise kafka_failure(exc, f"Topic '{name}'", name) from None
         return sorted(description.partitions, key=lambda p: p.id)
 
-    def _offsets(self, topic: str, partitions: list[int], spec: OffsetSpec) -> dict[int, int]:
+    def _offsets(self, topic: str, partitions: list[int], spec: OffsetSpec,
+                 tolerant: bool = False) -> dict[int, int]:
+        """Offsets per partition; `tolerant` leaves out partitions that cannot answer (no leader) instead of
+        failing the page."""
         if not partitions:
             return {}
         try:
             futures = self.admin.list_offsets({TopicPartition(topic, p): spec for p in partitions},
                                               request_timeout=self.timeout)
-            return {tp.partition: future.result().offset for tp, future in futures.items()}
         except KafkaException as exc:
             raise kafka_failure(exc, f"Could not list offsets of topic '{topic}'", topic) from None
+        found = {}
+        for tp, future in futures.items():
+            try:
+                found[tp.partition] = future.result().offset
+            except KafkaException as exc:
+                if not tolerant:
+                    raise kafka_failure(exc, f"Could not list offsets of topic '{topic}'", topic) from None
+        return found
 
     def _fill_sizes(self, views: list[TopicView]) -> None:
         """Partition sizes from DescribeLogDirs (the leader's replica); left unknown if that fails."""
@@ -448,16 +526,11 @@ class KafkaGateway:
                     p.size = by_broker.get(p.leader, max(by_broker.values()))
 
     def log_dir_sizes(self) -> dict[tuple[str, int], dict[int, int]]:
-        """{(topic, partition): {broker id: bytes}}; empty when the broker cannot tell.
-
-        confluent-kafka has no DescribeLogDirs, so this one request goes through kafka-python.
-        """
-        with self._legacy_lock:
-            try:
-                answers = self._legacy_client().describe_log_dirs()
-            except Exception:  # noqa: BLE001 - sizes are optional decoration, never a reason to fail a page
-                self._legacy = None
-                return {}
+        """{(topic, partition): {broker id: bytes}}; empty when the broker cannot tell."""
+        try:
+            answers = self.describe_log_dirs()
+        except ConsoleError:
+            return {}  # sizes are optional decoration, never a reason to fail a page
         sizes: dict[tuple[str, int], dict[int, int]] = {}
         for broker in answers:
             for log_dir in broker.get("log_dirs", []):
@@ -470,6 +543,59 @@ class KafkaGateway:
                         key = (topic["name"], part["partition_index"])
                         sizes.setdefault(key, {})[broker["broker"]] = part["partition_size"]
         return sizes
+
+    def describe_log_dirs(self, brokers: list[int] | None = None) -> list[dict[str, Any]]:
+        """DescribeLogDirs of every (or the named) broker, as kafka-python decodes it: confluent-kafka has no
+        DescribeLogDirs, so this one request goes through kafka-python."""
+        with self._legacy_lock:
+            try:
+                return self._legacy_client().describe_log_dirs(brokers=brokers)
+            except Exception as exc:  # noqa: BLE001 - kafka-python raises many kinds; all become a sentence
+                self._legacy = None
+                raise _legacy_failure(exc, "DescribeLogDirs failed") from None
+
+    def broker(self, broker_id: int) -> BrokerDetail:
+        """One broker: its configs, log directories with sizes, and the replicas it holds (404 if unknown)."""
+        cluster = self.cluster()
+        found = next((b for b in cluster.brokers if b.id == broker_id), None)
+        if found is None:
+            known = ", ".join(str(b.id) for b in cluster.brokers)
+            raise not_found(f"Broker {broker_id} is not in the cluster (brokers: {known}).")
+        configs = self._configs(ConfigResource(ResourceType.BROKER, str(broker_id)), f"broker {broker_id}")
+        try:
+            metadata = self.admin.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise kafka_failure(exc, "Could not list topics") from None
+        dirs: list[LogDirView] = []
+        sizes: dict[tuple[str, int], int] = {}
+        dirs_error = None
+        try:
+            answers = self.describe_log_dirs([broker_id])
+        except ConsoleError as exc:
+            answers, dirs_error = [], exc.message
+        for answer in answers:
+            if answer.get("broker") != broker_id:
+                continue
+            for log_dir in answer.get("log_dirs", []):
+                size = count = 0
+                for topic in log_dir.get("topics", []):
+                    for part in topic.get("partitions", []):
+                        if not part.get("is_future_key"):
+                            sizes[(topic["name"], part["partition_index"])] = part["partition_size"]
+                            size += part["partition_size"]
+                            count += 1
+                code = log_dir.get("error_code") or 0
+                total, usable = log_dir.get("total_bytes", -1), log_dir.get("usable_bytes", -1)
+                dirs.append(LogDirView(log_dir.get("log_dir", ""), _error_code_name(code) if code else None, size,
+                                       count, total if total is not None and total >= 0 else None,
+                                       usable if usable is not None and usable >= 0 else None))
+        replicas = []
+        for name, info in sorted(metadata.topics.items()):
+            for p in sorted(info.partitions.values(), key=lambda p: p.id):
+                if broker_id in p.replicas:
+                    replicas.append(ReplicaView(name, p.id, p.leader == broker_id, broker_id in p.isrs,
+                                                p.leader < 0, sizes.get((name, p.id))))
+        return BrokerDetail(found, configs, dirs, replicas, dirs_error)
 
     def _acls_disabled(self) -> bool:
         """Whether DescribeAcls answers SECURITY_DISABLED.
@@ -509,11 +635,13 @@ class KafkaGateway:
         return self._legacy
 
     def topic_configs(self, name: str) -> list[ConfigView]:
-        resource = ConfigResource(ResourceType.TOPIC, name)
+        return self._configs(ConfigResource(ResourceType.TOPIC, name), f"topic '{name}'", name)
+
+    def _configs(self, resource: ConfigResource, what: str, topic: str | None = None) -> list[ConfigView]:
         try:
             entries = self.admin.describe_configs([resource], request_timeout=self.timeout)[resource].result()
         except KafkaException as exc:
-            raise kafka_failure(exc, f"Could not describe the configs of topic '{name}'", name) from None
+            raise kafka_failure(exc, f"Could not describe the configs of {what}", topic) from None
         return [ConfigView(e.name, e.value, _config_source(e.source), bool(e.is_default),
                            bool(e.is_read_only), bool(e.is_sensitive))
                 for e in sorted(entries.values(), key=lambda e: e.name)]
@@ -545,14 +673,10 @@ class KafkaGateway:
 
     # -- messages ---------------------------------------------------------------------------------
     def browse(self, topic: str, query: BrowseQuery) -> BrowseResult:
-        ids = self.partition_ids(topic)
-        if query.partition is not None and query.partition not in ids:
-            raise not_found(f"Topic '{topic}' has no partition {query.partition} (partitions: 0–{len(ids) - 1}).")
-        chosen = [query.partition] if query.partition is not None else ids
+        chosen, notes = self._readable_partitions(topic, query.partition)
         low = self._offsets(topic, chosen, OffsetSpec.earliest())
         high = self._offsets(topic, chosen, OffsetSpec.latest())
         per_partition = query.scan if query.search else query.limit
-        notes: list[str] = []
         starts: dict[int, int] = {}
         if query.mode == "newest":
             starts = {p: max(low[p], high[p] - per_partition) for p in chosen}
@@ -579,7 +703,8 @@ class KafkaGateway:
         # Searching the newest records keeps each partition's last matches; otherwise the first ones found.
         newest_matches = bool(needle) and query.mode == "newest"
         records, scanned, partial = self._read(topic, starts, high, per_partition, needle,
-                                               query.limit if needle else None, keep_last=newest_matches)
+                                               query.limit if needle else None, keep_last=newest_matches,
+                                               query=query)
         if query.mode == "newest":
             records.sort(key=lambda r: (r.timestamp or 0, r.offset), reverse=True)
         else:
@@ -588,10 +713,37 @@ class KafkaGateway:
             records = records[:query.limit]
         if partial:
             notes.append(f"Stopped after {self.browse_timeout:g} s before reaching the end of the range.")
-        return BrowseResult(records, scanned, partial, notes)
+        return BrowseResult(records, scanned, partial, notes, dict(high))
+
+    def _readable_partitions(self, topic: str, partition: int | None) -> tuple[list[int], list[str]]:
+        """The partitions to read (the one asked for, or all) without the offline ones, which have no leader
+        to read from, and a note naming those; 404 for a partition the topic does not have."""
+        described = self._describe_partitions(topic)
+        ids = [p.id for p in described]
+        if partition is not None and partition not in ids:
+            raise not_found(f"Topic '{topic}' has no partition {partition} (partitions: 0–{len(ids) - 1}).")
+        offline = [p.id for p in described if (p.leader is None or p.leader.id < 0)
+                   and (partition is None or p.id == partition)]
+        chosen = [p for p in ([partition] if partition is not None else ids) if p not in offline]
+        notes = [f"Partition(s) {', '.join(map(str, offline))} offline (no leader): not read."] if offline else []
+        return chosen, notes
+
+    def tail(self, topic: str, positions: dict[int, int], query: BrowseQuery) -> tuple[list[RecordView],
+                                                                                    dict[int, int]]:
+        """Records written since `positions` (partition -> next offset), oldest first, at most query.limit per
+        partition; and the positions to ask from next time. Partitions not named start at their end."""
+        chosen, _ = self._readable_partitions(topic, query.partition)
+        high = self._offsets(topic, chosen, OffsetSpec.latest())
+        starts = {p: min(max(positions.get(p, high[p]), 0), high[p]) for p in chosen}
+        stops = {p: min(high[p], starts[p] + query.limit) for p in chosen}
+        needle = query.search.lower()
+        records, _, _ = self._read(topic, starts, stops, query.limit, needle, None, query=query)
+        records.sort(key=lambda r: (r.timestamp or 0, r.partition, r.offset))
+        return records, stops
 
     def _read(self, topic: str, starts: dict[int, int], stops: dict[int, int], per_partition: int,
-              needle: str, limit: int | None, keep_last: bool = False) -> tuple[list[RecordView], int, bool]:
+              needle: str, limit: int | None, keep_last: bool = False, query: BrowseQuery | None = None
+              ) -> tuple[list[RecordView], int, bool]:
         """Read [start, stop) of each partition with an assigned consumer that has no group at all.
 
         kafka-python's consumer, because confluent-kafka insists on a group.id and librdkafka then looks
@@ -607,6 +759,7 @@ class KafkaGateway:
         todo = {p for p, start in starts.items() if start < stops[p]}
         if not todo:
             return [], 0, False
+        shown = query.render if query is not None else _record
         records: list[RecordView] = []
         last: dict[int, deque[RecordView]] = {p: deque(maxlen=limit) for p in todo}
         counts = dict.fromkeys(todo, 0)
@@ -636,7 +789,7 @@ class KafkaGateway:
                             break
                         counts[partition] += 1
                         if not needle or _matches(message, needle):
-                            (last[partition] if keep_last else records).append(_record(message))
+                            (last[partition] if keep_last else records).append(shown(message))
                         if counts[partition] >= per_partition or message.offset >= stops[partition] - 1:
                             todo.discard(partition)
                             break
@@ -698,11 +851,13 @@ class KafkaGateway:
             offset_futures = {g: self.admin.list_consumer_group_offsets(
                 [ConsumerGroupTopicPartitions(g)], request_timeout=self.timeout)[g] for g in ids}
             descriptions = {g: described[g].result() for g in ids}
-            committed = {g: _committed(f.result()) for g, f in offset_futures.items()}
+            results = {g: f.result() for g, f in offset_futures.items()}
         except KafkaException as exc:
             raise kafka_failure(exc, "Could not describe consumer groups") from None
-        ends = self._end_offsets({tp for offsets in committed.values() for tp in offsets})
-        return [self._group_view(descriptions[g], committed[g], ends) for g in ids]
+        committed = {g: _committed(result) for g, result in results.items()}
+        markers = {g: spark_marker_batch(result) for g, result in results.items()}
+        ends = self._end_offsets({tp for g, offsets in committed.items() if markers[g] is None for tp in offsets})
+        return [self._group_view(descriptions[g], committed[g], ends, markers[g]) for g in ids]
 
     def group(self, group_id: str) -> GroupView:
         try:
@@ -713,16 +868,17 @@ class KafkaGateway:
         except KafkaException as exc:
             raise kafka_failure(exc, f"Could not describe consumer group '{group_id}'") from None
         committed = _committed(offsets)
+        marker = spark_marker_batch(offsets)
         state = state_name(description.state)
         if state == "Dead" and not committed and not description.members:
             raise not_found(f"Consumer group '{group_id}' does not exist.")
         assigned = {(tp.topic, tp.partition) for m in description.members
                     for tp in m.assignment.topic_partitions}
-        ends = self._end_offsets(set(committed) | assigned)
-        return self._group_view(description, committed, ends)
+        ends = self._end_offsets(assigned if marker is not None else set(committed) | assigned)
+        return self._group_view(description, committed, ends, marker)
 
     def _group_view(self, description: Any, committed: dict[tuple[str, int], int],
-                    ends: dict[tuple[str, int], int]) -> GroupView:
+                    ends: dict[tuple[str, int], int], marker: int | None = None) -> GroupView:
         members = []
         owner: dict[tuple[str, int], Any] = {}
         for m in description.members:
@@ -733,14 +889,14 @@ class KafkaGateway:
         rows = []
         for tp in sorted(set(committed) | set(owner)):
             member = owner.get(tp)
-            rows.append(LagRow(tp[0], tp[1], committed.get(tp), ends.get(tp),
-                               partition_lag(committed.get(tp), ends.get(tp)),
+            lag = None if marker is not None else partition_lag(committed.get(tp), ends.get(tp))
+            rows.append(LagRow(tp[0], tp[1], committed.get(tp), ends.get(tp), lag,
                                member.member_id if member else None, member.client_id if member else None,
                                member.host if member else None))
         coordinator = description.coordinator.id if description.coordinator is not None else None
         return GroupView(description.group_id, state_name(description.state),
                          bool(description.is_simple_consumer_group), members, coordinator,
-                         description.partition_assignor or "", rows)
+                         description.partition_assignor or "", rows, marker)
 
     def _end_offsets(self, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
         if not partitions:
@@ -761,6 +917,9 @@ class KafkaGateway:
         from strom.cli.consumer_groups import GroupTool
 
         group = self.group(group_id)
+        if group.spark_marker:
+            raise ConsoleError(f"Group '{group_id}' holds the exactly-once Spark sink's batch markers, not consumer "
+                               "offsets; moving them would make the sink skip or repeat batches.", 409)
         if not group.resettable:
             raise ConsoleError(f"Offsets of group '{group_id}' can only be reset while it has no active members "
                                f"(state Empty); its state is {group.state}. Stop its consumers first.", 409)
@@ -889,6 +1048,31 @@ def _config_source(source: Any) -> str:
         return str(source)
 
 
+# The metadata the exactly-once Spark sink commits with its markers (strom.spark.sink.MARKER; not imported
+# from there because that module needs pyspark, which the console does not).
+SPARK_SINK_MARKER = "strom-spark-sink"
+
+
+def spark_marker_batch(result: Any) -> int | None:
+    """The last batch id a Spark sink marker group recorded, or None if this is an ordinary group.
+
+    The sink commits "offsets" whose value is a batch id and whose metadata starts with its marker,
+    under a group named after the task's transactional.id; every commit of the group carries it.
+    """
+    commits = [tp for tp in result.topic_partitions or [] if tp.offset >= 0]
+    if not commits or not all((tp.metadata or "").startswith(SPARK_SINK_MARKER) for tp in commits):
+        return None
+    return max(tp.offset for tp in commits)
+
+
+def _error_code_name(code: int) -> str:
+    """A Kafka error code as its name (KAFKA_STORAGE_ERROR), as kafka-python knows it."""
+    from kafka.errors import for_code
+
+    error = for_code(code)
+    return str(getattr(error, "message", None) or code)
+
+
 def _committed(result: Any) -> dict[tuple[str, int], int]:
     return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions or [] if tp.offset >= 0}
 
@@ -900,10 +1084,12 @@ def _matches(message: Any, needle: str) -> bool:
     return any(needle in name.lower() or needle in searchable_text(value) for name, value in message.headers or [])
 
 
-def _record(message: Any) -> RecordView:
+def _record(message: Any, key_format: str = "auto", value_format: str = "auto",
+            header_format: str = "auto") -> RecordView:
     """A kafka-python ConsumerRecord as shown; its timestamp_type is Kafka's (0 CreateTime, 1 LogAppendTime)."""
     known = message.timestamp is not None and message.timestamp >= 0
     kind = message.timestamp_type + 1 if known else 0
     return RecordView(message.partition, message.offset, message.timestamp if known else None,
-                      timestamp_type_name(kind), render_bytes(message.key), render_bytes(message.value),
-                      [(name, render_bytes(value)) for name, value in message.headers or []])
+                      timestamp_type_name(kind), render_bytes(message.key, fmt=key_format),
+                      render_bytes(message.value, fmt=value_format),
+                      [(name, render_bytes(value, fmt=header_format)) for name, value in message.headers or []])

@@ -18,18 +18,20 @@ that does not exist.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 import kafka.errors as Errors
 
-from strom.cluster.metadata import TopicMetadata
+from strom.coordinator.clock import SYSTEM_CLOCK, Clock
+from strom.metadata.store import TopicMetadata
 
 if TYPE_CHECKING:
     from strom.broker.admin_manager import AdminManager
     from strom.broker.server import KafkaServer
-    from strom.cluster.metadata import MetadataStore
+    from strom.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,11 @@ class PartitionedCoordinator(Protocol):
     @property
     def topic_name(self) -> str:
         """The internal topic whose partitions this coordinator owns."""
+        ...
+
+    @property
+    def clock(self) -> Clock:
+        """The coordinator's time source (load retries back off on it)."""
         ...
 
     @property
@@ -119,6 +126,10 @@ def led_partitions(server: KafkaServer, topic_name: str) -> set[int]:
             if t == topic_name and part.is_leader}
 
 
+def _still_led(server: KafkaServer, coordinator: PartitionedCoordinator, partition: int) -> bool:
+    return partition in led_partitions(server, coordinator.topic_name)
+
+
 def sync_ownership(server: KafkaServer, coordinator: PartitionedCoordinator) -> None:
     """Load partitions we now lead, unload those we no longer lead."""
     topic = server.metadata.topic(coordinator.topic_name)
@@ -135,13 +146,14 @@ def sync_ownership(server: KafkaServer, coordinator: PartitionedCoordinator) -> 
         else:
             coordinator.loading_partitions.add(partition)  # from now on: COORDINATOR_LOAD_IN_PROGRESS
             task = loop.create_task(load_with_retry(
-                coordinator, partition, lambda p=partition: p in led_partitions(server, coordinator.topic_name)))
+                coordinator, partition, functools.partial(_still_led, server, coordinator, partition),
+                coordinator.clock))
             _LOADS.add(task)
             task.add_done_callback(_LOADS.discard)
 
 
 async def load_with_retry(coordinator: PartitionedCoordinator, partition: int,
-                          still_leader: Callable[[], bool]) -> None:
+                          still_leader: Callable[[], bool], clock: Clock = SYSTEM_CLOCK) -> None:
     """Load one partition, retrying failures with back-off while this broker still leads it.
 
     Without the retry, one unreadable moment (a full disk, a log being replaced) would leave
@@ -158,7 +170,7 @@ async def load_with_retry(coordinator: PartitionedCoordinator, partition: int,
                           coordinator.topic_name, partition, attempt, delay)
         coordinator.loading_partitions.add(partition)  # clients keep retrying, not re-discovering
         try:
-            await asyncio.sleep(delay)
+            await clock.sleep(delay)
         finally:
             coordinator.loading_partitions.discard(partition)
         if not coordinator.active or not still_leader() or partition in coordinator.owned_partitions:

@@ -246,6 +246,29 @@ def set_partition_leader_epoch(buf: bytearray | memoryview, position: int, epoch
     _I32.pack_into(buf, position + PARTITION_LEADER_EPOCH_POS, epoch)
 
 
+def new_epoch_starts(records: bytes | memoryview, latest_epoch: int | None, max_epoch: int) -> list[tuple[int, int]]:
+    """``(epoch, base offset)`` of each leader epoch the batches start beyond ``latest_epoch``.
+
+    Reads only the batch headers. The partition leader epoch lies outside the CRC, so epochs above
+    ``max_epoch`` (the current leader's, which no batch can exceed) are ignored, not trusted.
+    """
+    view = records if isinstance(records, memoryview) else memoryview(records)
+    starts: list[tuple[int, int]] = []
+    latest = -1 if latest_epoch is None else latest_epoch
+    pos = 0
+    while pos + PARTITION_LEADER_EPOCH_POS + 4 <= len(view):
+        base_offset = _I64.unpack_from(view, pos + BASE_OFFSET_POS)[0]
+        length = _I32.unpack_from(view, pos + BASE_OFFSET_POS + 8)[0]
+        epoch = _I32.unpack_from(view, pos + PARTITION_LEADER_EPOCH_POS)[0]
+        if length <= 0:
+            break
+        if latest < epoch <= max_epoch:
+            starts.append((epoch, base_offset))
+            latest = epoch
+        pos += 12 + length
+    return starts
+
+
 def set_log_append_time(buf: bytearray | memoryview, position: int, timestamp_ms: int) -> None:
     """Switch a batch to LogAppendTime: set attribute bit 3 and maxTimestamp, recompute the CRC.
 

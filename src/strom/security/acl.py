@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass
+from typing import Self
 
 WILDCARD_RESOURCE = "*"
 WILDCARD_PRINCIPAL = "User:*"
@@ -28,7 +29,7 @@ class _Named(enum.IntEnum):
         return _camel(self.name)
 
     @classmethod
-    def parse(cls, text: str) -> _Named:
+    def parse(cls, text: str) -> Self:
         """By upper-case name, camel-case name or any case, with or without underscores ("describe-configs" too)."""
         key = text.strip().replace("-", "_").replace(" ", "_").upper()
         for member in cls:

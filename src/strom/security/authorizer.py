@@ -38,8 +38,8 @@ from strom.security.acl import (
 from strom.security.principal import KafkaPrincipal
 
 if TYPE_CHECKING:
-    from strom.cluster.metadata import MetadataStore
     from strom.config import BrokerConfig
+    from strom.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ unchanged."""
 
 from __future__ import annotations
 
-from strom.security.jaas import JaasConfigError, parse_jaas_config
+from strom.config.jaas import JaasConfigError, parse_jaas_config
 
 
 def java_to_librdkafka(props: dict[str, str]) -> dict[str, str]:

@@ -10,9 +10,9 @@ from typing import Any
 
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from strom.broker.listeners import SECURITY_PROTOCOLS
 from strom.config import BrokerConfig, ConfigError
-from strom.security.jaas import JaasConfigError, parse_jaas_config
+from strom.config.jaas import JaasConfigError, parse_jaas_config
+from strom.config.listeners import SECURITY_PROTOCOLS
 from strom.security.sasl import PLAIN, SUPPORTED_MECHANISMS, AuthenticationFailed, plain_client_token
 from strom.security.scram import MECHANISMS as SCRAM_MECHANISMS
 from strom.security.scram import ScramClient

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from strom.cluster.metadata import MetadataStore
+from strom.metadata.store import MetadataStore
 from strom.security.scram import MECHANISMS, ScramCredential
 
 log = logging.getLogger(__name__)

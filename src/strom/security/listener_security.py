@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from strom.broker.listeners import EndPoint
 from strom.config import BrokerConfig, ConfigError
+from strom.config.jaas import PLAIN_LOGIN_MODULE
+from strom.config.listeners import EndPoint
 from strom.security.authenticator import SaslListenerConfig
 from strom.security.credential_cache import CredentialCache
-from strom.security.jaas import PLAIN_LOGIN_MODULE
 from strom.security.login_throttle import LoginThrottle
 from strom.security.sasl import PLAIN
 

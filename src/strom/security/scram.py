@@ -236,7 +236,6 @@ class ScramClient:
 
     def __init__(self, mechanism: str, username: str, password: str, client_nonce: str | None = None) -> None:
         self.formatter = ScramFormatter.for_mechanism(mechanism)
-        self._username = username
         self._password = password
         self._nonce = client_nonce or secrets.token_urlsafe(24)
         self._client_first_bare = f"n={_encode_saslname(username)},r={self._nonce}"

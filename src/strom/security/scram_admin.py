@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from strom.cluster.metadata import MetadataStore
+from strom.metadata.store import MetadataStore
 from strom.security.credential_cache import USERS
 from strom.security.scram import (
     MAX_ITERATIONS,

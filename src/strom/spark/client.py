@@ -18,15 +18,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import random
+import socket
 import threading
+import time
 from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
 
 from kafka.errors import for_code
 from kafka.protocol.metadata import MetadataRequest
 
-from strom.cluster.broker_client import BrokerClient
+from strom.client.broker_client import BrokerClient
 from strom.security.client_security import ClientSecurity
+from strom.spark.errors import StromBrokerUnreachableError
 
 T = TypeVar("T")
 
@@ -79,6 +82,44 @@ def _split(address: str) -> tuple[str, int]:
     if not host or not port.isdigit():
         raise ValueError(f"invalid broker address {address!r}: expected host:port")
     return host.strip("[]"), int(port)
+
+
+# How long check_reachable keeps trying addresses that refuse connections (a broker still starting).
+REACHABLE_WAIT_S = 1.0
+
+
+def check_reachable(servers: str, *, wait_s: float = REACHABLE_WAIT_S, option: str = "kafka.bootstrap.servers") -> None:
+    """Fail fast, with the address and the option in the message, when no bootstrap broker accepts TCP.
+
+    Run on the driver before planning: otherwise the first metadata call spends its whole
+    time-out (15 s and more) retrying, and the user gets a transport error code instead of
+    the address they typed. Only reachability is checked; security and protocol errors come
+    from the real requests.
+    """
+    addresses = [a.strip() for a in servers.split(",") if a.strip()]
+    deadline = time.monotonic() + wait_s
+    while True:
+        reasons: dict[str, str] = {}
+        for address in addresses:
+            try:
+                host, port = _split(address)
+            except ValueError as exc:
+                from strom.spark.options import StromOptionError
+
+                raise StromOptionError(f"Option '{option}': {exc}.") from None
+            try:
+                with socket.create_connection((host, port), timeout=max(0.5, min(5.0, deadline - time.monotonic()))):
+                    return
+            except OSError as exc:
+                reasons[address] = exc.strerror or type(exc).__name__
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.25)
+    detail = "; ".join(f"{a}: {r}" for a, r in reasons.items())
+    raise StromBrokerUnreachableError(
+        f"could not reach a broker at {', '.join(addresses)} ({option}): {detail}. "
+        "Is the broker running, and is this the address it listens on?"
+    )
 
 
 class TaskClient:
@@ -137,11 +178,13 @@ class TaskClient:
         self._loop.close()
 
     # -- metadata ----------------------------------------------------------------------
-    def refresh_metadata(self, topics: list[str], *, allow_auto_topic_creation: bool = False) -> None:
+    def refresh_metadata(self, topics: list[str], *, allow_auto_topic_creation: bool = False) -> dict[str, int]:
         """Ask a known broker (any, else a bootstrap one) for the topics' leaders; a producer lets the
         broker create a missing topic (auto.create.topics.enable), as librdkafka's does.
 
-        Raises ConnectionError when no broker answers; callers retry within their deadline."""
+        Returns the error code of each topic the broker answered with an error (3: unknown,
+        5: being created). Raises ConnectionError when no broker answers; callers retry within
+        their deadline."""
         request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=t) for t in topics],
                                   allow_auto_topic_creation=allow_auto_topic_creation, include_topic_authorized_operations=False,
                                   include_cluster_authorized_operations=False)
@@ -157,13 +200,16 @@ class TaskClient:
         else:
             raise ConnectionError(f"no broker answered a Metadata request: {last}")
         self.nodes.update({b.node_id: (b.host, b.port) for b in resp.brokers})
+        errors: dict[str, int] = {}
         for t in resp.topics:
             if t.error_code:
                 self.partition_counts.pop(t.name, None)
+                errors[t.name] = t.error_code
                 continue
             self.partition_counts[t.name] = len(t.partitions)
             for p in t.partitions:
                 self.leaders[(t.name, p.partition_index)] = p.leader_id
+        return errors
 
     def leader(self, topic: str, partition: int, *, refresh: bool = False) -> int:
         """The leader's node id; raises KafkaProtocolError(LEADER_NOT_AVAILABLE or UNKNOWN_TOPIC_OR_PARTITION)."""

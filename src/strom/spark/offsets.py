@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from strom.spark.errors import StromUserError
 from strom.spark.options import SourceOptions, StromOptionError
 from strom.spark.retry import LEADER_CHANGE_TIMEOUT_S, attempts, is_leader_change, refresh_metadata
 
@@ -24,8 +26,13 @@ PartitionOffsets = dict[TP, int]
 EARLIEST = -2
 LATEST = -1
 
+# Asking again before calling a subscribed topic missing, as Spark's Kafka source does
+# (fetchOffset.numRetries, fetchOffset.retryIntervalMs).
+MISSING_TOPIC_RETRIES = 3
+MISSING_TOPIC_RETRY_INTERVAL_S = 1.0
 
-class StromDataLossError(RuntimeError):
+
+class StromDataLossError(StromUserError, RuntimeError):
     """Raised when offsets were deleted or a topic vanished and failOnDataLoss is true."""
 
 
@@ -62,6 +69,7 @@ class OffsetResolver:
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._admin: Any = None
+        self._reported_missing: set[str] = set()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -94,11 +102,40 @@ class OffsetResolver:
             return {(t, p) for t, parts in opts.assign.items() for p in parts}
         existing = self.topic_partitions()
         if opts.strategy == "subscribe":
+            for _ in range(MISSING_TOPIC_RETRIES):
+                if all(t in existing for t in opts.topics) or not opts.fail_on_data_loss:
+                    break
+                # A topic created a moment ago may not have reached the broker that answered yet.
+                time.sleep(MISSING_TOPIC_RETRY_INTERVAL_S)
+                existing = self.topic_partitions()
+            self._check_subscribed(existing)
             names: Iterable[str] = [t for t in opts.topics if t in existing]
         else:
             rx = re.compile(opts.pattern or "")
             names = [t for t in existing if not t.startswith("__") and rx.fullmatch(t)]
         return {(t, p) for t in names for p in range(existing[t])}
+
+    def _check_subscribed(self, existing: Mapping[str, int]) -> None:
+        """A subscribed topic that does not exist fails the query, as it does with Spark's Kafka source
+        (its AdminClient-based offset reader, the default since Spark 3.4); with failOnDataLoss=false
+        the source reads nothing from it until it is created, and says so once per topic."""
+        from strom.spark.errors import StromTopicNotFoundError
+
+        missing = [t for t in self.options.topics if t not in existing]
+        if not missing:
+            return
+        names = ", ".join(f"'{t}'" for t in missing)
+        if self.options.fail_on_data_loss:
+            raise StromTopicNotFoundError(
+                f"Subscribed topic {names} (option 'subscribe') does not exist on "
+                f"{self.options.client.get('bootstrap.servers')}. Check the name or create the topic; "
+                "to read it once it appears instead, set the source option 'failOnDataLoss' to 'false'."
+            )
+        new = [t for t in missing if t not in self._reported_missing]
+        if new:
+            self._reported_missing.update(new)
+            log.warning("Subscribed topic %s does not exist yet; reading nothing from it until it is "
+                        "created (failOnDataLoss=false).", ", ".join(f"'{t}'" for t in new))
 
     # -- ListOffsets -------------------------------------------------------------------
 

@@ -14,19 +14,24 @@ consumer and to ListOffsets (read_committed ends batches at the last stable offs
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from strom.security.client_properties import java_to_librdkafka
+from strom.spark.errors import StromUserError
+
+log = logging.getLogger("strom.spark")
 
 BOOTSTRAP = "kafka.bootstrap.servers"
+# Source/sink option: let librdkafka log to stderr again (it is silenced by default, see client_config).
+DEBUG = "strom.debug"
 STRATEGIES = ("subscribe", "subscribepattern", "assign")
 
 # Kafka client options Spark's Kafka source refuses, with the reason it gives.
 _FORBIDDEN_SOURCE = {
-    "group.id": "user-specified consumer groups are not used to track offsets",
     "auto.offset.reset": "use 'startingOffsets' instead; offsets are tracked by Spark's checkpoint",
     "enable.auto.commit": "offsets are tracked by Spark's checkpoint, never committed to the broker",
     "key.deserializer": "keys are always returned as binary; cast them in the query",
@@ -43,7 +48,7 @@ _FORBIDDEN_SINK = {
 _JAVA_ONLY = {"key.deserializer", "value.deserializer", "key.serializer", "value.serializer"}
 
 
-class StromOptionError(ValueError):
+class StromOptionError(StromUserError, ValueError):
     """An invalid or unsupported option; the message says which and why."""
 
 
@@ -90,12 +95,24 @@ def _duration_ms(opts: Mapping[str, str], name: str, default_ms: int) -> int:
 
 
 def client_config(opts: Mapping[str, str], forbidden: Mapping[str, str]) -> dict[str, str]:
-    """Collect ``kafka.*`` options into a librdkafka configuration, refusing forbidden keys."""
+    """Collect ``kafka.*`` options into a librdkafka configuration, refusing forbidden keys.
+
+    librdkafka logs every failed connection attempt to stderr (``%3|...|FAIL|rdkafka#producer-1|``,
+    hundreds of lines while a broker is down, naming a "producer" on a read); the data source
+    reports what went wrong itself, so client logging is off unless ``strom.debug`` is true or
+    the user asked librdkafka for debug contexts (``kafka.debug``).
+    """
     conf: dict[str, str] = {}
     for key, value in opts.items():
         if not key.startswith("kafka."):
             continue
         name = key[len("kafka.") :]
+        if name == "group.id" and "group.id" not in forbidden:
+            # Accepted, as Spark's Kafka source does since 3.0; offsets live in the checkpoint.
+            log.warning(
+                "Option 'kafka.group.id' (%s) is not used: the strom data source tracks progress in "
+                "Spark's checkpoint and reads by offset, so it joins no consumer group.", value)
+            continue
         if name in forbidden:
             raise StromOptionError(f"Kafka option '{name}' is not supported: {forbidden[name]}.")
         if name in _JAVA_ONLY:
@@ -107,6 +124,8 @@ def client_config(opts: Mapping[str, str], forbidden: Mapping[str, str]) -> dict
             raise StromOptionError(f"Kafka option '{key}' is not supported: {forbidden[key]}.")
     if "bootstrap.servers" not in conf:
         raise StromOptionError(f"Option '{BOOTSTRAP}' must be specified.")
+    if not _bool(opts, DEBUG, False) and "debug" not in conf:
+        conf.setdefault("log_level", "0")  # syslog level 0: librdkafka prints nothing
     try:  # kafka.sasl.jaas.config, PEM kafka.ssl.truststore.location etc., as Spark's Kafka source takes them
         return java_to_librdkafka(conf)
     except ValueError as exc:

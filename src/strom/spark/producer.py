@@ -94,13 +94,55 @@ class _Partition:
     next_sequence: int = 0
     retry_at: float = 0.0  # monotonic; while > now, nothing is sent
     backoff: float = 0.1
-    last_error: str = ""
     failing_since: float | None = None  # monotonic time of the first retriable failure not yet overcome
     draining: bool = False  # a request failed: wait for the rest of the window before resending
 
     @property
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
+
+
+def topic_partition_count(client: TaskClient, topic: str, timeout_s: float,
+                         option: str = "from the topic column") -> int:
+    """Partition count of ``topic``, asking the broker to create it when missing (it follows its
+    ``auto.create.topics.enable``); a creation is logged with the partition count it got.
+
+    Raises StromTopicNotFoundError when the topic stays unknown, DeliveryError when no broker answers.
+    """
+    from strom.spark.errors import StromTopicNotFoundError
+
+    start = time.monotonic()
+    backoff = 0.1
+    missing = False  # the broker said UNKNOWN_TOPIC_OR_PARTITION without being asked to create it
+    asked_creation = False
+    while True:
+        try:
+            errors = client.refresh_metadata([topic], allow_auto_topic_creation=missing and not asked_creation)
+            asked_creation = asked_creation or missing
+            count = client.partition_counts.get(topic)
+        except (ConnectionError, TimeoutError, OSError) as exc:
+            if time.monotonic() - start >= timeout_s:
+                raise DeliveryError(f"No broker answered metadata for topic {topic}: {exc}") from exc
+        else:
+            if count is not None:
+                if missing:
+                    log.warning("strom sink: topic '%s' did not exist; the broker created it with %d "
+                                "partition(s) (auto.create.topics.enable).", topic, count)
+                return count
+            if errors.get(topic) == 3 and not missing:
+                missing = True
+                continue  # ask again, this time letting the broker create it
+            waited = time.monotonic() - start
+            # Asked to create it, a broker answers the topic or LEADER_NOT_AVAILABLE; still "unknown"
+            # means it declined. A second's grace covers a creation racing on another broker.
+            declined = asked_creation and errors.get(topic) == 3 and waited >= 1.0
+            if declined or waited >= UNKNOWN_TOPIC_WAIT_S:
+                raise StromTopicNotFoundError(
+                    f"Topic '{topic}' ({option}) does not exist and the broker did not create it "
+                    "(its auto.create.topics.enable is false). Create the topic first, e.g. "
+                    f"`strom topics --create --topic {topic} --partitions 3 --bootstrap-server <broker>`.")
+        time.sleep(backoff)
+        backoff = min(1.0, backoff * 2)
 
 
 class IdempotentProducer:
@@ -163,33 +205,14 @@ class IdempotentProducer:
         raise DeliveryError(f"InitProducerId did not succeed within {self.delivery_timeout_s:.0f} s: {last}")
 
     def partition_count(self, topic: str) -> int:
-        """The topic's partition count; a topic missing from metadata is waited for briefly, then refused.
+        """The topic's partition count; a missing topic is created if the broker allows it (and
+        logged), else waited for briefly (metadata propagation), then refused.
 
         Brokers that do not answer are waited for up to delivery.timeout.ms (a cluster restarting)."""
         count = self.client.partition_counts.get(topic)
         if count is not None:
             return count
-        start = time.monotonic()
-        backoff = 0.1
-        asked_creation = False
-        while True:
-            try:
-                self.client.refresh_metadata([topic], allow_auto_topic_creation=not asked_creation)
-                asked_creation = True
-                count = self.client.partition_counts.get(topic)
-            except (ConnectionError, TimeoutError, OSError) as exc:
-                if time.monotonic() - start >= self.delivery_timeout_s:
-                    raise DeliveryError(f"No broker answered metadata for topic {topic}: {exc}") from exc
-            else:
-                if count is not None:
-                    return count
-                if time.monotonic() - start >= UNKNOWN_TOPIC_WAIT_S:
-                    raise DeliveryError(
-                        f"Topic {topic} not found: UNKNOWN_TOPIC_OR_PARTITION after waiting "
-                        f"{UNKNOWN_TOPIC_WAIT_S:.0f} s for it to appear in metadata "
-                        "(and the brokers do not create topics: auto.create.topics.enable=false).")
-            time.sleep(backoff)
-            backoff = min(1.0, backoff * 2)
+        return topic_partition_count(self.client, topic, self.delivery_timeout_s)
 
     # -- sending -------------------------------------------------------------------------
     def send(self, topic: str, partition: int, batch: EncodedBatch) -> None:
@@ -261,7 +284,6 @@ class IdempotentProducer:
         log.info("strom sink: resending %s from sequence %s in %.1f s after %s", state.name,
                  state.entries[0].base_sequence if state.entries else "-", state.backoff, error)
         self.retries += 1
-        state.last_error = error
         state.retry_at = now + state.backoff
         state.backoff = min(1.0, state.backoff * 2)
 
@@ -291,7 +313,6 @@ class IdempotentProducer:
                 self.buffered -= entry.size
                 self.rows_acknowledged += entry.count
                 state.backoff = 0.1
-                state.last_error = ""
                 state.failing_since = None
                 continue
             # Retriable: wait for the rest of the window (requests behind a failed one fail too,

@@ -38,6 +38,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from strom.spark.errors import user_facing
 from strom.spark.options import SinkOptions, StromOptionError
 
 log = logging.getLogger("strom.spark")
@@ -311,6 +312,22 @@ class ExactlyOnceDelivery:
         )
 
 
+def prepare_topic(opts: SinkOptions) -> None:
+    """On the driver, before any task: the fixed ``topic`` exists, or the broker creates it now
+    (following its auto.create.topics.enable, logged with the partition count), or the write
+    stops with what to do. Topics named by a ``topic`` column are handled the same way per task."""
+    if opts.topic is None:
+        return
+    from strom.spark.client import TaskClient
+    from strom.spark.producer import DEFAULT_DELIVERY_TIMEOUT_MS, topic_partition_count
+
+    client = TaskClient(_task_client_conf(opts))
+    try:
+        topic_partition_count(client, opts.topic, DEFAULT_DELIVERY_TIMEOUT_MS / 1000, option="option 'topic'")
+    finally:
+        client.close()
+
+
 def delivery_for(opts: SinkOptions) -> Delivery:
     """Pick the delivery strategy."""
     if opts.exactly_once:
@@ -325,6 +342,7 @@ class StromBatchWriter(DataSourceArrowWriter):
         validate_sink_schema(schema, options)
         self.delivery = delivery_for(options)
 
+    @user_facing
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         return self.delivery.write(iterator)
 
@@ -342,6 +360,7 @@ class StromStreamWriter(DataSourceStreamArrowWriter):
         validate_sink_schema(schema, options)
         self.delivery = delivery_for(options)
 
+    @user_facing
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommitMessage:
         return self.delivery.write(iterator)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -33,6 +33,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from strom.spark.arrow import source_schema
+from strom.spark.client import check_reachable
+from strom.spark.errors import StromUserError, hide_traceback, user_facing
 from strom.spark.offsets import (
     OffsetResolver,
     PartitionOffsets,
@@ -42,7 +44,13 @@ from strom.spark.offsets import (
     split_ranges,
     to_json,
 )
-from strom.spark.options import SourceOptions, StromOptionError, parse_sink_options, parse_source_options
+from strom.spark.options import (
+    SinkOptions,
+    SourceOptions,
+    StromOptionError,
+    parse_sink_options,
+    parse_source_options,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -85,6 +93,7 @@ class StromBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
 
+    @user_facing
     def partitions(self) -> list[InputPartition]:
         resolver = OffsetResolver(self.options)
         try:
@@ -100,6 +109,7 @@ class StromBatchReader(DataSourceReader):
                 )
         return list(_plan(self.options, start, end))
 
+    @user_facing
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, OffsetRange):  # Spark reads one dummy partition when none were planned
             from strom.spark.range_reader import read_range
@@ -131,6 +141,7 @@ class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: PartitionOffsets | None = None
         self._last_trigger = time.monotonic()
 
+    @user_facing
     def initialOffset(self) -> dict:
         tps = self.resolver.discover()
         return to_json(self.resolver.resolve(tps, ending=False))
@@ -142,6 +153,7 @@ class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMinRows(self.options.min_offsets_per_trigger)
         return ReadAllAvailable()
 
+    @user_facing
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self.resolver.latest(self.resolver.discover())
 
@@ -172,6 +184,7 @@ class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
         return latest
 
+    @user_facing
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = from_json(start)
         latest = self._current_latest(begin)
@@ -192,9 +205,11 @@ class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict | None:
         return to_json(self._latest) if self._latest is not None else None
 
+    @user_facing
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         return list(_plan(self.options, from_json(start), from_json(end)))
 
+    @user_facing
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, OffsetRange):  # Spark reads one dummy partition when none were planned
             from strom.spark.range_reader import read_range
@@ -206,6 +221,28 @@ class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def stop(self) -> None:
         self.resolver.close()
+
+
+class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Stands in for a stream reader whose options were refused, and fails its first call.
+
+    PySpark's streaming source runner calls ``reader.stop()`` in a ``finally`` around the
+    reader's creation, so an error raised by ``streamReader()`` itself is replaced by an
+    ``UnboundLocalError`` about ``reader``; raised from the first call it reaches the user.
+    """
+
+    def __init__(self, error: StromUserError) -> None:
+        self.error = error
+
+    def _fail(self, *args: object, **kwargs: object) -> Any:
+        hide_traceback()
+        raise self.error.with_traceback(None)
+
+    initialOffset = latestOffset = partitions = read = commit = _fail
+    prepareForTriggerAvailableNow = getDefaultReadLimit = reportLatestOffset = _fail
+
+    def stop(self) -> None:
+        """Nothing was opened."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -224,12 +261,17 @@ class StromDataSource(DataSource):
         raw = {str(k).lower(): str(v) for k, v in self.options.items()}
         return source_schema(raw.get("includeheaders", "false").strip().lower() == "true")
 
+    @user_facing
     def reader(self, schema: StructType) -> DataSourceReader:
-        return StromBatchReader(parse_source_options(self.options, streaming=False))
+        return StromBatchReader(_reachable(parse_source_options(self.options, streaming=False)))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StromStreamReader(parse_source_options(self.options, streaming=True))
+        try:
+            return StromStreamReader(_reachable(parse_source_options(self.options, streaming=True)))
+        except StromUserError as exc:
+            return RefusedStreamReader(exc)
 
+    @user_facing
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from strom.spark.sink import StromBatchWriter
 
@@ -238,9 +280,31 @@ class StromDataSource(DataSource):
                 "Save mode 'overwrite' is not supported by the strom sink: a topic is an append-only "
                 "log. Use mode('append'), or delete and recreate the topic first."
             )
-        return StromBatchWriter(parse_sink_options(self.options), schema)
+        opts = _reachable(parse_sink_options(self.options))
+        writer = StromBatchWriter(opts, schema)
+        _prepare_topic(opts)
+        return writer
 
+    @user_facing
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from strom.spark.sink import StromStreamWriter
 
-        return StromStreamWriter(parse_sink_options(self.options), schema)
+        opts = _reachable(parse_sink_options(self.options))
+        writer = StromStreamWriter(opts, schema)
+        _prepare_topic(opts)
+        return writer
+
+
+Opts = TypeVar("Opts", SourceOptions, SinkOptions)
+
+
+def _reachable(opts: Opts) -> Opts:
+    """Say at once, with the address, when no bootstrap broker answers (strom.spark.client)."""
+    check_reachable(opts.client["bootstrap.servers"])
+    return opts
+
+
+def _prepare_topic(opts: SinkOptions) -> None:
+    from strom.spark.sink import prepare_topic
+
+    prepare_topic(opts)

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from strom.config import BrokerConfig
 
+import functools
 import logging
 import os
 import time
@@ -162,8 +163,8 @@ class _AbortedRanges:
     def holds(self, header: RecordBatchHeader) -> bool:
         if not header.is_transactional or not self._by_producer:
             return False
-        ranges = self._by_producer.get(header.producer_id)
-        return bool(ranges) and any(first <= header.base_offset < last for first, last in ranges)
+        ranges = self._by_producer.get(header.producer_id) or []
+        return any(first <= header.base_offset < last for first, last in ranges)
 
 
 class LogCleaner:
@@ -335,7 +336,7 @@ class LogCleaner:
                         f.write(data)
                         written += len(data)
                     else:
-                        written += _rebuild(f, header, data, plan, lambda head, h=header: keep(head, h))
+                        written += _rebuild(f, header, data, plan, functools.partial(keep, batch=header))
                 f.flush()
                 os.fsync(f.fileno())
             if plog.replace_segment(seg, cleaned_path) is not None:

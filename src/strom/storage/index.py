@@ -44,6 +44,10 @@ class AbstractIndex:
 
     ENTRY: ClassVar[struct.Struct]
 
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError if the entries cannot be right (each index kind knows how)."""
+        raise NotImplementedError
+
     def __init__(self, path: str, base_offset: int, max_index_size: int,
                  on_corrupt: Callable[[AbstractIndex, CorruptIndexError], None] | None = None) -> None:
         self.path = path

@@ -18,7 +18,10 @@ path means once per leader change, never per append. A missing, torn or garbled 
 as an empty cache (``loaded_from_file`` is False) and LogLoader rebuilds it from the batch
 headers; the log is the authority, the file only spares a scan.
 
-The caller (Log) serializes access with its own lock; this class takes none.
+The caller (Log) serializes changes to the entries with its own lock. File writes are
+serialized here (``_file_lock``), so Log can write an assignment's fsynced file on its dir's
+storage thread without holding its own lock, which the event loop takes for every append
+(see ``prepare_assign`` / ``write`` / ``adopt``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import threading
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -50,6 +54,8 @@ class LeaderEpochFileCache:
     def __init__(self, directory: str) -> None:
         self.path = os.path.join(directory, LEADER_EPOCH_CHECKPOINT)
         self._entries: list[EpochEntry] = []
+        self._file_lock = threading.Lock()
+        self.version = 0  # bumped whenever the entries change: prepare_assign / adopt detect a race
         self.loaded_from_file = False  # False: file missing or unreadable, the log should rebuild it
         self._read()
 
@@ -108,17 +114,35 @@ class LeaderEpochFileCache:
         self._replace(merged, fsync=True)
         return True
 
+    def prepare_assign(self, epoch: int, start_offset: int) -> list[EpochEntry] | None:
+        """The entries ``assign`` would write, or None if nothing changes; writes nothing."""
+        return self._with(epoch, start_offset)
+
+    def write(self, entries: list[EpochEntry]) -> None:
+        """Write and fsync ``entries`` without adopting them (raises OSError); see ``adopt``."""
+        self._write_file(entries, fsync=True)
+
+    def adopt(self, entries: list[EpochEntry]) -> None:
+        """Take ``entries`` just written by ``write`` as the cache's entries."""
+        self._entries = entries
+        self.version += 1
+
     def assign_all(self, entries: Iterable[tuple[int, int]]) -> bool:
         """Assign many ``(epoch, start_offset)`` pairs in order with one file write (rebuilds, follower batches)."""
+        current = self.prepare_assign_all(entries)
+        if current is None:
+            return False
+        self._replace(current, fsync=True)
+        return True
+
+    def prepare_assign_all(self, entries: Iterable[tuple[int, int]]) -> list[EpochEntry] | None:
+        """The entries ``assign_all`` would write, or None if nothing changes; writes nothing."""
         current: list[EpochEntry] | None = None
         for epoch, start_offset in entries:
             merged = self._with(epoch, start_offset, current)
             if merged is not None:
                 current = merged
-        if current is None:
-            return False
-        self._replace(current, fsync=True)
-        return True
+        return current
 
     def rebuild(self, entries: Iterable[tuple[int, int]]) -> None:
         """Replace every entry with ``(epoch, start_offset)`` pairs found by scanning the log.
@@ -187,15 +211,19 @@ class LeaderEpochFileCache:
         past the LEO or below the log start, and the load-time truncation against the recovered
         log drops them again if the write was lost (a full disk, a crash).
         """
-        lines = [str(LEADER_EPOCH_CHECKPOINT_VERSION), str(len(entries))]
-        lines += [f"{e.epoch} {e.start_offset}" for e in entries]
         try:
-            write_atomically(self.path, ("\n".join(lines) + "\n").encode(), fsync=fsync)
+            self._write_file(entries, fsync)
         except OSError as exc:
             if strict:
                 raise
             log.warning("could not write %s (%s); the next load truncates it again", self.path, exc)
-        self._entries = entries
+        self.adopt(entries)
+
+    def _write_file(self, entries: list[EpochEntry], fsync: bool) -> None:
+        lines = [str(LEADER_EPOCH_CHECKPOINT_VERSION), str(len(entries))]
+        lines += [f"{e.epoch} {e.start_offset}" for e in entries]
+        with self._file_lock:  # one writer at a time: they share the temp file
+            write_atomically(self.path, ("\n".join(lines) + "\n").encode(), fsync=fsync)
 
     def _read(self) -> None:
         try:

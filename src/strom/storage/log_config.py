@@ -121,6 +121,4 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "preallocate": ("preallocate", _to_bool),
 }
 
-TOPIC_CONFIG_KEYS: tuple[str, ...] = tuple(_KEYS)
-
 assert {f.name for f in fields(LogConfig)} == {name for name, _ in _KEYS.values()}

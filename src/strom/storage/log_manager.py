@@ -5,18 +5,26 @@ creates and deletes partition logs, runs retention and time-based flushes, and
 writes the per-directory checkpoint files.  Topic metadata (ids, partition
 counts, configs) lives in the broker; this class only manages directories.
 All methods are synchronous and thread-safe; call slow ones from an executor.
+
+Each log dir has its own storage executor (``executor_for``): one worker thread that runs
+the dir's file mutations (checkpoint fsyncs, deletions, renames, truncations) off the event
+loop, one at a time and in submission order, so a slow or failing disk holds up only its
+own dir's work.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import os
 import shutil
 import threading
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 from kafka.errors import KafkaStorageError
 
@@ -34,6 +42,8 @@ from strom.storage.log_config import LogConfig
 from strom.storage.partition_metadata import encode_topic_id, read_topic_id
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
@@ -62,6 +72,39 @@ def parse_tombstone(log_dir: str, name: str) -> Tombstone | None:
     return Tombstone(os.path.join(log_dir, name), topic, partition, rest[: -len(DELETE_DIR_SUFFIX)])
 
 
+class _LogDirIndex(dict[TopicPartition, str]):
+    """Partition -> log dir, with a count per dir kept up to date, so placing a new partition
+    (the dir with the fewest) costs O(dirs), not a walk over every partition the broker hosts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._counts: dict[str, int] = {}
+
+    def partitions_in(self, log_dir: str) -> int:
+        return self._counts.get(log_dir, 0)
+
+    def __setitem__(self, tp: TopicPartition, log_dir: str) -> None:
+        old = self.get(tp)
+        if old is not None:
+            self._counts[old] -= 1
+        super().__setitem__(tp, log_dir)
+        self._counts[log_dir] = self._counts.get(log_dir, 0) + 1
+
+    def __delitem__(self, tp: TopicPartition) -> None:
+        self._counts[self[tp]] -= 1
+        super().__delitem__(tp)
+
+    def pop(self, tp: TopicPartition, *default: str | None) -> str | None:  # type: ignore[override]
+        if tp in self:
+            self._counts[self[tp]] -= 1
+        return super().pop(tp, *default)
+
+    def _unsupported(self, *args: object, **kwargs: object) -> None:
+        raise NotImplementedError("_LogDirIndex keeps counts: set, pop or del one entry at a time")
+
+    update = setdefault = popitem = clear = _unsupported  # type: ignore[assignment]
+
+
 class LogManager:
     def __init__(
         self,
@@ -76,13 +119,37 @@ class LogManager:
         else:
             self.default_config = LogConfig.from_props(default_config_props or {})
         self._logs: dict[TopicPartition, Log] = {}
-        self._log_dir_of: dict[TopicPartition, str] = {}
+        self._log_dir_of = _LogDirIndex()
         self._lock = threading.RLock()
         self._shutdown = False
         # Log dirs that failed with an I/O error: their partitions answer KAFKA_STORAGE_ERROR until a restart.
         self.offline_log_dirs: set[str] = set()
         # The subset that failed while serving (take_offline): locked and loaded once, so they may come back.
         self._failed_while_serving: set[str] = set()
+        self._executors: dict[str, ThreadPoolExecutor] = {}
+
+    # -- storage executors --------------------------------------------------------------------------
+
+    def executor_for(self, log_dir: str) -> ThreadPoolExecutor:
+        """The dir's storage executor: one thread, so the dir's mutations run in the order submitted."""
+        log_dir = os.path.abspath(log_dir)
+        with self._lock:
+            executor = self._executors.get(log_dir)
+            if executor is None:
+                name = f"storage-{self.log_dirs.index(log_dir) if log_dir in self.log_dirs else log_dir}"
+                executor = self._executors[log_dir] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+            return executor
+
+    async def run_in_dir(self, log_dir: str, fn: Callable[..., T], *args: object) -> T:
+        """Run a file mutation of ``log_dir`` on its storage executor and await its result (or error)."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor_for(log_dir), fn, *args)
+
+    def close_executors(self) -> None:
+        """Let queued work finish and stop the storage threads (after shutdown)."""
+        with self._lock:
+            executors, self._executors = list(self._executors.values()), {}
+        for executor in executors:
+            executor.shutdown(wait=True)
 
     # -- startup ------------------------------------------------------------------------------------
 
@@ -156,6 +223,7 @@ class LogManager:
                         high_watermark=(hws or {}).get(tp),
                         now_ms=now_ms,
                     )
+                    self._logs[tp].storage_executor = self.executor_for(log_dir)
                     self._log_dir_of[tp] = log_dir
                 # A crash from here on must trigger recovery at the next start.
                 if os.path.exists(marker):
@@ -180,8 +248,10 @@ class LogManager:
         config: LogConfig | None = None,
         now_ms: int | None = None,
         is_new: bool = True,
+        log_dir: str | None = None,
     ) -> Log:
-        """The partition's log, created in the least loaded online dir if missing.
+        """The partition's log, created in the least loaded online dir (or ``log_dir``, from
+        plan_log_dirs) if missing.
 
         ``is_new=False`` (attaching partitions the metadata already knew) refuses to create
         a log while a dir is offline, like Kafka: the log probably lives there, and an empty
@@ -199,7 +269,8 @@ class LogManager:
                     f"cannot create log for {topic}-{partition}: log dirs "
                     f"{', '.join(sorted(self.offline_log_dirs))} are offline"
                 )
-            log_dir = self._next_log_dir()
+            if log_dir is None or log_dir in self.offline_log_dirs:
+                log_dir = self._next_log_dir()
             path = os.path.join(log_dir, f"{topic}-{partition}")
             existed = os.path.isdir(path)
             try:
@@ -208,20 +279,38 @@ class LogManager:
                 if not existed:
                     shutil.rmtree(path, ignore_errors=True)
                 raise KafkaStorageError(f"cannot create log for {topic}-{partition} in {log_dir}: {exc}") from exc
+            new.storage_executor = self.executor_for(log_dir)
             self._logs[tp] = new
             self._log_dir_of[tp] = log_dir
             return new
+
+    def plan_log_dirs(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, str]:
+        """The dir each partition's log is in, or would be created in by get_or_create_log (the least
+        loaded, counting the ones planned before it), so creations can run on that dir's storage thread."""
+        with self._lock:
+            online = [d for d in self.log_dirs if d not in self.offline_log_dirs]
+            counts = dict.fromkeys(online, 0)
+            for d in self._log_dir_of.values():
+                if d in counts:
+                    counts[d] += 1
+            plan: dict[TopicPartition, str] = {}
+            for tp in partitions:
+                existing = self._log_dir_of.get(tp)
+                if existing is not None:
+                    plan[tp] = existing
+                elif online:
+                    plan[tp] = min(online, key=lambda d: counts[d])
+                    counts[plan[tp]] += 1
+                else:
+                    plan[tp] = self.log_dirs[0]  # get_or_create_log raises KafkaStorageError
+            return plan
 
     def _next_log_dir(self) -> str:
         """Online directory holding the fewest partitions (Kafka's placement rule)."""
         online = [d for d in self.log_dirs if d not in self.offline_log_dirs]
         if not online:
             raise KafkaStorageError("no online log directory")
-        counts = dict.fromkeys(online, 0)
-        for d in self._log_dir_of.values():
-            if d in counts:
-                counts[d] += 1
-        return min(online, key=lambda d: counts[d])
+        return min(online, key=self._log_dir_of.partitions_in)
 
     def mark_offline(self, log_dir: str, reason: str) -> None:
         """A dir found unusable before loading (not a directory, not writable): never read or written."""
@@ -324,10 +413,10 @@ class LogManager:
                 if log_dir not in self.offline_log_dirs and os.path.isdir(path):
                     shutil.rmtree(path, ignore_errors=True)
 
-    def tombstones(self) -> list[Tombstone]:
-        """Every ``-delete`` dir in the online log dirs."""
+    def tombstones(self, only_dir: str | None = None) -> list[Tombstone]:
+        """Every ``-delete`` dir in the online log dirs (or in ``only_dir`` alone)."""
         found = []
-        for log_dir in self.log_dirs:
+        for log_dir in self.log_dirs if only_dir is None else [os.path.abspath(only_dir)]:
             if log_dir in self.offline_log_dirs:
                 continue
             try:
@@ -340,15 +429,15 @@ class LogManager:
                     found.append(stone)
         return found
 
-    def purge_tombstones(self, live_topic_ids: Iterable[str] | None) -> int:
+    def purge_tombstones(self, live_topic_ids: Iterable[str] | None, log_dir: str | None = None) -> int:
         """Remove tombstones of topics the durable metadata no longer lists; returns how many.
 
         ``None``: the metadata file is behind (a write is pending), so every tombstone may still
-        be needed; only the space inside them is freed.
+        be needed; only the space inside them is freed. ``log_dir``: only that dir's tombstones.
         """
         live = set(live_topic_ids) if live_topic_ids is not None else None
         removed = 0
-        for stone in self.tombstones():
+        for stone in self.tombstones(log_dir):
             if live is None or stone.topic_id in live:
                 _empty_dir(stone.path)  # free the space now; the dir itself must wait
                 continue
@@ -445,6 +534,7 @@ class LogManager:
                 return
             self._shutdown = True
             logs = dict(self._logs)
+        self.close_executors()  # file mutations already queued finish before the logs close
         clean = True
         for lg in logs.values():
             try:

@@ -272,15 +272,14 @@ class LogSegment:
                 pass
             raise KafkaStorageError(f"error appending to {self.log_path}: {exc}") from exc
         pos = start
-        if self._max_timestamp_so_far is None:
-            self._max_timestamp()
+        max_ts = self._max_timestamp()  # loaded from the time index once, lazily
         for last_offset, max_timestamp, size in batches:
-            if max_timestamp > self._max_timestamp_so_far:  # type: ignore[operator]
-                self._max_timestamp_so_far = max_timestamp
+            if max_timestamp > max_ts:
+                max_ts = self._max_timestamp_so_far = max_timestamp
                 self._offset_of_max_timestamp = last_offset
             if self._bytes_since_last_index_entry > self.index_interval_bytes:
                 self.offset_index.append(last_offset, pos)
-                self.time_index.maybe_append(self._max_timestamp_so_far, self._offset_of_max_timestamp)
+                self.time_index.maybe_append(max_ts, self._offset_of_max_timestamp)
                 self._bytes_since_last_index_entry = 0
             pos += size
             self._bytes_since_last_index_entry += size

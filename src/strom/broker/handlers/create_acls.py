@@ -35,15 +35,15 @@ async def handle(ctx: RequestContext, request: Any) -> CreateAclsResponse:
         except InvalidAclError as exc:
             results[i] = Result(error_code=Errors.InvalidRequestError.errno, error_message=str(exc))
     outcomes = await authorizer.create_acls([b for _, b in valid])
-    for (i, _), exc in zip(valid, outcomes, strict=True):
-        if exc is None:
+    for (i, _), failure in zip(valid, outcomes, strict=True):
+        if failure is None:
             results[i] = Result(error_code=0, error_message=None)
-        elif isinstance(exc, InvalidAclError):
-            results[i] = Result(error_code=Errors.InvalidRequestError.errno, error_message=str(exc))
+        elif isinstance(failure, InvalidAclError):
+            results[i] = Result(error_code=Errors.InvalidRequestError.errno, error_message=str(failure))
         else:
-            code = exc.errno if isinstance(exc, Errors.KafkaError) and isinstance(exc.errno, int) \
+            code = failure.errno if isinstance(failure, Errors.KafkaError) and isinstance(failure.errno, int) \
                 else Errors.UnknownServerError.errno
-            results[i] = Result(error_code=code, error_message=error_message_of(exc))
+            results[i] = Result(error_code=code, error_message=error_message_of(failure))
     return CreateAclsResponse(throttle_time_ms=0, results=results)
 
 

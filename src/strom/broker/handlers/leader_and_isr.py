@@ -8,8 +8,8 @@ import kafka.errors as Errors
 
 from strom.broker.replica_manager import LeaderAndIsrPartition
 from strom.broker.request import RequestContext
-from strom.cluster.broker_epoch import is_stale_broker_epoch
-from strom.cluster.metadata import PartitionState
+from strom.controller.broker_epoch import is_stale_broker_epoch
+from strom.metadata.store import PartitionState
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import LeaderAndIsrResponse, build
 from strom.security.acl import AclOperation
@@ -32,7 +32,7 @@ async def handle(ctx: RequestContext, request: Any) -> LeaderAndIsrResponse:
     # Replicas created here need their topic's configs: read any missing from ZooKeeper off the loop.
     await cluster.store.load_topic_configs({lp.topic for lp in partitions})
     try:
-        errors = cluster.publisher.apply_leadership(request.controller_epoch, partitions,
+        errors = await cluster.publisher.apply_leadership(request.controller_epoch, partitions,
                                                     cluster.store.topic_configs)
     except Errors.StaleControllerEpochError:
         return _all(request, Errors.StaleControllerEpochError.errno)

@@ -16,7 +16,7 @@ from kafka.protocol.metadata import MetadataResponse
 
 from strom.broker.handlers import error_code_of
 from strom.broker.request import RequestContext
-from strom.cluster.metadata import TopicMetadata
+from strom.metadata.store import TopicMetadata
 from strom.protocol.api_keys import ApiKey
 from strom.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 

@@ -30,6 +30,9 @@ from strom.storage.recompression import convert_for_append, needs_recompression
 log = logging.getLogger(__name__)
 
 API_KEY = ApiKey.PRODUCE
+# Answers at once, or (acks=all) with a DeferredResponse, never after a long wait: a connection may gather
+# the answers of pipelined produces into one write, which roughly halves an unbatched producer's cost.
+GATHER_RESPONSES = True
 FLEXIBLE_FROM = 9
 _PARTITION = struct.Struct(">ihqq")
 TOPIC_AUTHORIZATION_FAILED = Errors.TopicAuthorizationFailedError.errno

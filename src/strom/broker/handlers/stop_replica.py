@@ -7,7 +7,7 @@ from typing import Any
 import kafka.errors as Errors
 
 from strom.broker.request import RequestContext
-from strom.cluster.broker_epoch import is_stale_broker_epoch
+from strom.controller.broker_epoch import is_stale_broker_epoch
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import StopReplicaResponse, build
 from strom.security.acl import AclOperation
@@ -25,7 +25,7 @@ async def handle(ctx: RequestContext, request: Any) -> StopReplicaResponse:
     partitions = {(t.topic_name, p.partition_index): bool(p.delete_partition)
                   for t in request.topic_states for p in t.partition_states}
     try:
-        errors = cluster.publisher.stop_replicas(request.controller_epoch, partitions)
+        errors = await cluster.publisher.stop_replicas(request.controller_epoch, partitions)
     except Errors.StaleControllerEpochError:
         return build(StopReplicaResponse, error_code=Errors.StaleControllerEpochError.errno, partition_errors=[])
     return build(StopReplicaResponse, error_code=0, partition_errors=[

@@ -7,8 +7,8 @@ from typing import Any
 import kafka.errors as Errors
 
 from strom.broker.request import RequestContext
-from strom.cluster.broker_epoch import is_stale_broker_epoch
-from strom.cluster.metadata import BrokerInfo, PartitionState
+from strom.controller.broker_epoch import is_stale_broker_epoch
+from strom.metadata.store import BrokerInfo, PartitionState
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import UpdateMetadataResponse
 from strom.security.acl import AclOperation

@@ -22,7 +22,7 @@ from strom.broker.quota.entity import (
     QuotaEntity,
     stored_entities,
 )
-from strom.cluster.metadata import MetadataStore
+from strom.metadata.store import MetadataStore
 
 MATCH_EXACT, MATCH_DEFAULT, MATCH_ANY = 0, 1, 2
 INVALID_REQUEST = Errors.InvalidRequestError.errno
@@ -151,7 +151,7 @@ def describe_client_quotas(store: MetadataStore, quota_filter: QuotaFilter
             if not ok:
                 break
         if ok:
-            out.append((entity.wire(), {k: value for k, v in quotas.items() if (value := _number(v)) is not None}))
+            out.append((entity.wire(), {k: n for k, v in quotas.items() if (n := _number(v)) is not None}))
     out.sort(key=lambda e: [(t, "" if n is None else n) for t, n in e[0]])
     return out
 

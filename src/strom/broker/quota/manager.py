@@ -30,7 +30,7 @@ from strom.broker.quota.rate import Rate
 
 if TYPE_CHECKING:
     from strom.broker.request import RequestContext
-    from strom.cluster.metadata import MetadataStore
+    from strom.metadata.store import MetadataStore
 
 log = logging.getLogger(__name__)
 

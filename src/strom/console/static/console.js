@@ -61,6 +61,137 @@ function pollGroup(root) {
   setInterval(tick, 3000);
 }
 
+// Message browser: a click (or Enter) on a compact row shows its detail row below it.
+function toggleRecord(tr) {
+  const detail = tr.nextElementSibling;
+  if (!detail || !detail.classList.contains("detail")) return;
+  detail.hidden = !detail.hidden;
+  tr.setAttribute("aria-expanded", String(!detail.hidden));
+}
+
+function wireMessages(table) {
+  table.addEventListener("click", (event) => {
+    if (window.getSelection && String(window.getSelection()).length > 0) return;  // selecting text, not toggling
+    const tr = event.target.closest("tr.record");
+    if (tr) toggleRecord(tr);
+  });
+  table.addEventListener("keydown", (event) => {
+    const tr = event.target.closest("tr.record");
+    if (tr && (event.key === "Enter" || event.key === " ")) { event.preventDefault(); toggleRecord(tr); }
+  });
+}
+
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+// One rendered key/value/header (as the server's "shown" macro builds it), from /api/tail's JSON: text only.
+function shownNode(r, cls) {
+  if (r.kind === "null") return el("span", "null", "null");
+  if (r.kind === "empty") return el("span", "null", "(empty)");
+  const pre = el("pre", cls + " " + r.kind, r.text);
+  pre.dataset.kind = r.kind;
+  return pre;
+}
+
+function recordRows(m) {
+  const tr = el("tr", "record new");
+  tr.dataset.offset = m.offset;
+  tr.dataset.partition = m.partition;
+  tr.tabIndex = 0;
+  tr.setAttribute("aria-expanded", "false");
+  tr.append(el("td", "num", String(m.partition)), el("td", "num", String(m.offset)),
+            el("td", "nowrap", m.timestamp));
+  for (const [cls, r] of [["key", m.key], ["value", m.value]]) {
+    const td = el("td", cls);
+    td.append(el("span", "preview " + r.kind, r.preview));
+    tr.append(td);
+  }
+  tr.append(el("td", "num header-count", m.headers.length ? String(m.headers.length) : "–"));
+  const detail = el("tr", "detail");
+  detail.hidden = true;
+  const td = el("td");
+  td.colSpan = 6;
+  const dl = el("dl", "record-detail");
+  const headers = el("dd", "headers");
+  for (const [name, v] of m.headers) {
+    const div = el("div", "header");
+    div.append(el("span", "mono", name), document.createTextNode(": "), shownNode(v, "header"));
+    headers.append(div);
+  }
+  if (!m.headers.length) headers.append(el("span", "muted", "–"));
+  const key = el("dd", "key"); key.append(shownNode(m.key, "key"));
+  const value = el("dd", "value"); value.append(shownNode(m.value, "value"));
+  dl.append(el("dt", "", "Key"), key, el("dt", "", "Value"), value, el("dt", "", "Headers"), headers,
+            el("dt", "", "Timestamp"), el("dd", "small", m.timestamp + " · " + (m.timestamp_type || "no type")));
+  td.append(dl);
+  detail.append(td);
+  return [tr, detail];
+}
+
+// Live tail: asks /api/tail every 2 s for what arrived since the last answer, newest rows on top.
+function wireLive(root, table) {
+  const button = root.querySelector("#live-toggle");
+  const status = root.querySelector("#live-status");
+  const tbody = table.querySelector("tbody");
+  let from = root.dataset.from;
+  let timer = null;
+  let seen = 0;
+  const tick = async () => {
+    try {
+      const url = root.dataset.url + "&from=" + encodeURIComponent(from);
+      const response = await fetch(url, { headers: { Accept: "application/json" } });
+      const data = await response.json();
+      if (!response.ok) throw new Error(data.error || response.statusText);
+      from = data.from;
+      const empty = tbody.querySelector("tr.empty-result");
+      if (empty && data.records.length) empty.remove();
+      for (const m of data.records) tbody.prepend(...recordRows(m));
+      seen += data.records.length;
+      status.textContent = "live · " + seen + " new · " + new Date().toLocaleTimeString();
+      root.classList.remove("stale");
+    } catch (err) {
+      status.textContent = "live tail paused: " + err.message;
+      root.classList.add("stale");
+    }
+  };
+  button.addEventListener("click", () => {
+    if (timer === null) {
+      tick();
+      timer = setInterval(tick, 2000);
+      button.textContent = "Stop live tail";
+      button.setAttribute("aria-pressed", "true");
+    } else {
+      clearInterval(timer);
+      timer = null;
+      button.textContent = "Live tail";
+      button.setAttribute("aria-pressed", "false");
+      status.textContent = "stopped";
+    }
+  });
+  root.hidden = false;
+}
+
+// Topics list: a filter box that hides rows whose name does not contain the typed text.
+function wireFilter(input) {
+  const table = document.getElementById(input.dataset.filter);
+  const count = document.getElementById(input.dataset.filter + "-count");
+  const update = () => {
+    const needle = input.value.trim().toLowerCase();
+    let shown = 0;
+    table.querySelectorAll("tbody tr[data-name]").forEach((tr) => {
+      tr.hidden = needle !== "" && !tr.dataset.name.toLowerCase().includes(needle);
+      if (!tr.hidden) shown += 1;
+    });
+    if (count) count.textContent = needle ? shown + " match" + (shown === 1 ? "" : "es") : "";
+  };
+  input.addEventListener("input", update);
+  update();
+}
+
 // Throughput chart: a hand-drawn SVG of the last samples of /api/throughput.
 const SERIES = [
   { key: "bytes_in", cls: "in", format: formatBytesRate, scale: "bytes" },
@@ -136,7 +267,12 @@ document.addEventListener("DOMContentLoaded", () => {
     });
   });
   const group = document.getElementById("group-live");
-  if (group) pollGroup(group);
+  if (group && group.dataset.poll) pollGroup(group);
+  const messages = document.getElementById("messages");
+  if (messages) wireMessages(messages);
+  const live = document.getElementById("live");
+  if (live && messages) wireLive(live, messages);
+  document.querySelectorAll("input[data-filter]").forEach(wireFilter);
   const chart = document.getElementById("throughput");
   if (chart && chart.querySelector("svg")) pollThroughput(chart);
 });

@@ -1,5 +1,7 @@
 """GroupCoordinator: the classic consumer group protocol (JoinGroup, SyncGroup, Heartbeat,
-LeaveGroup) and committed offsets (OffsetCommit, OffsetFetch, OffsetDelete).
+LeaveGroup). Committed offsets (OffsetCommit, OffsetFetch, OffsetDelete, TxnOffsetCommit)
+live in ``offset_metadata_manager``; their handlers are forwarded there, and this class answers
+the few questions offsets ask of the group protocol (``GroupProtocol``).
 
 A rebalance has two phases. Join: every member (re)sends JoinGroup and is parked
 until all known members have rejoined or the rebalance timeout expires; then a new
@@ -24,10 +26,13 @@ from dataclasses import dataclass
 
 import kafka.errors as Errors
 
+from strom.coordinator.clock import Clock
 from strom.coordinator.group.delayed import DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin
 from strom.coordinator.group.group_metadata import GroupMetadata, GroupState, OffsetAndMetadata
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
 from strom.coordinator.group.member_metadata import JoinGroupResult, MemberMetadata, SyncGroupResult
+from strom.coordinator.group.offset_metadata_manager import OffsetMetadataManager
+from strom.coordinator.runtime import in_chunks
 from strom.server_common.purgatory import DelayedOperationPurgatory
 from strom.server_common.timing_wheel import Timer
 from strom.server_common.types import TopicPartition
@@ -89,6 +94,8 @@ class GroupCoordinator:
         self.heartbeat_purgatory = DelayedOperationPurgatory("Heartbeat", timer, broker_id)
         self.rebalance_purgatory = DelayedOperationPurgatory("Rebalance", timer, broker_id)
         self.active = True
+        self.offsets = OffsetMetadataManager(manager, self)
+        self.clock: Clock = manager.clock  # record timestamps; delays run on ``timer``'s own clock
 
     # -- common checks -----------------------------------------------------------
     def _validate_group_status(self, group_id: str | None, require_non_empty_id: bool) -> int:
@@ -587,125 +594,72 @@ class GroupCoordinator:
             results.append((ident, NONE))
         return NONE, results
 
-    # -- offsets -----------------------------------------------------------------
+    # -- offsets (strom.coordinator.group.offset_metadata_manager) -------------------
     async def handle_commit_offsets(self, group_id: str, member_id: str, instance_id: str | None,
                                     generation_id: int, offsets: dict[TopicPartition, OffsetAndMetadata]
                                     ) -> dict[TopicPartition, int]:
-        def all_(code: int) -> dict[TopicPartition, int]:
-            return dict.fromkeys(offsets, code)
-
-        error = self._validate_group_status(group_id, require_non_empty_id=False)
-        if error:
-            return all_(error)
-        group = self.manager.get_group(group_id)
-        if group is None:
-            if generation_id < 0:
-                # Not using group management (assign() + commit): the group exists only for its offsets.
-                group = self.manager.add_group(GroupMetadata(group_id))
-            else:
-                return all_(ILLEGAL_GENERATION)
-        if group.is_in(GroupState.DEAD):
-            return all_(COORDINATOR_NOT_AVAILABLE)
-        if generation_id >= 0 or member_id or instance_id is not None:
-            error = self._validate_current_member(group, member_id, instance_id, generation_id)
-            if error:
-                return all_(error)
-        elif not group.is_in(GroupState.EMPTY):
-            # A commit outside group management would race the group's own members.
-            return all_(UNKNOWN_MEMBER_ID)
-        if group.is_in(GroupState.COMPLETING_REBALANCE):
-            return all_(REBALANCE_IN_PROGRESS)
-        member = group.members.get(member_id)
-        if member is not None:
-            self._complete_and_schedule_next_heartbeat(group, member)
-        return await self.manager.store_offsets(group, offsets)
+        return await self.offsets.commit_offsets(group_id, member_id, instance_id, generation_id, offsets)
 
     async def handle_txn_offset_commit(self, transactional_id: str, group_id: str, producer_id: int,
                                        producer_epoch: int, member_id: str, generation_id: int,
                                        group_instance_id: str | None,
                                        offsets: dict[TopicPartition, OffsetAndMetadata]) -> dict[TopicPartition, int]:
-        """TxnOffsetCommit: offsets written in the producer's transaction, pending until its marker.
-
-        An unknown group is fine (a producer may commit for a group nobody joined yet); the
-        v3 member fields, when given, are checked like OffsetCommit's so a zombie consumer
-        of an old generation cannot commit (KIP-447).
-        """
-        def all_(code: int) -> dict[TopicPartition, int]:
-            return dict.fromkeys(offsets, code)
-
-        error = self._validate_group_status(group_id, require_non_empty_id=True)
-        if error:
-            return all_(error)
-        group = self.manager.get_group(group_id)
-        if group is None:
-            group = self.manager.add_group(GroupMetadata(group_id))
-        if group.is_in(GroupState.DEAD):
-            return all_(COORDINATOR_NOT_AVAILABLE)
-        if group_instance_id is not None:
-            known = group.static_member_id(group_instance_id)
-            if known is not None and known != member_id:
-                return all_(FENCED_INSTANCE_ID)
-        if member_id and not group.has(member_id):
-            return all_(UNKNOWN_MEMBER_ID)
-        if generation_id >= 0 and generation_id != group.generation_id:
-            return all_(ILLEGAL_GENERATION)
-        log.debug("transactional offset commit of %s (producer %d epoch %d) for group %s", transactional_id,
-                  producer_id, producer_epoch, group_id)
-        return await self.manager.store_txn_offsets(group, producer_id, producer_epoch, offsets)
+        return await self.offsets.txn_offset_commit(transactional_id, group_id, producer_id, producer_epoch,
+                                                    member_id, generation_id, group_instance_id, offsets)
 
     def on_txn_completed(self, producer_id: int, offsets_partitions: set[int], committed: bool) -> None:
         """The transaction's marker was written to these ``__consumer_offsets`` partitions: its
         pending offsets become the committed ones (commit) or vanish (abort)."""
-        touched = self.manager.complete_txn(producer_id, set(offsets_partitions), committed)
+        touched = self.offsets.complete_txn(producer_id, set(offsets_partitions), committed)
         if touched:
             log.debug("%s transactional offsets of producer %d in %d groups", "committed" if committed
                       else "aborted", producer_id, touched)
 
     def partitions_with_pending_offsets(self, group_id: str, partitions: list[TopicPartition]
                                         ) -> set[TopicPartition]:
-        """Partitions whose offset is about to change (OffsetFetch require_stable answers
-        UNSTABLE_OFFSET_COMMIT for them): a commit in flight or one waiting for its transaction."""
-        group = self.manager.get_group(group_id)
-        if group is None:
-            return set()
-        return {tp for tp in partitions if group.has_pending_offset_commits_for(tp)}
+        return self.offsets.partitions_with_pending_offsets(group_id, partitions)
 
     def handle_fetch_offsets(self, group_id: str, partitions: list[TopicPartition] | None
                              ) -> tuple[int, dict[TopicPartition, OffsetAndMetadata | None]]:
-        """Committed offsets (None where nothing is committed); partitions=None means all of them."""
-        error = self._validate_group_status(group_id, require_non_empty_id=False)
-        if error:
-            return error, {}
-        group = self.manager.get_group(group_id)
-        if group is None or group.is_in(GroupState.DEAD):
-            return NONE, {tp: None for tp in partitions or []}
-        if partitions is None:
-            return NONE, dict(group.offsets)
-        return NONE, {tp: group.offsets.get(tp) for tp in partitions}
+        return self.offsets.fetch_offsets(group_id, partitions)
 
     async def handle_delete_offsets(self, group_id: str, partitions: list[TopicPartition]
                                     ) -> tuple[int, dict[TopicPartition, int]]:
-        error = self._validate_group_status(group_id, require_non_empty_id=True)
-        if error:
-            return error, {}
-        group = self.manager.get_group(group_id)
-        if group is None or group.is_in(GroupState.DEAD):
-            return GROUP_ID_NOT_FOUND, {}
-        if group.members and group.protocol_type != "consumer":
-            return NON_EMPTY_GROUP, {}
-        results: dict[TopicPartition, int] = {}
-        deletable = []
-        for tp in partitions:
-            if group.members and (group.subscribed_topics is None or group.is_subscribed_to_topic(tp[0])):
-                results[tp] = GROUP_SUBSCRIBED_TO_TOPIC
-            else:
-                deletable.append(tp)
-                results[tp] = NONE
-        code = await self.manager.delete_offsets(group, deletable)
-        if code:
-            for tp in deletable:
-                results[tp] = code
-        return NONE, results
+        return await self.offsets.delete_offsets(group_id, partitions)
+
+    # -- what offsets need from the classic protocol (offset_metadata_manager.GroupProtocol) ----
+    def validate_group_status(self, group_id: str | None, require_non_empty_id: bool) -> int:
+        return self._validate_group_status(group_id, require_non_empty_id)
+
+    def validate_offset_commit(self, group: GroupMetadata, member_id: str, instance_id: str | None,
+                               generation_id: int) -> int:
+        if generation_id >= 0 or member_id or instance_id is not None:
+            error = self._validate_current_member(group, member_id, instance_id, generation_id)
+            if error:
+                return error
+        elif not group.is_in(GroupState.EMPTY):
+            # A commit outside group management would race the group's own members.
+            return UNKNOWN_MEMBER_ID
+        if group.is_in(GroupState.COMPLETING_REBALANCE):
+            return REBALANCE_IN_PROGRESS
+        return NONE
+
+    def validate_txn_offset_commit(self, group: GroupMetadata, member_id: str, instance_id: str | None,
+                                   generation_id: int) -> int:
+        if instance_id is not None:
+            known = group.static_member_id(instance_id)
+            if known is not None and known != member_id:
+                return FENCED_INSTANCE_ID
+        if member_id and not group.has(member_id):
+            return UNKNOWN_MEMBER_ID
+        if generation_id >= 0 and generation_id != group.generation_id:
+            return ILLEGAL_GENERATION
+        return NONE
+
+    def on_offset_commit(self, group: GroupMetadata, member_id: str) -> None:
+        member = group.members.get(member_id)
+        if member is not None:
+            self._complete_and_schedule_next_heartbeat(group, member)
 
     # -- admin -------------------------------------------------------------------
     def handle_list_groups(self, states: set[str] | None = None) -> tuple[int, list[GroupMetadata]]:
@@ -784,18 +738,18 @@ class GroupCoordinator:
             return
         self.manager.loading_partitions.add(partition)  # callers may have marked it already
         try:
-            groups = await asyncio.get_running_loop().run_in_executor(
-                None, self.manager.read_and_rebuild, partition)
+            groups = await self.manager.runtime.load(partition, self.manager.read_and_rebuild)
         finally:
             self.manager.loading_partitions.discard(partition)
         if not self.active:
             return
         self.manager.install_groups(partition, groups)
-        for i, group in enumerate(groups):
-            if i and i % LOAD_YIELD_EVERY == 0:
-                await asyncio.sleep(0)  # let requests in between chunks
+
+        def schedule_heartbeats(group: GroupMetadata) -> None:
             if self.manager.groups.get(group.group_id) is group:  # not unloaded meanwhile
                 self._on_group_loaded(group)
+
+        await in_chunks(groups, schedule_heartbeats, LOAD_YIELD_EVERY)
 
     def _on_group_loaded(self, group: GroupMetadata) -> None:
         # Members recovered from the log get a full session to reconnect and heartbeat.
@@ -806,6 +760,7 @@ class GroupCoordinator:
         """Leadership moved away: answer everything parked with NOT_COORDINATOR and forget the groups."""
         for group in self.manager.unload_partition(partition):
             self._kill_group(group, NOT_COORDINATOR)
+        self.manager.runtime.forget(partition)
 
     def _kill_group(self, group: GroupMetadata, error: int) -> None:
         for member in group.members.values():

@@ -12,18 +12,17 @@ group. Becoming leader of a partition means replaying it to rebuild the cache
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import kafka.errors as Errors
 
+from strom.coordinator.clock import SYSTEM_CLOCK, Clock
 from strom.coordinator.common import partition_for
 from strom.coordinator.group.group_metadata import (
     CommitRecordMetadataAndOffset,
     GroupMetadata,
     GroupState,
-    OffsetAndMetadata,
-    now_ms,
 )
 from strom.coordinator.group.member_metadata import MemberMetadata
 from strom.coordinator.group.records import (
@@ -35,24 +34,20 @@ from strom.coordinator.group.records import (
     group_metadata_key,
     group_metadata_value,
     offset_commit_key,
-    offset_commit_value,
     read_group_metadata_value,
     read_key,
     read_offset_commit_value,
 )
-from strom.protocol.record_batch import (
-    CONTROL_ABORT,
-    CONTROL_COMMIT,
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    NO_SEQUENCE,
-    build_batch,
-    iter_batches,
-    transaction_marker_type,
+from strom.coordinator.runtime import (
+    COMMIT_MARKER,
+    TXN_RECORD,
+    CoordinatorRuntime,
+    LogRecord,
 )
-from strom.protocol.record_stream import iter_records
+from strom.protocol.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 from strom.server_common.types import TopicPartition
-from strom.storage.validator import AppendOrigin
+
+T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
@@ -64,29 +59,14 @@ COORDINATOR_NOT_AVAILABLE = Errors.CoordinatorNotAvailableError.errno
 NOT_COORDINATOR = Errors.NotCoordinatorError.errno
 REBALANCE_IN_PROGRESS = Errors.RebalanceInProgressError.errno
 INVALID_COMMIT_OFFSET_SIZE = Errors.InvalidCommitOffsetSizeError.errno
-_LOAD_CHUNK = 1024 * 1024
 _PRODUCER_ERRORS = frozenset(e.errno for e in (
     Errors.InvalidProducerEpochError, Errors.ProducerFencedError, Errors.InvalidTxnStateError,
     Errors.TransactionCoordinatorFencedError, Errors.OutOfOrderSequenceNumberError))
 
 
-class LogRecord(NamedTuple):
-    """One record of ``__consumer_offsets`` as the loader sees it (a marker has no key or value)."""
-
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    producer_id: int
-    kind: int  # RECORD, TXN_RECORD, COMMIT_MARKER or ABORT_MARKER
-
-
-RECORD, TXN_RECORD, COMMIT_MARKER, ABORT_MARKER = range(4)
-_MARKER_KINDS = {CONTROL_ABORT: ABORT_MARKER, CONTROL_COMMIT: COMMIT_MARKER}
-
-
-def _map_append_error(exc: BaseException, for_offsets: bool) -> int:
+def map_append_error(exc: BaseException, for_offsets: bool) -> int:
     """Kafka's translation of log append failures into coordinator errors."""
-    errno = getattr(exc, "errno", None)
+    errno: int | None = getattr(exc, "errno", None)
     if errno in (Errors.UnknownTopicOrPartitionError.errno, Errors.NotEnoughReplicasError.errno,
                  Errors.NotEnoughReplicasAfterAppendError.errno):
         return COORDINATOR_NOT_AVAILABLE
@@ -96,7 +76,7 @@ def _map_append_error(exc: BaseException, for_offsets: bool) -> int:
         return REBALANCE_IN_PROGRESS
     if errno in (Errors.MessageSizeTooLargeError.errno, Errors.RecordListTooLargeError.errno):
         return INVALID_COMMIT_OFFSET_SIZE if for_offsets else UNKNOWN_SERVER_ERROR
-    if errno in _PRODUCER_ERRORS:
+    if errno is not None and errno in _PRODUCER_ERRORS:
         return errno  # a transactional append fenced by the log's producer state: the producer must know
     if not isinstance(exc, Errors.KafkaError):
         log.error("unexpected error appending to %s", GROUP_METADATA_TOPIC_NAME, exc_info=exc)
@@ -113,7 +93,8 @@ class GroupMetadataManager:
     """
 
     def __init__(self, broker_id: int, replica_manager: Any, num_partitions: int = 50,
-                 retention_ms: int = 7 * 24 * 3600 * 1000, max_metadata_size: int = 4096) -> None:
+                 retention_ms: int = 7 * 24 * 3600 * 1000, max_metadata_size: int = 4096,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.broker_id = broker_id
         self.replica_manager = replica_manager
         self.num_partitions = num_partitions
@@ -122,8 +103,11 @@ class GroupMetadataManager:
         self.groups: dict[str, GroupMetadata] = {}
         self.owned_partitions: set[int] = set()
         self.loading_partitions: set[int] = set()
-        # Transaction completions that arrived while a partition was loading (see complete_txn).
-        self._completions_during_load: dict[int, list[tuple[int, bool]]] = {}
+        self.clock = clock
+        self.runtime = CoordinatorRuntime(GROUP_METADATA_TOPIC_NAME, replica_manager, clock)
+        # Called on the loop with a partition once its groups are installed (the offsets replay
+        # transaction markers that arrived during the load).
+        self.on_partition_installed: list[Callable[[int], None]] = []
 
     # -- ownership ---------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
@@ -152,31 +136,19 @@ class GroupMetadataManager:
         return [g for g in self.groups.values() if self.partition_for(g.group_id) == partition]
 
     # -- writing -----------------------------------------------------------------
-    async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]], timestamp: int,
-                      producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
-                      transactional: bool = False) -> int:
-        """Append one batch to the group's partition (acks=all); returns the batch's base offset.
+    async def write(self, group_id: str, records: Sequence[tuple[bytes, bytes | None]],
+                    apply: Callable[[int], T] | None = None, *, timestamp: int | None = None,
+                    producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
+                    transactional: bool = False) -> T | int:
+        """Append to the group's partition through the runtime and ``apply`` once committed.
 
-        Written as a coordinator append (Kafka's AppendOrigin.COORDINATOR). A transactional
-        batch carries the producer's id and epoch but no sequence numbers: the log skips
-        the sequence and duplicate checks for it, while the epoch still fences zombies.
+        Only a partition this broker coordinates is written (NOT_LEADER otherwise).
         """
         partition = self.partition_for(group_id)
         if partition not in self.owned_partitions:
             raise Errors.NotLeaderForPartitionError(f"{GROUP_METADATA_TOPIC_NAME}-{partition} is not led here")
-        batch = build_batch(((k, v, (), timestamp) for k, v in records), producer_id=producer_id,
-                            producer_epoch=producer_epoch,
-                            base_sequence=NO_SEQUENCE,
-                            is_transactional=transactional)
-        tp = (GROUP_METADATA_TOPIC_NAME, partition)
-        results, replicated = self.replica_manager.append_records({tp: batch}, -1,
-                                                                  origin=AppendOrigin.COORDINATOR)
-        if replicated is not None:
-            results = await replicated
-        res = results[tp]
-        if res.error_code:
-            raise Errors.for_code(res.error_code)(res.error_message or "")
-        return res.base_offset
+        return await self.runtime.write(partition, records, apply, timestamp=timestamp, producer_id=producer_id,
+                                        producer_epoch=producer_epoch, transactional=transactional)
 
     @staticmethod
     def group_record(group: GroupMetadata, assignments: dict[str, bytes]) -> GroupMetadataRecord:
@@ -194,115 +166,11 @@ class GroupMetadataManager:
         """Persist a completed generation (members, subscriptions, assignments); returns an error code."""
         record = self.group_record(group, assignments)
         try:
-            await self._append(group.group_id, [(group_metadata_key(group.group_id), group_metadata_value(record))],
-                               now_ms())
+            await self.write(group.group_id, [(group_metadata_key(group.group_id), group_metadata_value(record))])
         except Exception as exc:  # noqa: BLE001 - every failure maps to a protocol error
-            code = _map_append_error(exc, for_offsets=False)
+            code = map_append_error(exc, for_offsets=False)
             log.warning("storing metadata of group %s failed: %s (error %d)", group.group_id, exc, code)
             return code
-        return NONE
-
-    def validate_offset_metadata(self, off: OffsetAndMetadata) -> bool:
-        return len((off.metadata or "").encode("utf-8")) <= self.max_metadata_size
-
-    def _offset_records(self, group: GroupMetadata, offsets: dict[TopicPartition, OffsetAndMetadata]
-                        ) -> tuple[dict[TopicPartition, OffsetAndMetadata], dict[TopicPartition, int],
-                                   list[tuple[bytes, bytes | None]]]:
-        """The offsets whose metadata fits (the rest get OFFSET_METADATA_TOO_LARGE) and their records."""
-        errors: dict[TopicPartition, int] = {}
-        valid = {}
-        for tp, off in offsets.items():
-            if self.validate_offset_metadata(off):
-                valid[tp] = off
-            else:
-                errors[tp] = Errors.OffsetMetadataTooLargeError.errno
-        records: list[tuple[bytes, bytes | None]] = [
-            (offset_commit_key(group.group_id, tp[0], tp[1]), offset_commit_value(off)) for tp, off in valid.items()]
-        return valid, errors, records
-
-    async def store_offsets(self, group: GroupMetadata, offsets: dict[TopicPartition, OffsetAndMetadata]
-                            ) -> dict[TopicPartition, int]:
-        """Append one batch with all the commits, then apply them to the cache; per-partition errors."""
-        valid, errors, records = self._offset_records(group, offsets)
-        if not valid:
-            return errors
-        for tp in valid:
-            group.pending_offset_commits[tp] = group.pending_offset_commits.get(tp, 0) + 1
-        code = NONE
-        base_offset = None
-        try:
-            base_offset = await self._append(group.group_id, records, now_ms())
-        except Exception as exc:  # noqa: BLE001
-            code = _map_append_error(exc, for_offsets=True)
-            log.warning("storing offsets of group %s failed: %s (error %d)", group.group_id, exc, code)
-        finally:
-            for tp in valid:
-                left = group.pending_offset_commits.get(tp, 1) - 1
-                if left > 0:
-                    group.pending_offset_commits[tp] = left
-                else:
-                    group.pending_offset_commits.pop(tp, None)
-        if code == NONE and not group.is_in(GroupState.DEAD):
-            for tp, off in valid.items():
-                group.commit_offset(tp, off, base_offset)
-        for tp in valid:
-            errors[tp] = code
-        return errors
-
-    async def store_txn_offsets(self, group: GroupMetadata, producer_id: int, producer_epoch: int,
-                                offsets: dict[TopicPartition, OffsetAndMetadata]) -> dict[TopicPartition, int]:
-        """TxnOffsetCommit: append the offsets as a transactional batch of the producer; they stay
-        pending in the group until ``complete_txn`` sees the transaction's marker."""
-        valid, errors, records = self._offset_records(group, offsets)
-        if not valid:
-            return errors
-        group.prepare_txn_offset_commit(producer_id, valid)
-        code = NONE
-        try:
-            base_offset = await self._append(group.group_id, records, now_ms(), producer_id, producer_epoch,
-                                             transactional=True)
-        except Exception as exc:  # noqa: BLE001
-            code = _map_append_error(exc, for_offsets=True)
-            log.warning("storing transactional offsets of group %s (producer %d) failed: %s (error %d)",
-                        group.group_id, producer_id, exc, code)
-            for tp in valid:
-                group.fail_pending_txn_offset_commit(producer_id, tp)
-        else:
-            for tp in valid:
-                group.on_txn_offset_commit_append(producer_id, tp, base_offset)
-        for tp in valid:
-            errors[tp] = code
-        return errors
-
-    def complete_txn(self, producer_id: int, partitions: set[int], committed: bool) -> int:
-        """A transaction marker of ``producer_id`` reached these partitions: publish or drop its
-        pending offsets in their groups; returns the groups touched. A partition still loading
-        gets the completion after its replay (the marker may lie past what the load read)."""
-        touched = 0
-        for partition in partitions:
-            if partition in self.loading_partitions:
-                self._completions_during_load.setdefault(partition, []).append((producer_id, committed))
-        for group in list(self.groups.values()):
-            if self.partition_for(group.group_id) not in partitions:
-                continue
-            if group.has_pending_offset_commits_from_producer(producer_id):
-                group.complete_pending_txn_offset_commit(producer_id, committed)
-                touched += 1
-        return touched
-
-    async def delete_offsets(self, group: GroupMetadata, partitions: list[TopicPartition]) -> int:
-        """Tombstone committed offsets (OffsetDelete, expiry) and drop them from the cache."""
-        if not partitions:
-            return NONE
-        removed = group.remove_offsets(partitions)
-        if not removed:
-            return NONE
-        try:
-            await self._append(group.group_id, [(offset_commit_key(group.group_id, *tp), None) for tp in removed],
-                               now_ms())
-        except Exception as exc:  # noqa: BLE001
-            log.warning("tombstoning offsets of group %s failed: %s", group.group_id, exc)
-            return _map_append_error(exc, for_offsets=True)
         return NONE
 
     async def delete_group(self, group: GroupMetadata) -> int:
@@ -313,44 +181,16 @@ class GroupMetadataManager:
         group.offsets.clear()
         self.remove_group(group)
         try:
-            await self._append(group.group_id, records, now_ms())
+            await self.write(group.group_id, records)
         except Exception as exc:  # noqa: BLE001
             log.warning("tombstoning group %s failed: %s", group.group_id, exc)
-            return _map_append_error(exc, for_offsets=False)
+            return map_append_error(exc, for_offsets=False)
         return NONE
 
     # -- loading -----------------------------------------------------------------
-    def _read_records(self, partition: int) -> Iterator[LogRecord]:
-        part = self.replica_manager.get_partition(GROUP_METADATA_TOPIC_NAME, partition)
-        offset = part.log_start_offset
-        end = part.log_end_offset
-        while offset < end:
-            data = part.read_records_up_to(offset, _LOAD_CHUNK, end).to_bytes()
-            if not data:
-                break
-            next_offset = offset
-            for header in iter_batches(data):
-                next_offset = header.next_offset
-                if header.next_offset <= offset:
-                    continue
-                pid = header.producer_id
-                if header.is_control:
-                    for rec in iter_records(data, header.position):
-                        marker = transaction_marker_type(rec.key)
-                        if marker is not None:
-                            yield LogRecord(rec.offset, None, None, pid, _MARKER_KINDS[marker])
-                    continue
-                kind = TXN_RECORD if header.is_transactional else RECORD
-                for rec in iter_records(data, header.position):
-                    if rec.offset >= offset:
-                        yield LogRecord(rec.offset, rec.key, rec.value, pid, kind)
-            if next_offset <= offset:
-                break
-            offset = next_offset
-
     def read_partition(self, partition: int) -> list[LogRecord]:
         """All records and transaction markers of one partition, in offset order; blocking file I/O."""
-        return list(self._read_records(partition))
+        return list(self.runtime.read_records(partition))
 
     def load_partition(self, partition: int, on_group_loaded: Callable[[GroupMetadata], None]) -> int:
         """Read and replay one partition in one go (unit tests; the broker reads off the loop)."""
@@ -383,6 +223,7 @@ class GroupMetadataManager:
         producer's marker: a commit publishes them, an abort drops them, and those with no
         marker yet come back as the group's pending transactional offsets.
         """
+        now = self.clock.wall_ms()
         offsets: dict[str, dict[TopicPartition, CommitRecordMetadataAndOffset]] = {}
         metadata: dict[str, GroupMetadataRecord | None] = {}
         pending: dict[int, dict[str, dict[TopicPartition, CommitRecordMetadataAndOffset]]] = {}
@@ -424,10 +265,10 @@ class GroupMetadataManager:
             group_offsets = offsets.get(group_id, {})
             if rec is None and not group_offsets and group_id not in pending_groups:
                 continue  # deleted group, or nothing left of it
-            group = self._rebuild_group(group_id, rec, group_offsets)
-            for producer_id, per_group in pending.items():
-                if per_group.get(group_id):
-                    group.pending_transactional_offset_commits[producer_id] = dict(per_group[group_id])
+            group = self._rebuild_group(group_id, rec, group_offsets, now)
+            for producer_id, by_group in pending.items():
+                if by_group.get(group_id):
+                    group.pending_transactional_offset_commits[producer_id] = dict(by_group[group_id])
             groups.append(group)
         return groups
 
@@ -436,19 +277,19 @@ class GroupMetadataManager:
         for group in groups:
             self.groups[group.group_id] = group
         self.owned_partitions.add(partition)
-        for producer_id, committed in self._completions_during_load.pop(partition, []):
-            self.complete_txn(producer_id, {partition}, committed)
+        for listener in self.on_partition_installed:
+            listener(partition)
         if groups:
             log.info("loaded %d groups from %s-%d", len(groups), GROUP_METADATA_TOPIC_NAME, partition)
 
     @staticmethod
     def _rebuild_group(group_id: str, rec: GroupMetadataRecord | None,
-                       offsets: dict[TopicPartition, CommitRecordMetadataAndOffset]) -> GroupMetadata:
+                       offsets: dict[TopicPartition, CommitRecordMetadataAndOffset], now: int) -> GroupMetadata:
         group = GroupMetadata(group_id)
         for tp, entry in offsets.items():
             group.commit_offset(tp, entry.offset, entry.append_offset)
         if rec is None:
-            latest = max((e.offset.commit_timestamp for e in offsets.values()), default=now_ms())
+            latest = max((e.offset.commit_timestamp for e in offsets.values()), default=now)
             group.current_state_timestamp = latest
             return group
         group.protocol_type = rec.protocol_type or None
@@ -460,10 +301,13 @@ class GroupMetadataManager:
                                     [(rec.protocol or "", m.subscription)])
             member.assignment = m.assignment
             group.add(member)
-        group.leader_id = rec.leader if rec.leader in group.members else next(iter(group.members), None)
+        leader: str | None = rec.leader
+        if leader not in group.members:
+            leader = next(iter(group.members), None)
+        group.leader_id = leader
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
         group.current_state_timestamp = rec.current_state_timestamp if rec.current_state_timestamp >= 0 \
-            else now_ms()
+            else now
         group.subscribed_topics = group.compute_subscribed_topics()
         return group
 
@@ -478,7 +322,7 @@ class GroupMetadataManager:
     # -- expiry ------------------------------------------------------------------
     async def cleanup_group_metadata(self, now: int | None = None) -> int:
         """Expire offsets per offsets.retention.minutes; empty groups without offsets die."""
-        now = now_ms() if now is None else now
+        now = self.clock.wall_ms() if now is None else now
         removed = 0
         for group in list(self.groups.values()):
             if not self.is_group_local(group.group_id):
@@ -493,7 +337,7 @@ class GroupMetadataManager:
             if records:
                 removed += len(expired)
                 try:
-                    await self._append(group.group_id, records, now)
+                    await self.write(group.group_id, records, timestamp=now)
                 except Exception as exc:  # noqa: BLE001
                     log.warning("expiring offsets of group %s failed: %s", group.group_id, exc)
         if removed:

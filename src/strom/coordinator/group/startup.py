@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from strom.cluster.metadata import TopicMetadata
 from strom.coordinator.common import attach_coordinator, ensure_internal_topic, internal_topic_partitions
 from strom.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
+from strom.metadata.store import TopicMetadata
 from strom.server_common.timing_wheel import Timer
 
 if TYPE_CHECKING:
     from strom.broker.admin_manager import AdminManager
     from strom.broker.server import KafkaServer
-    from strom.cluster.metadata import MetadataStore
     from strom.config import BrokerConfig
+    from strom.metadata.store import MetadataStore
 
 
 def create_group_coordinator(server: KafkaServer, timer: Timer) -> GroupCoordinator:

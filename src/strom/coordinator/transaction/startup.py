@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from strom.cluster.metadata import TopicMetadata
 from strom.coordinator.common import attach_coordinator, ensure_internal_topic, internal_topic_partitions
 from strom.coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from strom.coordinator.transaction.transaction_marker_channel_manager import (
@@ -21,12 +20,13 @@ from strom.coordinator.transaction.transaction_state_manager import (
     TRANSACTION_STATE_TOPIC_NAME,
     TransactionStateManager,
 )
+from strom.metadata.store import TopicMetadata
 
 if TYPE_CHECKING:
     from strom.broker.admin_manager import AdminManager
     from strom.broker.server import KafkaServer
-    from strom.cluster.metadata import MetadataStore
     from strom.config import BrokerConfig
+    from strom.metadata.store import MetadataStore
 
 
 def create_transaction_coordinator(server: KafkaServer) -> TransactionCoordinator:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import kafka.errors as Errors
 
+from strom.coordinator.clock import Clock
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME
 from strom.coordinator.transaction.transaction_marker_channel_manager import TransactionMarkerChannelManager
 from strom.coordinator.transaction.transaction_metadata import (
@@ -25,7 +26,6 @@ from strom.coordinator.transaction.transaction_metadata import (
     NO_PRODUCER_ID,
     TransactionMetadata,
     TransactionState,
-    now_ms,
 )
 from strom.coordinator.transaction.transaction_state_manager import (
     TRANSACTION_STATE_TOPIC_NAME,
@@ -68,6 +68,7 @@ class TransactionCoordinator:
                  offsets_partition_for: Callable[[str], int], max_timeout_ms: int = 900000) -> None:
         self.broker_id = broker_id
         self.txn_manager = state_manager
+        self.clock: Clock = state_manager.clock  # one time source for the coordinator and its state
         self.marker_channel = marker_channel
         self.generate_producer_id = generate_producer_id
         self.offsets_partition_for = offsets_partition_for
@@ -95,7 +96,7 @@ class TransactionCoordinator:
             new_pid = await self.generate_producer_id()
             err, existing = self.txn_manager.put_transaction_state_if_not_exists(TransactionMetadata(
                 transactional_id, new_pid, txn_timeout_ms=transaction_timeout_ms,
-                txn_last_update_timestamp=now_ms()))
+                txn_last_update_timestamp=self.clock.wall_ms()))
             if err or existing is None:
                 return InitProducerIdResult(err or NOT_COORDINATOR)
         md = existing.metadata
@@ -123,7 +124,7 @@ class TransactionCoordinator:
             return InitProducerIdResult(err or CONCURRENT_TRANSACTIONS)
         if md.state not in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
             return InitProducerIdResult(CONCURRENT_TRANSACTIONS)
-        now = now_ms()
+        now = self.clock.wall_ms()
         if md.is_producer_epoch_exhausted and (expected is None or expected[1] == md.producer_epoch):
             if rotated_pid is None:
                 return InitProducerIdResult(CONCURRENT_TRANSACTIONS)
@@ -179,7 +180,7 @@ class TransactionCoordinator:
             return NONE
         if md.state not in (S.EMPTY, S.ONGOING, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
             return CONCURRENT_TRANSACTIONS
-        transit = md.prepare_add_partitions(partitions, now_ms())
+        transit = md.prepare_add_partitions(partitions, self.clock.wall_ms())
         return await self.txn_manager.append_transaction_to_log(transactional_id, current.coordinator_epoch,
                                                                 transit)
 
@@ -210,7 +211,7 @@ class TransactionCoordinator:
         if state in (S.ONGOING, S.PREPARE_EPOCH_FENCE):
             if state == S.PREPARE_EPOCH_FENCE and commit:
                 return INVALID_TXN_STATE
-            transit = md.prepare_abort_or_commit(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, now_ms())
+            transit = md.prepare_abort_or_commit(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT, self.clock.wall_ms())
         elif state == S.COMPLETE_COMMIT:
             return NONE if commit else INVALID_TXN_STATE  # a retry of an EndTxn that already completed
         elif state == S.COMPLETE_ABORT:
@@ -247,7 +248,7 @@ class TransactionCoordinator:
             return
         commit = md.state == S.PREPARE_COMMIT
         producer_id, producer_epoch = md.producer_id, md.producer_epoch
-        complete = md.prepare_complete(now_ms())  # pending from here on: clients see CONCURRENT_TRANSACTIONS
+        complete = md.prepare_complete(self.clock.wall_ms())  # pending from here on: clients see CONCURRENT_TRANSACTIONS
         try:
             delivered = await self.marker_channel.send_markers(
                 coordinator_epoch, producer_id, producer_epoch, commit, set(md.topic_partitions),
@@ -269,7 +270,7 @@ class TransactionCoordinator:
             # Kafka retries a failed Complete append until the partition moves away.
             log.info("writing %s of %s failed (error %d); retrying", complete.state.kafka_name, transactional_id, err)
             md.pending_state = complete.state
-            await asyncio.sleep(0.1)
+            await self.clock.sleep(0.1)
 
     # -- timeouts and expiry -------------------------------------------------------------
     async def abort_timed_out_transactions(self) -> int:
@@ -325,7 +326,7 @@ class TransactionCoordinator:
             return NOT_COORDINATOR, []
         if self.txn_manager.loading_partitions:
             return Errors.CoordinatorLoadInProgressError.errno, []
-        now = now_ms()
+        now = self.clock.wall_ms()
         out = []
         for md in self.txn_manager.all_transactions():
             if states and md.state not in states:
@@ -368,8 +369,7 @@ class TransactionCoordinator:
         self.txn_manager.loading_partitions.add(partition)
         try:
             epoch = self.txn_manager.current_leader_epoch(partition)
-            ids = await asyncio.get_running_loop().run_in_executor(
-                None, self.txn_manager.read_and_rebuild, partition)  # decoding every record: not on the loop
+            ids = await self.txn_manager.runtime.load(partition, self.txn_manager.read_and_rebuild)
         finally:
             self.txn_manager.loading_partitions.discard(partition)
         if not self.active:
@@ -383,6 +383,7 @@ class TransactionCoordinator:
     def on_resignation(self, partition: int) -> None:
         """Leadership moved: forget the partition; marker deliveries in flight notice and stop."""
         self.txn_manager.unload_partition(partition)
+        self.txn_manager.runtime.forget(partition)
 
     async def shutdown(self) -> None:
         self.active = False

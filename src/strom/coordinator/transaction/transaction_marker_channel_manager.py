@@ -24,7 +24,8 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.producer.transaction import WriteTxnMarkersRequest
 
-from strom.cluster.broker_client import BrokerClient
+from strom.client.broker_client import BrokerClient
+from strom.coordinator.clock import SYSTEM_CLOCK, Clock
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME
 from strom.security.client_security import ClientSecurity
 from strom.server_common.types import TopicPartition
@@ -61,8 +62,9 @@ class TransactionMarkerChannelManager:
 
     def __init__(self, broker_id: int, metadata: Any, replica_manager: Any, group_coordinator: Callable[[], Any],
                  request_timeout_ms: int = 30000, hold_markers: bool = False,
-                 security: ClientSecurity | None = None) -> None:
+                 security: ClientSecurity | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.broker_id = broker_id
+        self.clock = clock
         self._security = security
         self.hold_markers = hold_markers
         self.metadata = metadata
@@ -110,7 +112,7 @@ class TransactionMarkerChannelManager:
                         return False
             if pending:
                 log.debug("markers of producer %d still pending for %s; retrying", producer_id, sorted(pending))
-                await asyncio.sleep(backoff)
+                await self.clock.sleep(backoff)
                 backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
         return True
 
@@ -141,9 +143,9 @@ class TransactionMarkerChannelManager:
             return dict.fromkeys(partitions, Errors.UnknownError.errno)
         errors: dict[TopicPartition, int] = dict.fromkeys(partitions, retriable)
         for marker in response.markers:
-            for topic in marker.topics:
-                for p in topic.partitions:
-                    errors[(topic.name, p.partition_index)] = p.error_code
+            for answered in marker.topics:
+                for p in answered.partitions:
+                    errors[(answered.name, p.partition_index)] = p.error_code
         return errors
 
     def _client(self, broker_id: int) -> BrokerClient | None:

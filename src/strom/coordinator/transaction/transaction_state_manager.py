@@ -16,7 +16,9 @@ from typing import Any
 
 import kafka.errors as Errors
 
+from strom.coordinator.clock import SYSTEM_CLOCK, Clock
 from strom.coordinator.common import partition_for
+from strom.coordinator.runtime import COMMIT_MARKER, CoordinatorRuntime
 from strom.coordinator.transaction.transaction_log import (
     SchemaError,
     key_to_bytes,
@@ -29,11 +31,7 @@ from strom.coordinator.transaction.transaction_metadata import (
     TransactionMetadata,
     TransactionState,
     TxnTransitMetadata,
-    now_ms,
 )
-from strom.protocol.record_batch import build_batch, iter_batches
-from strom.protocol.record_stream import iter_records
-from strom.storage.validator import AppendOrigin
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +41,6 @@ NOT_COORDINATOR = Errors.NotCoordinatorError.errno
 COORDINATOR_NOT_AVAILABLE = Errors.CoordinatorNotAvailableError.errno
 COORDINATOR_LOAD_IN_PROGRESS = Errors.CoordinatorLoadInProgressError.errno
 UNKNOWN_SERVER_ERROR = Errors.UnknownError.errno
-_LOAD_CHUNK = 1024 * 1024
 # Open transactions the timeout applies to (a fenced one whose abort could not be logged yet too).
 _OPEN_STATES = frozenset({TransactionState.ONGOING, TransactionState.PREPARE_EPOCH_FENCE})
 
@@ -82,7 +79,7 @@ class TransactionStateManager:
     """
 
     def __init__(self, broker_id: int, replica_manager: Any, num_partitions: int = 50,
-                 transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000) -> None:
+                 transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000, clock: Clock = SYSTEM_CLOCK) -> None:
         self.broker_id = broker_id
         self.replica_manager = replica_manager
         self.num_partitions = num_partitions
@@ -90,6 +87,8 @@ class TransactionStateManager:
         # partition -> (coordinator epoch, transactional id -> metadata)
         self.transaction_metadata_cache: dict[int, tuple[int, dict[str, TransactionMetadata]]] = {}
         self.loading_partitions: set[int] = set()
+        self.clock = clock
+        self.runtime = CoordinatorRuntime(TRANSACTION_STATE_TOPIC_NAME, replica_manager, clock)
 
     @property
     def owned_partitions(self) -> set[int]:
@@ -131,7 +130,7 @@ class TransactionStateManager:
 
     def timed_out_transactions(self, now: int | None = None) -> list[TransactionalIdAndProducerIdEpoch]:
         """Open transactions older than their timeout, with nothing else in flight."""
-        now = now_ms() if now is None else now
+        now = self.clock.wall_ms() if now is None else now
         return [TransactionalIdAndProducerIdEpoch(md.transactional_id, md.producer_id, md.producer_epoch)
                 for md in self.all_transactions()
                 if md.state in _OPEN_STATES and not md.pending_transition_in_progress
@@ -146,60 +145,41 @@ class TransactionStateManager:
         write did not count for this coordinator: NOT_COORDINATOR, and the cache is left alone.
         """
         partition = self.partition_for(transactional_id)
-        tp = (TRANSACTION_STATE_TOPIC_NAME, partition)
-        code = NONE
         if self.coordinator_epoch(partition) != coordinator_epoch:
-            code = NOT_COORDINATOR
-        else:
-            value = None if tombstone else value_to_bytes(transit)
-            batch = build_batch([(key_to_bytes(transactional_id), value, (), now_ms())])
-            try:
-                results, replicated = self.replica_manager.append_records({tp: batch}, -1, origin=AppendOrigin.COORDINATOR)
-                if replicated is not None:
-                    results = await replicated
-                res = results[tp]
-                if res.error_code:
-                    raise Errors.for_code(res.error_code)(res.error_message or "")
-            except Exception as exc:  # noqa: BLE001 - every failure maps to a protocol error
-                code = map_append_error(exc)
-                log.warning("appending %s of %s to %s-%d failed: %s (error %d)", transit.state.kafka_name,
-                            transactional_id, *tp, exc, code)
+            return self._abandon_if_still_ours(transactional_id, coordinator_epoch, NOT_COORDINATOR)
+
+        def apply(_offset: int) -> int:
+            """Committed: make the target current, unless the partition moved or was reloaded
+            meanwhile (another coordinator epoch), in which case the write did not count here."""
+            err, current = self.get_transaction_state(transactional_id)
+            if err or current is None or current.coordinator_epoch != coordinator_epoch:
+                return NOT_COORDINATOR
+            current.metadata.complete_transition(transit)
+            if transit.state == TransactionState.DEAD:
+                self.transaction_metadata_cache[partition][1].pop(transactional_id, None)
+            return NONE
+
+        value = None if tombstone else value_to_bytes(transit)
+        try:
+            return await self.runtime.write(partition, [(key_to_bytes(transactional_id), value)], apply)
+        except Exception as exc:  # noqa: BLE001 - every failure maps to a protocol error
+            code = map_append_error(exc)
+            log.warning("appending %s of %s to %s-%d failed: %s (error %d)", transit.state.kafka_name,
+                        transactional_id, TRANSACTION_STATE_TOPIC_NAME, partition, exc, code)
+            return self._abandon_if_still_ours(transactional_id, coordinator_epoch, code)
+
+    def _abandon_if_still_ours(self, transactional_id: str, coordinator_epoch: int, code: int) -> int:
+        """A transition that was not written: drop its pending mark if the id is still ours."""
         err, current = self.get_transaction_state(transactional_id)
         if err or current is None or current.coordinator_epoch != coordinator_epoch:
             return code or NOT_COORDINATOR
-        md = current.metadata
-        if code:
-            md.abandon_transition()
-        else:
-            md.complete_transition(transit)
-            if transit.state == TransactionState.DEAD:
-                self.transaction_metadata_cache[partition][1].pop(transactional_id, None)
+        current.metadata.abandon_transition()
         return code
 
     # -- loading -------------------------------------------------------------------
-    def _read_records(self, partition: int) -> Iterator[tuple[bytes | None, bytes | None]]:
-        part = self.replica_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME, partition)
-        offset = part.log_start_offset
-        end = part.log_end_offset
-        while offset < end:
-            data = part.read_records_up_to(offset, _LOAD_CHUNK, end).to_bytes()
-            if not data:
-                break
-            next_offset = offset
-            for header in iter_batches(data):
-                next_offset = header.next_offset
-                if header.is_control or header.next_offset <= offset:
-                    continue
-                for rec in iter_records(data, header.position):
-                    if rec.offset >= offset:
-                        yield rec.key, rec.value
-            if next_offset <= offset:
-                break
-            offset = next_offset
-
     def read_partition(self, partition: int) -> list[tuple[bytes | None, bytes | None]]:
         """All (key, value) records of one partition in offset order; blocking file I/O."""
-        return list(self._read_records(partition))
+        return [(r.key, r.value) for r in self.runtime.read_records(partition) if r.kind < COMMIT_MARKER]
 
     def current_leader_epoch(self, partition: int) -> int:
         return self.replica_manager.get_partition(TRANSACTION_STATE_TOPIC_NAME, partition).leader_epoch
@@ -245,7 +225,7 @@ class TransactionStateManager:
     # -- expiry --------------------------------------------------------------------
     def expirable_transactional_ids(self, now: int | None = None) -> list[tuple[int, TransactionMetadata]]:
         """(coordinator epoch, metadata) of idle ids past ``transactional.id.expiration.ms``."""
-        now = now_ms() if now is None else now
+        now = self.clock.wall_ms() if now is None else now
         out = []
         for epoch, ids in self.transaction_metadata_cache.values():
             for md in ids.values():

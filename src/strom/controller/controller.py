@@ -1,0 +1,935 @@
+"""KafkaController: the one broker that decides leaders and ISRs, elected through ZooKeeper.
+
+Every broker runs one; the broker holding the ephemeral ``/controller`` znode is active. Its
+work is a single queue of events handled one at a time (Kafka's ControllerEventManager), so
+the controller's view of the cluster (``ControllerContext``) is never changed concurrently:
+ZooKeeper watches (kazoo's thread) and requests from brokers (AlterPartition,
+ControlledShutdown) only enqueue events.
+
+Every partition-state write is a conditional set on the znode version inside a multi-op that
+also checks ``/controller_epoch``'s version, so a controller that lost its seat (SIGSTOP, a
+partition from ZooKeeper) cannot overwrite its successor's decisions; every request it sends
+carries its epoch, and brokers refuse older epochs.
+
+A controller is a controller only while the ZooKeeper session that won the election lives: on
+losing it (Kafka's ``onControllerResignation`` on session expiry) the controller drops its queued
+events and resigns before it does anything else, so an expired controller never reads "every
+broker left" from a new session and rewrites ISRs on that picture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import kafka.errors as Errors
+
+from strom.config import BrokerConfig
+from strom.config.listeners import SECURITY_PROTOCOL_IDS
+from strom.controller.controller_channel import ControllerChannelManager
+from strom.controller.controller_zk import ControllerZk
+from strom.metadata.zk import zk_data as zd
+from strom.metadata.zk.errors import BadVersionError, ControllerMovedError, KafkaZkError, ZNodeNotFoundError
+from strom.metadata.zk.kafka_zk_client import SessionState
+from strom.protocol.inter_broker import (
+    LeaderAndIsrRequest,
+    StopReplicaRequest,
+    UpdateMetadataRequest,
+    build,
+)
+from strom.security.client_security import ClientSecurity
+from strom.server_common.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+LEADER_AND_ISR_VERSION = 6
+UPDATE_METADATA_VERSION = 7
+STOP_REPLICA_VERSION = 3
+NO_LEADER = -1
+LEADER_DURING_DELETE = -2  # UpdateMetadata: the partition is being deleted
+PLAINTEXT = SECURITY_PROTOCOL_IDS["PLAINTEXT"]
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class PartitionLeadership:
+    """A partition as the controller knows it: assignment plus the state znode (and its version)."""
+
+    replicas: list[int]
+    leader: int = NO_LEADER
+    leader_epoch: int = -1
+    isr: list[int] = field(default_factory=list)
+    controller_epoch: int = 0
+    zk_version: int = -1  # -1: no state znode yet (new partition)
+
+
+@dataclass(slots=True)
+class ControllerContext:
+    epoch: int = 0
+    epoch_zk_version: int = -1
+    live_brokers: dict[int, zd.BrokerRegistration] = field(default_factory=dict)
+    shutting_down: set[int] = field(default_factory=set)
+    topic_ids: dict[str, uuid.UUID] = field(default_factory=dict)
+    partitions: dict[TopicPartition, PartitionLeadership] = field(default_factory=dict)
+    deleting: set[str] = field(default_factory=set)
+    # Replicas a live broker reported in an offline log dir (KIP-112); forgotten when it restarts.
+    offline_replicas: dict[int, set[TopicPartition]] = field(default_factory=dict)
+
+    def partitions_of(self, topic: str) -> list[TopicPartition]:
+        return sorted(tp for tp in self.partitions if tp[0] == topic)
+
+    def is_live(self, broker_id: int) -> bool:
+        return broker_id in self.live_brokers and broker_id not in self.shutting_down
+
+
+class ControllerMoved(Exception):
+    """Another broker is controller now: stop acting."""
+
+
+@dataclass(slots=True)
+class ControllerEvent:
+    """One unit of the controller's work; ``reply`` is failed if the event is dropped unrun."""
+
+    name: str
+    run: Callable[[], Awaitable[Any]]
+    reply: asyncio.Future[Any] | None = None
+
+    def drop(self, broker_id: int) -> None:
+        if self.reply is not None and not self.reply.done():
+            self.reply.set_exception(Errors.NotControllerError(f"broker {broker_id} is no longer the controller"))
+
+
+class KafkaController:
+    def __init__(self, broker_id: int, config: BrokerConfig, zk: ControllerZk,
+                 unclean_election_enabled: Callable[[str], bool], security: ClientSecurity | None = None,
+                 channel_factory: Callable[..., ControllerChannelManager] = ControllerChannelManager) -> None:
+        self.broker_id = broker_id
+        # How requests reach brokers: (controller id, timeout ms, security) -> channel; tests record them.
+        self._channel_factory = channel_factory
+        self.security = security  # how the controller reaches brokers (the inter-broker listener)
+        self.config = config
+        self.zk = zk
+        self._unclean_enabled = unclean_election_enabled
+        self.ctx = ControllerContext()
+        self.active = False
+        self.channel: ControllerChannelManager | None = None
+        self._events: asyncio.Queue[ControllerEvent] = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+        # The controller's own ZooKeeper thread (Kafka's controller calls ZooKeeper from its event thread):
+        # the loop's default executor also runs the cleaner, retention, flushes and coordinator loads.
+        self._zk_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"controller-{broker_id}-zk")
+        self._task: asyncio.Task[None] | None = None
+        # Watches of one term as controller check this and stop once it moved on (kazoo: return False).
+        self._term = 0
+        self._watched_topics: set[str] = set()
+        self._rebalance_task: asyncio.Task[None] | None = None
+        # The ZooKeeper session that won the election: a controller acts only while it lives.
+        self._elected_session: int | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def startup(self) -> None:
+        self._task = self._loop.create_task(self._process_events(), name="controller-events")
+        self.zk.add_state_listener(self._on_session_state)
+        # kazoo's watch constructors read the znode at once (retried while ZooKeeper is away): on the
+        # controller's ZooKeeper thread, never on the loop.
+        watch = self._loop.run_in_executor(self._zk_executor, self.zk.watch_data, zd.CONTROLLER_PATH,
+                                           self._on_controller_znode)
+        watch.add_done_callback(self._watch_started)
+
+    @staticmethod
+    def _watch_started(future: asyncio.Future[Any]) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            log.error("controller: cannot watch %s: %s", zd.CONTROLLER_PATH, future.exception())
+
+    def _on_session_state(self, state: SessionState) -> None:
+        """kazoo's thread: a lost session ends this term as controller before anything else runs."""
+        if state is SessionState.LOST:
+            self._loop.call_soon_threadsafe(self._on_session_lost)
+
+    def _on_session_lost(self) -> None:
+        """Drop every queued event (they were decided on the dead session's picture) and resign;
+        the ``/controller`` watch elects again once a new session sees the znode free."""
+        if not self.active:
+            return
+        dropped = self._events.qsize()
+        while not self._events.empty():
+            self._events.get_nowait().drop(self.broker_id)
+        log.warning("controller %d lost its ZooKeeper session: resigning (%d queued events dropped)",
+                    self.broker_id, dropped)
+        self._events.put_nowait(ControllerEvent("resign", self._resign))
+        self._events.put_nowait(ControllerEvent("elect", self._elect))
+
+    def _session_current(self) -> bool:
+        """Whether the session that elected this controller still lives (cheap: no round trip)."""
+        return self._elected_session is not None and self.zk.session_id == self._elected_session
+
+    async def shutdown(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self._resign()
+        self._zk_executor.shutdown(wait=False, cancel_futures=True)
+
+    def _enqueue(self, name: str, handler: Callable[[], Awaitable[Any]]) -> None:
+        """Thread-safe: ZooKeeper watches call this on kazoo's thread."""
+        self._loop.call_soon_threadsafe(self._events.put_nowait, ControllerEvent(name, handler))
+
+    def _term_watch(self, name: str, handler: Callable[[], Awaitable[Any]]) -> Callable[..., bool | None]:
+        """A ZooKeeper watch callback (kazoo's thread) that enqueues handler while this term lasts."""
+        term = self._term
+
+        def fire(*_args: Any) -> bool | None:
+            if term != self._term:
+                return False  # a watch of an earlier term as controller: kazoo stops it
+            self._enqueue(name, handler)
+            return None
+
+        return fire
+
+    async def _process_events(self) -> None:
+        while True:
+            event = await self._events.get()
+            name = event.name
+            if event.reply is not None and not self.active:
+                event.drop(self.broker_id)  # a request queued before this controller resigned: NOT_CONTROLLER
+                continue
+            try:
+                if self.active and name not in ("resign", "elect") and not self._session_current():
+                    event.drop(self.broker_id)
+                    raise ControllerMoved(f"the ZooKeeper session that elected controller {self.broker_id} ended")
+                await event.run()
+            except asyncio.CancelledError:
+                raise
+            except (ControllerMoved, ControllerMovedError):
+                log.warning("controller %d lost the controllership while handling %s", self.broker_id, name)
+                await self._resign()
+                self._enqueue("elect", self._elect)
+            except KafkaZkError as exc:
+                log.error("controller event %s failed on ZooKeeper: %s; re-electing", name, exc)
+                await self._resign()
+                self._enqueue("elect", self._elect)
+            except Exception:
+                log.exception("controller event %s failed", name)
+
+    async def _zk(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """ZooKeeper round trips run off the event loop, on the controller's ZooKeeper thread."""
+        return await self._loop.run_in_executor(self._zk_executor, lambda: fn(*args, **kwargs))
+
+    # -- election ------------------------------------------------------------------------------------
+    def _on_controller_znode(self, data: bytes | None, _stat: Any) -> None:
+        if data is None:
+            self._enqueue("elect", self._elect)
+        else:
+            try:
+                holder = zd.decode_controller(data)
+            except Exception:  # noqa: BLE001 - garbage in the znode: treat as someone else
+                holder = -1
+            if holder != self.broker_id and self.active:
+                self._enqueue("resign", self._resign)
+
+    async def _elect(self) -> None:
+        if self.active:
+            return
+        try:
+            epoch, version = await self._zk(self.zk.register_controller_and_increment_controller_epoch,
+                                            self.broker_id)
+        except ControllerMovedError:
+            return  # someone else won; the /controller watch tells us when it goes
+        except KafkaZkError as exc:
+            log.info("controller election failed: %s", exc)
+            return
+        self.ctx = ControllerContext(epoch=epoch, epoch_zk_version=version)
+        self._elected_session = self.zk.session_id
+        self.active = True
+        log.info("broker %d is the controller (epoch %d)", self.broker_id, epoch)
+        await self._on_controller_failover()
+
+    async def _resign(self) -> None:
+        if not self.active:
+            return
+        self.active = False
+        self._elected_session = None
+        self._term += 1
+        self._watched_topics.clear()
+        if self._rebalance_task is not None:
+            self._rebalance_task.cancel()
+            self._rebalance_task = None
+        if self.channel is not None:
+            await self.channel.close()
+            self.channel = None
+        log.info("broker %d resigned as controller", self.broker_id)
+
+    async def _on_controller_failover(self) -> None:
+        """Load the cluster from ZooKeeper, bring every partition online, tell every broker."""
+        self.channel = self._channel_factory(self.broker_id, self.config.get("controller.socket.timeout.ms"),
+                                             self.security)
+        brokers = await self._zk(self.zk.get_all_brokers)
+        for b in brokers.values():
+            self._add_live_broker(b)
+        for topic in await self._zk(self.zk.get_all_topics):
+            await self._load_topic(topic)
+        self.ctx.deleting = set(await self._zk(self.zk.get_topic_deletions))
+        for path, name, handler in (
+                (zd.BROKER_IDS_PATH, "brokers", self._on_broker_change),
+                (zd.TOPICS_PATH, "topics", self._on_topic_change),
+                (zd.DELETE_TOPICS_PATH, "deletions", self._on_topic_deletion),
+                (zd.CONFIG_CHANGES_PATH, "config-change", self._on_config_change),
+                (zd.LOG_DIR_EVENT_NOTIFICATION_PATH, "log-dir-event", self._on_log_dir_events)):
+            await self._zk(self.zk.watch_children, path, self._term_watch(name, handler))  # reads at once
+        # Kafka's onBrokerFailure at failover: a replica whose broker is not registered is offline,
+        # so it leaves every ISR now, not after the leaders' replica.lag.time.max.ms.
+        hosted = {b for pl in self.ctx.partitions.values() for b in (*pl.replicas, *pl.isr)}
+        dead = hosted - set(self.ctx.live_brokers)
+        if dead:
+            log.info("controller: brokers %s are not registered; removing them from every ISR", sorted(dead))
+            await self._on_brokers_failed(dead)
+        await self._elect_offline_partitions(list(self.ctx.partitions))
+        all_tps = list(self.ctx.partitions)
+        self._send_update_metadata(list(self.ctx.live_brokers), all_tps)
+        self._send_leader_and_isr(all_tps)
+        if self.config.get("auto.leader.rebalance.enable"):
+            self._rebalance_task = self._loop.create_task(self._auto_rebalance_loop(), name="leader-rebalance")
+
+    def _add_live_broker(self, reg: zd.BrokerRegistration) -> None:
+        self.ctx.live_brokers[reg.id] = reg
+        self.ctx.offline_replicas.pop(reg.id, None)  # a (re)started broker reports its dirs afresh
+        host, port = self._address(reg)
+        assert self.channel is not None
+        self.channel.add_broker(reg.id, host, port)
+
+    def _address(self, reg: zd.BrokerRegistration) -> tuple[str, int]:
+        listener = self.config.inter_broker_listener_name()
+        return reg.endpoint(listener) or (reg.host or "127.0.0.1", reg.port)
+
+    async def _load_topic(self, topic: str) -> list[TopicPartition]:
+        """Read a topic's assignment and states; returns partitions the controller had not known."""
+        assignment = await self._zk(self.zk.get_topic_assignment, topic)
+        if assignment is None:
+            return []
+        if assignment.topic_id is not None:
+            self.ctx.topic_ids[topic] = assignment.topic_id
+        added = any((topic, p) not in self.ctx.partitions for p in assignment.partitions)
+        # Partition states are only needed for partitions the controller does not know yet.
+        states = await self._zk(self.zk.get_partition_states, topic) if added else {}
+        new: list[TopicPartition] = []
+        for p, replicas in assignment.partitions.items():
+            tp = (topic, p)
+            known = self.ctx.partitions.get(tp)
+            if known is not None:
+                known.replicas = list(replicas)
+                continue
+            pl = PartitionLeadership(list(replicas))
+            if p in states:
+                st, version = states[p]
+                pl.leader, pl.leader_epoch, pl.isr = st.leader, st.leader_epoch, list(st.isr)
+                pl.controller_epoch, pl.zk_version = st.controller_epoch, version
+            self.ctx.partitions[tp] = pl
+            new.append(tp)
+        return new
+
+    # -- leader election -----------------------------------------------------------------------------
+    async def _choose_leader(self, tp: TopicPartition, pl: PartitionLeadership, exclude: Iterable[int] = ()
+                             ) -> tuple[int, list[int], bool]:
+        """(leader, isr, unclean): first live replica in assignment order that is in the ISR; with
+        none, the first live replica if unclean election is enabled, else no leader.
+
+        The unclean flag is read from ZooKeeper when needed (off the loop), not from a cache that a
+        config change may not have reached yet."""
+        excluded = set(exclude) | self._offline_replicas_of(tp)
+        live = [b for b in pl.replicas if self.ctx.is_live(b) and b not in excluded]
+        if pl.zk_version < 0:  # a new partition: every live replica starts in sync
+            return (live[0] if live else NO_LEADER), (live or list(pl.isr) or list(pl.replicas[:1])), False
+        in_isr = [b for b in live if b in pl.isr]
+        if in_isr:
+            return in_isr[0], [b for b in pl.isr if b in in_isr], False
+        if live and bool(await self._zk(self._unclean_enabled, tp[0])):
+            return live[0], [live[0]], True
+        # Offline: keep the ISR (the last replicas known to be in sync) so one of them can come back.
+        return NO_LEADER, list(pl.isr), False
+
+    async def _write_state(self, tp: TopicPartition, pl: PartitionLeadership, leader: int, isr: list[int],
+                           bump_epoch: bool = True) -> bool:
+        """Write a new leader/ISR for tp, fenced; returns False if the znode moved under us (re-read)."""
+        if not self._session_current():
+            raise ControllerMoved(f"the ZooKeeper session that elected controller {self.broker_id} ended")
+        epoch = pl.leader_epoch + 1 if bump_epoch else pl.leader_epoch
+        state = zd.LeaderIsrAndControllerEpoch(leader, epoch, list(isr), self.ctx.epoch)
+        try:
+            if pl.zk_version < 0:
+                versions = await self._zk(self.zk.create_partition_states, tp[0], {tp[1]: state},
+                                          self.ctx.epoch_zk_version)
+                new_version = versions[tp[1]]
+            else:
+                new_version = await self._zk(self.zk.update_partition_state, tp[0], tp[1], state, pl.zk_version,
+                                             self.ctx.epoch_zk_version)
+        except BadVersionError:
+            got = await self._zk(self.zk.get_partition_state, *tp)
+            if got is not None:
+                st, version = got
+                pl.leader, pl.leader_epoch, pl.isr = st.leader, st.leader_epoch, list(st.isr)
+                pl.controller_epoch, pl.zk_version = st.controller_epoch, version
+            return False
+        except ZNodeNotFoundError:
+            return False
+        pl.leader, pl.leader_epoch, pl.isr = leader, epoch, list(isr)
+        pl.controller_epoch, pl.zk_version = self.ctx.epoch, new_version
+        return True
+
+    async def _elect_offline_partitions(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
+        """Elect leaders for partitions without a live leader; returns those that changed."""
+        changed = []
+        for tp in tps:
+            pl = self.ctx.partitions.get(tp)
+            if pl is None or tp[0] in self.ctx.deleting:
+                continue
+            if pl.zk_version >= 0 and self.ctx.is_live(pl.leader):
+                continue
+            for _ in range(3):
+                leader, isr, unclean = await self._choose_leader(tp, pl)
+                if leader == NO_LEADER and pl.leader == NO_LEADER and pl.zk_version >= 0:
+                    break  # still offline, nothing to write
+                if await self._write_election(tp, pl, leader, isr, unclean):
+                    changed.append(tp)
+                    break
+        return changed
+
+    async def _write_election(self, tp: TopicPartition, pl: PartitionLeadership, leader: int, isr: list[int],
+                     unclean: bool) -> bool:
+        """Write an election's outcome (fenced); says so when it loses records or leaves tp offline."""
+        if unclean:
+            log.error("unclean leader election for %s-%d: broker %d was not in the ISR %s; records "
+                      "it lacks are lost", *tp, leader, pl.isr)
+        if not await self._write_state(tp, pl, leader, isr):
+            return False
+        if leader == NO_LEADER:
+            log.warning("partition %s-%d is offline: no live replica in its ISR %s", *tp, isr)
+        return True
+
+    # -- events ----------------------------------------------------------------------------------------
+    async def _on_broker_change(self) -> None:
+        if not self.active:
+            return
+        current = await self._zk(self.zk.get_all_brokers)
+        known = self.ctx.live_brokers
+        # A broker that re-registered (new epoch) restarted: it lost its state, so treat it as dead and new.
+        bounced = {b for b in current if b in known and current[b].epoch != known[b].epoch}
+        dead = (set(known) - set(current)) | bounced
+        new = (set(current) - set(known)) | bounced
+        if not dead and not new:
+            return
+        log.info("controller: brokers joined %s, left %s", sorted(new), sorted(dead))
+        assert self.channel is not None
+        for b in dead:
+            known.pop(b, None)
+            self.ctx.shutting_down.discard(b)
+            self.channel.remove_broker(b)
+        for b in new:
+            self._add_live_broker(current[b])
+        changed: set[TopicPartition] = set()
+        if dead:
+            changed |= set(await self._on_brokers_failed(dead))
+        if new:
+            changed |= set(await self._elect_offline_partitions(list(self.ctx.partitions)))
+        live = list(self.ctx.live_brokers)
+        if new:  # newcomers need the whole picture, and leadership of every replica they host
+            self._send_update_metadata(sorted(new), list(self.ctx.partitions))
+            hosted = [tp for tp, pl in self.ctx.partitions.items() if set(pl.replicas) & new]
+            self._send_leader_and_isr(hosted, only=new)
+        if changed:
+            self._send_leader_and_isr(sorted(changed))
+        self._send_update_metadata([b for b in live if b not in new], sorted(changed))
+
+    async def _on_brokers_failed(self, dead: set[int]) -> list[TopicPartition]:
+        """New leaders for what the dead brokers led; drop them from every ISR (leader epoch bumps)."""
+        changed = []
+        for tp, pl in sorted(self.ctx.partitions.items()):
+            if not (set(pl.isr) & dead or pl.leader in dead) or tp[0] in self.ctx.deleting:
+                continue
+            for _ in range(3):
+                if pl.leader in dead or pl.leader == NO_LEADER:
+                    leader, isr, unclean = await self._choose_leader(tp, pl, exclude=dead)
+                    if leader == NO_LEADER:
+                        isr = list(pl.isr)  # keep who was last in sync
+                else:
+                    leader, unclean = pl.leader, False
+                    isr = [b for b in pl.isr if b not in dead] or [leader]
+                if leader == pl.leader and isr == pl.isr:
+                    break
+                if await self._write_election(tp, pl, leader, isr, unclean):
+                    changed.append(tp)
+                    break
+        return changed
+
+    async def _on_topic_change(self) -> None:
+        if not self.active:
+            return
+        topics = set(await self._zk(self.zk.get_all_topics))
+        known = {t for t, _ in self.ctx.partitions}
+        for gone in known - topics:
+            for tp in self.ctx.partitions_of(gone):
+                del self.ctx.partitions[tp]
+        new_tps: list[TopicPartition] = []
+        for topic in sorted(topics):
+            if topic not in self._watched_topics:  # also topics loaded at failover: partitions may be added
+                self._watched_topics.add(topic)  # kept after a deletion: the watch sees a re-creation too
+                await self._zk(self.zk.watch_data, zd.topic_path(topic), self._term_watch(  # reads at once
+                    f"partitions-{topic}", functools.partial(self._on_partition_change, topic)))
+            if topic not in known:  # Kafka's TopicChange reads new topics only; the watch covers the rest
+                new_tps += await self._load_topic(topic)
+        await self._bring_online(new_tps)
+
+    async def _on_partition_change(self, topic: str) -> None:
+        if self.active and topic not in self.ctx.deleting:
+            await self._bring_online(await self._load_topic(topic))
+
+    async def _bring_online(self, new_tps: list[TopicPartition]) -> None:
+        if not new_tps:
+            return
+        changed = await self._elect_offline_partitions(new_tps)
+        log.info("controller: %d new partitions online", len(changed))
+        # LeaderAndIsr first, as Kafka: a broker shows a leader to clients only after the leader was told.
+        self._send_leader_and_isr(changed, is_new=True)
+        self._send_update_metadata(list(self.ctx.live_brokers), changed)
+
+    async def _on_config_change(self) -> None:
+        """A config changed (Kafka's TopicConfigChange): a topic may now allow unclean election,
+        so offline partitions get another chance; the controller otherwise re-elects only when
+        brokers come and go."""
+        if not self.active:
+            return
+        offline = [tp for tp, pl in self.ctx.partitions.items()
+                   if pl.zk_version >= 0 and not self.ctx.is_live(pl.leader)]
+        changed = await self._elect_offline_partitions(offline)
+        if changed:
+            self._send_leader_and_isr(changed)
+            self._send_update_metadata(list(self.ctx.live_brokers), changed)
+
+    async def _on_topic_deletion(self) -> None:
+        if not self.active:
+            return
+        queued = set(await self._zk(self.zk.get_topic_deletions))
+        for topic in sorted(queued):
+            tps = self.ctx.partitions_of(topic)
+            self.ctx.deleting.add(topic)
+            if tps:
+                self._send_stop_replica(tps, delete=True)
+            await self._zk(self.zk.delete_topic_znodes, topic, self.ctx.epoch_zk_version)
+            await self._zk(self.zk.remove_topic_deletion, topic, self.ctx.epoch_zk_version)
+            if tps:  # after ZooKeeper: a broker that shows the topic gone lets a client create it again
+                self._send_update_metadata(list(self.ctx.live_brokers), tps, deleting=True)
+            for tp in tps:
+                self.ctx.partitions.pop(tp, None)
+            self.ctx.topic_ids.pop(topic, None)
+            self.ctx.deleting.discard(topic)
+            log.info("controller: deleted topic %s", topic)
+
+    # -- log dir failures (KIP-112) -------------------------------------------------------------------
+    async def _on_log_dir_events(self) -> None:
+        """A broker wrote ``/log_dir_event_notification/log_dir_event_<seq>``: one of its log dirs failed.
+
+        As Kafka's controller does, ask that broker for the state of every replica it hosts (a
+        LeaderAndIsr with the current states); it answers KAFKA_STORAGE_ERROR for those in an offline
+        dir, and _on_replicas_offline takes them out of leadership and the ISRs. Asking, rather than
+        trusting a list in the notification, also covers replicas that failed after it was written."""
+        if not self.active:
+            return
+        events = await self._zk(self.zk.get_log_dir_events)
+        if not events:
+            return
+        brokers = sorted({b for b in events.values() if b is not None})
+        log.info("controller: log dir failure reported by brokers %s", brokers)
+        for broker in brokers:
+            if broker in self.ctx.live_brokers:
+                hosted = sorted(tp for tp, pl in self.ctx.partitions.items()
+                                if broker in pl.replicas and tp[0] not in self.ctx.deleting)
+                self._send_leader_and_isr(hosted, only={broker})
+        await self._zk(self.zk.delete_log_dir_events, list(events), self.ctx.epoch_zk_version)
+
+    def _offline_replicas_of(self, tp: TopicPartition) -> set[int]:
+        return {b for b, tps in self.ctx.offline_replicas.items() if tp in tps}
+
+    def _on_leader_and_isr_response(self, broker_id: int) -> Callable[[Any], None]:
+        """Replicas a broker answers KAFKA_STORAGE_ERROR for are offline: handle that as an event."""
+        term = self._term
+        reg = self.ctx.live_brokers.get(broker_id)
+        broker_epoch = reg.epoch if reg is not None else -1
+
+        def on_response(response: Any) -> None:
+            if term != self._term or getattr(response, "error_code", 0) != 0:
+                return
+            offline: list[TopicPartition] = []
+            online: list[TopicPartition] = []
+            for t in getattr(response, "topics", None) or []:
+                name = self.topic_name(t.topic_id)
+                if name is None:
+                    continue
+                for p in t.partition_errors:
+                    if p.error_code == Errors.KafkaStorageError.errno:
+                        offline.append((name, p.partition_index))
+                    elif p.error_code == 0:
+                        online.append((name, p.partition_index))
+            if offline:
+                self._events.put_nowait(ControllerEvent("replicas-offline", lambda: self._on_replicas_offline(
+                    broker_id, broker_epoch, offline)))
+            back = [tp for tp in online if tp in self.ctx.offline_replicas.get(broker_id, ())]
+            if back:
+                self._events.put_nowait(ControllerEvent("replicas-online",
+                                                        lambda: self._on_replicas_online(broker_id, back)))
+
+        return on_response
+
+    async def _on_replicas_offline(self, broker_id: int, broker_epoch: int, tps: list[TopicPartition]) -> None:
+        """Kafka's onReplicasBecomeOffline: new leaders where the broker led, the broker out of every
+        ISR it was in, now rather than after replica.lag.time.max.ms; LeaderAndIsr and UpdateMetadata
+        tell everyone."""
+        reg = self.ctx.live_brokers.get(broker_id)
+        if not self.active or reg is None or reg.epoch != broker_epoch:
+            return  # the broker restarted or left meanwhile: its new registration reports afresh
+        known = self.ctx.offline_replicas.setdefault(broker_id, set())
+        fresh = sorted(set(tps) - known)
+        known.update(tps)
+        changed = []
+        for tp in sorted(set(tps)):
+            pl = self.ctx.partitions.get(tp)
+            if pl is None or tp[0] in self.ctx.deleting or broker_id not in pl.replicas:
+                continue
+            for _ in range(3):
+                if pl.leader == broker_id:
+                    leader, isr, unclean = await self._choose_leader(tp, pl, exclude={broker_id})
+                    if leader == NO_LEADER:
+                        isr = list(pl.isr)  # keep who was last in sync, so one of them can come back
+                else:
+                    leader, unclean = pl.leader, False
+                    isr = [b for b in pl.isr if b != broker_id] or list(pl.isr)
+                if leader == pl.leader and isr == pl.isr:
+                    break
+                if await self._write_election(tp, pl, leader, isr, unclean):
+                    changed.append(tp)
+                    break
+        if fresh:
+            log.warning("controller: %d replicas of broker %d are in an offline log dir; %d partitions changed "
+                        "leader or ISR", len(fresh), broker_id, len(changed))
+        if changed:
+            self._send_leader_and_isr(changed, only={b for b in self.ctx.live_brokers if b != broker_id})
+        if changed or fresh:
+            self._send_update_metadata(list(self.ctx.live_brokers), sorted(set(changed) | set(fresh)))
+
+    async def _on_replicas_online(self, broker_id: int, tps: list[TopicPartition]) -> None:
+        """The broker brought a failed log dir back: its replicas may lead and rejoin ISRs again."""
+        known = self.ctx.offline_replicas.get(broker_id)
+        if not self.active or not known:
+            return
+        back = sorted(set(tps) & known)
+        known.difference_update(back)
+        if back:
+            log.info("controller: %d replicas of broker %d are online again", len(back), broker_id)
+            changed = await self._elect_offline_partitions(back)  # those it alone could lead
+            if changed:
+                self._send_leader_and_isr(changed)
+            self._send_update_metadata(list(self.ctx.live_brokers), back)
+
+    # -- requests from brokers -----------------------------------------------------------------------
+    def alter_partition(self, broker_id: int, changes: list[tuple[TopicPartition, int, list[int], int]]
+                        ) -> asyncio.Future[dict[TopicPartition, tuple[int, PartitionLeadership | None]]]:
+        """AlterPartition from a leader: (tp, leader epoch, new ISR, partition epoch) per partition."""
+        future: asyncio.Future[dict[TopicPartition, tuple[int, PartitionLeadership | None]]] = \
+            self._loop.create_future()
+
+        async def handle() -> None:
+            result: dict[TopicPartition, tuple[int, PartitionLeadership | None]] = {}
+            updated: list[TopicPartition] = []
+            try:
+                for tp, leader_epoch, new_isr, partition_epoch in changes:
+                    result[tp] = await self._alter_one(broker_id, tp, leader_epoch, new_isr, partition_epoch)
+                    if result[tp][0] == 0:
+                        updated.append(tp)
+            except (ControllerMoved, KafkaZkError):
+                future.set_exception(Errors.NotControllerError(f"broker {self.broker_id} is no longer the controller"))
+                raise
+            finally:
+                if updated:
+                    self._send_update_metadata(list(self.ctx.live_brokers), updated)
+                if not future.done():
+                    future.set_result(result)
+
+        if not self.active:
+            future.set_exception(Errors.NotControllerError(f"broker {self.broker_id} is not the controller"))
+        else:
+            self._events.put_nowait(ControllerEvent("alter-partition", handle, future))
+        return future
+
+    async def _alter_one(self, broker_id: int, tp: TopicPartition, leader_epoch: int, new_isr: list[int],
+                         partition_epoch: int) -> tuple[int, PartitionLeadership | None]:
+        pl = self.ctx.partitions.get(tp)
+        if pl is None or tp[0] in self.ctx.deleting:
+            return Errors.UnknownTopicOrPartitionError.errno, None
+        if pl.leader != broker_id:
+            return Errors.NotLeaderForPartitionError.errno, None
+        if leader_epoch < pl.leader_epoch:
+            return Errors.FencedLeaderEpochError.errno, None
+        if leader_epoch > pl.leader_epoch:
+            return Errors.NotControllerError.errno, None  # the requester knows more than we do
+        if partition_epoch != pl.zk_version:
+            return Errors.InvalidUpdateVersionError.errno, None
+        if sorted(new_isr) == sorted(pl.isr):
+            return 0, pl
+        if broker_id not in new_isr or not set(new_isr) <= set(pl.replicas) or len(set(new_isr)) < len(new_isr):
+            return Errors.InvalidRequestError.errno, None
+        joining = [b for b in new_isr if b not in pl.isr and (not self.ctx.is_live(b)
+                                                                or b in self._offline_replicas_of(tp))]
+        if joining:
+            return Errors.IneligibleReplicaError.errno, None
+        if not await self._write_state(tp, pl, pl.leader, new_isr, bump_epoch=False):
+            return Errors.InvalidUpdateVersionError.errno, None
+        log.info("controller: ISR of %s-%d is now %s (partition epoch %d)", *tp, pl.isr, pl.zk_version)
+        return 0, pl
+
+    def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> asyncio.Future[list[TopicPartition]]:
+        """Move leadership off a broker that is about to stop; returns what it still leads."""
+        return self._run_as_event("controlled-shutdown", lambda: self._shutdown_broker(broker_id, broker_epoch))
+
+    def _run_as_event(self, name: str, work: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
+        """Run work on the controller's event queue; its result (or error) completes the future."""
+        future: asyncio.Future[T] = self._loop.create_future()
+
+        async def handle() -> None:
+            try:
+                result = await work()
+            except (ControllerMoved, KafkaZkError):
+                # Fenced or cut off from ZooKeeper: the requester retries with whoever is controller now.
+                if not future.done():
+                    future.set_exception(Errors.NotControllerError(f"broker {self.broker_id} is no longer the controller"))
+                raise
+            except Errors.KafkaError as exc:  # a refusal for the requester (stale epoch ...), not a controller failure
+                if not future.done():
+                    future.set_exception(exc)
+                return
+            except BaseException as exc:
+                if not future.done():
+                    future.set_exception(exc)
+                raise
+            if not future.done():
+                future.set_result(result)
+
+        if not self.active:
+            future.set_exception(Errors.NotControllerError(f"broker {self.broker_id} is not the controller"))
+        else:
+            self._events.put_nowait(ControllerEvent(name, handle, future))
+        return future
+
+    async def _shutdown_broker(self, broker_id: int, broker_epoch: int) -> list[TopicPartition]:
+        reg = self.ctx.live_brokers.get(broker_id)
+        if reg is None:
+            raise Errors.BrokerNotAvailableError(f"broker {broker_id} is not registered")
+        if broker_epoch >= 0 and reg.epoch >= 0 and broker_epoch != reg.epoch:
+            raise Errors.StaleBrokerEpochError(f"broker epoch {broker_epoch} is not {reg.epoch}")
+        self.ctx.shutting_down.add(broker_id)
+        changed: list[TopicPartition] = []
+        stop_followers: list[TopicPartition] = []
+        for tp, pl in sorted(self.ctx.partitions.items()):
+            if broker_id not in pl.replicas or tp[0] in self.ctx.deleting or len(pl.replicas) < 2:
+                continue
+            if pl.leader == broker_id:
+                leader, isr, _ = await self._choose_leader(tp, pl, exclude={broker_id})
+                if leader == NO_LEADER or leader not in pl.isr:
+                    continue  # no in-sync replica to take over: it stays led here until the broker dies
+                if await self._write_state(tp, pl, leader, [b for b in isr if b != broker_id]):
+                    changed.append(tp)
+            elif broker_id in pl.isr:
+                if await self._write_state(tp, pl, pl.leader, [b for b in pl.isr if b != broker_id]):
+                    changed.append(tp)
+                    stop_followers.append(tp)
+        if changed:
+            self._send_leader_and_isr(changed)
+            self._send_update_metadata(list(self.ctx.live_brokers), changed)
+        if stop_followers:
+            self._send_stop_replica(stop_followers, delete=False, only={broker_id})
+        return sorted(tp for tp, pl in self.ctx.partitions.items()
+                      if pl.leader == broker_id and len(pl.replicas) > 1)
+
+    # -- preferred leaders -----------------------------------------------------------------------------
+    async def _auto_rebalance_loop(self) -> None:
+        interval = self.config.get("leader.imbalance.check.interval.seconds")
+        while self.active:
+            await asyncio.sleep(interval)
+            self._events.put_nowait(ControllerEvent("auto-rebalance", self._check_imbalance))
+
+    async def _check_imbalance(self) -> None:
+        if not self.active:
+            return
+        threshold = self.config.get("leader.imbalance.per.broker.percentage")
+        by_preferred: dict[int, list[TopicPartition]] = {}
+        for tp, pl in self.ctx.partitions.items():
+            if pl.replicas:
+                by_preferred.setdefault(pl.replicas[0], []).append(tp)
+        moves: list[TopicPartition] = []
+        for broker, tps in by_preferred.items():
+            if not self.ctx.is_live(broker):
+                continue
+            off = [tp for tp in tps if self.ctx.partitions[tp].leader != broker]
+            if tps and 100 * len(off) / len(tps) > threshold:
+                moves += off
+        if moves:
+            await self.elect_preferred_leaders(moves)
+
+    async def elect_preferred_leaders(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Move leadership to the first replica of the assignment where it is live and in sync."""
+        def choose(pl: PartitionLeadership) -> int | tuple[int, list[int], bool]:
+            preferred = pl.replicas[0]
+            if pl.leader == preferred:
+                return Errors.ElectionNotNeededError.errno
+            if not self.ctx.is_live(preferred) or preferred not in pl.isr:
+                return Errors.PreferredLeaderNotAvailableError.errno
+            return preferred, pl.isr, False
+
+        results = await self._run_elections(tps, choose, Errors.PreferredLeaderNotAvailableError.errno)
+        moved = sum(1 for code in results.values() if code == 0)
+        if moved:
+            log.info("controller: moved %d partitions back to their preferred leader", moved)
+        return results
+
+    async def _elect_unclean(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """Offline partitions take an in-sync replica if one lives, else the first live replica."""
+        def choose(pl: PartitionLeadership) -> int | tuple[int, list[int], bool]:
+            if self.ctx.is_live(pl.leader):
+                return Errors.ElectionNotNeededError.errno
+            live = [b for b in pl.replicas if self.ctx.is_live(b)]
+            if not live:
+                return Errors.EligibleLeadersNotAvailableError.errno
+            in_sync = [b for b in live if b in pl.isr]
+            return (in_sync or live)[0], in_sync or live[:1], not in_sync
+
+        return await self._run_elections(tps, choose, Errors.EligibleLeadersNotAvailableError.errno)
+
+    async def _run_elections(self, tps: Iterable[TopicPartition],
+                             choose: Callable[[PartitionLeadership], int | tuple[int, list[int], bool]],
+                             lost_race: int) -> dict[TopicPartition, int]:
+        """ElectLeaders' loop: choose gives an error code or (leader, isr, unclean); tell brokers once."""
+        results: dict[TopicPartition, int] = {}
+        changed = []
+        for tp in tps:
+            pl = self.ctx.partitions.get(tp)
+            choice = Errors.UnknownTopicOrPartitionError.errno if pl is None else choose(pl)
+            if isinstance(choice, int):
+                results[tp] = choice
+                continue
+            assert pl is not None
+            leader, isr, unclean = choice
+            if await self._write_election(tp, pl, leader, isr, unclean):
+                results[tp] = 0
+                changed.append(tp)
+            else:
+                results[tp] = lost_race
+        if changed:
+            self._send_leader_and_isr(changed)
+            self._send_update_metadata(list(self.ctx.live_brokers), changed)
+        return results
+
+    def elect_leaders(self, tps: list[TopicPartition] | None, unclean: bool
+                      ) -> asyncio.Future[dict[TopicPartition, int]]:
+        """ElectLeaders: preferred (back to the first replica) or unclean (offline partitions take
+        the first live replica even if it was not in sync). None = every partition."""
+        async def work() -> dict[TopicPartition, int]:
+            chosen = sorted(self.ctx.partitions) if tps is None else tps
+            return await (self._elect_unclean(chosen) if unclean else self.elect_preferred_leaders(chosen))
+
+        return self._run_as_event("elect-leaders", work)
+
+    def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
+        """AlterPartition names topics by id (v2+); the controller's own view, not the broker cache."""
+        return next((name for name, tid in self.ctx.topic_ids.items() if tid == topic_id), None)
+
+    # -- requests to brokers ---------------------------------------------------------------------------
+    def _send_leader_and_isr(self, tps: Iterable[TopicPartition], only: set[int] | None = None,
+                             is_new: bool = False) -> None:
+        per_broker: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        for tp in tps:
+            pl = self.ctx.partitions.get(tp)
+            if pl is None or pl.zk_version < 0:
+                continue
+            state = {"partition_index": tp[1], "controller_epoch": pl.controller_epoch, "leader": pl.leader,
+                     "leader_epoch": pl.leader_epoch, "isr": list(pl.isr), "partition_epoch": pl.zk_version,
+                     "replicas": list(pl.replicas), "adding_replicas": [], "removing_replicas": [],
+                     "is_new": is_new, "leader_recovery_state": 0}
+            for b in pl.replicas:
+                if b in self.ctx.live_brokers and (only is None or b in only):
+                    per_broker.setdefault(b, {}).setdefault(tp[0], []).append(state)
+        assert self.channel is not None
+        for b, topics in per_broker.items():
+            leaders = {self.ctx.partitions[(t, s["partition_index"])].leader
+                       for t, states in topics.items() for s in states}
+            live_leaders = []
+            for leader in sorted(leaders):
+                reg = self.ctx.live_brokers.get(leader)
+                if reg is not None:
+                    host, port = self._address(reg)
+                    live_leaders.append({"broker_id": leader, "host_name": host, "port": port})
+            request = build(LeaderAndIsrRequest,
+                controller_id=self.broker_id, is_k_raft_controller=False, controller_epoch=self.ctx.epoch,
+                broker_epoch=self.ctx.live_brokers[b].epoch, request_type=0, ungrouped_partition_states=[],
+                topic_states=[{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, uuid.UUID(int=0)),
+                               "partition_states": states} for t, states in topics.items()],
+                live_leaders=live_leaders)
+            self.channel.send(b, request, LEADER_AND_ISR_VERSION, self._on_leader_and_isr_response(b))
+
+    def _send_update_metadata(self, brokers: Iterable[int], tps: Iterable[TopicPartition],
+                              deleting: bool = False) -> None:
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for tp in tps:
+            pl = self.ctx.partitions.get(tp)
+            if pl is None:
+                continue
+            topics.setdefault(tp[0], []).append({
+                "partition_index": tp[1], "controller_epoch": pl.controller_epoch,
+                "leader": LEADER_DURING_DELETE if deleting else pl.leader, "leader_epoch": pl.leader_epoch,
+                "isr": list(pl.isr), "zk_version": pl.zk_version, "replicas": list(pl.replicas),
+                "offline_replicas": [b for b in pl.replicas if b not in self.ctx.live_brokers
+                                     or tp in self.ctx.offline_replicas.get(b, ())]})
+        live = []
+        for reg in self.ctx.live_brokers.values():
+            endpoints = []
+            for ep in reg.endpoints:
+                name, _, address = ep.partition("://")
+                host, _, port = address.rpartition(":")
+                protocol = reg.listener_security_protocol_map.get(name, name)
+                endpoints.append({"port": int(port), "host": host.strip("[]"), "listener": name,
+                                  "security_protocol": SECURITY_PROTOCOL_IDS.get(protocol, PLAINTEXT)})
+            live.append({"id": reg.id, "endpoints": endpoints, "rack": reg.rack})
+        assert self.channel is not None
+        for b in brokers:
+            target = self.ctx.live_brokers.get(b)
+            if target is None:
+                continue
+            request = build(UpdateMetadataRequest,
+                controller_id=self.broker_id, is_k_raft_controller=False, request_type=0,
+                controller_epoch=self.ctx.epoch, broker_epoch=target.epoch, ungrouped_partition_states=[],
+                topic_states=[{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, uuid.UUID(int=0)),
+                               "partition_states": states} for t, states in topics.items()],
+                live_brokers=live)
+            self.channel.send(b, request, UPDATE_METADATA_VERSION)
+
+    def _send_stop_replica(self, tps: Iterable[TopicPartition], delete: bool, only: set[int] | None = None) -> None:
+        per_broker: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        for tp in tps:
+            pl = self.ctx.partitions.get(tp)
+            if pl is None:
+                continue
+            for b in pl.replicas:
+                if b in self.ctx.live_brokers and (only is None or b in only):
+                    per_broker.setdefault(b, {}).setdefault(tp[0], []).append(
+                        {"partition_index": tp[1], "leader_epoch": -2 if delete else pl.leader_epoch,
+                         "delete_partition": delete})
+        assert self.channel is not None
+        for b, topics in per_broker.items():
+            request = build(StopReplicaRequest,
+                controller_id=self.broker_id, is_k_raft_controller=False, controller_epoch=self.ctx.epoch,
+                broker_epoch=self.ctx.live_brokers[b].epoch, ungrouped_partitions=[], topics=[],
+                topic_states=[{"topic_name": t, "partition_states": states} for t, states in topics.items()])
+            self.channel.send(b, request, STOP_REPLICA_VERSION)

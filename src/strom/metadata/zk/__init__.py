@@ -1,0 +1,1 @@
+"""ZooKeeper: Kafka's znode layout, the kazoo-based client, the server launcher."""

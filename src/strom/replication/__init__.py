@@ -1,0 +1,1 @@
+"""Followers: the replica fetcher and the ISR change (AlterPartition) sender."""
