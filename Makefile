@@ -38,10 +38,10 @@ run: install
 broker: install
 	$(PY) -m strom.cli.main server start config/server.properties
 
-## Tests run on TEST_WORKERS pytest-xdist workers (0: in one process). Each test module stays on one
-## worker and all cluster tests share one, so one cluster runs at a time (docs/decisions/0030-fast-tests.md).
+## Tests run on TEST_WORKERS pytest-xdist workers (0: in one process); each test module stays on one
+## worker, in order, so module-scoped brokers and clusters start once (docs/decisions/0030-fast-tests.md).
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 ## Every test (what CI runs), after the type check.
 test: install typecheck

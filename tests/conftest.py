@@ -22,24 +22,12 @@ _MARKERS_BY_FIXTURE = {"cluster_factory": "cluster", "cluster3": "cluster", "spa
                        "chromium": "browser"}
 
 
-# Under pytest-xdist (`make test`: -n 2 --dist loadgroup, docs/decisions/0030-fast-tests.md) a group
-# runs on one worker, in file order: a module's tests stay together, so module-scoped brokers,
-# clusters and SparkSessions start once; every cluster test shares one group, so at most one
-# ZooKeeper-and-brokers cluster runs at a time and kill -9 or SIGSTOP timings never compete with another.
-_SERIAL_GROUPS = ("cluster",)
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    grouped = config.getoption("dist", "no") == "loadgroup"
-    for item in items:
-        wanted = {_MARKERS_BY_DIR.get(item.path.parent.name)}
-        wanted |= {_MARKERS_BY_FIXTURE.get(name) for name in getattr(item, "fixturenames", ())}
-        for name in sorted(m for m in wanted if m and item.get_closest_marker(m) is None):
-            item.add_marker(name)
-        if grouped and item.get_closest_marker("xdist_group") is None:
-            serial = [g for g in _SERIAL_GROUPS if item.get_closest_marker(g) is not None]
-            item.add_marker(pytest.mark.xdist_group(serial[0] if serial else item.nodeid.split("::")[0]))
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Runs as each test is collected, before any pytest_collection_modifyitems (`-m` selection)."""
+    wanted = {_MARKERS_BY_DIR.get(item.path.parent.name)}
+    wanted |= {_MARKERS_BY_FIXTURE.get(name) for name in getattr(item, "fixturenames", ())}
+    for name in sorted(m for m in wanted if m and item.get_closest_marker(m) is None):
+        item.add_marker(name)
 
 
 @pytest.fixture(autouse=True)
