@@ -38,20 +38,25 @@ run: install
 broker: install
 	$(PY) -m strom.cli.main server start config/server.properties
 
+## Tests run on TEST_WORKERS pytest-xdist workers (0: in one process); each test module stays on one
+## worker, in order, so module-scoped brokers and clusters start once (docs/decisions/0030-fast-tests.md).
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+
 ## Every test (what CI runs), after the type check.
 test: install typecheck
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PYTEST)
 
-## Quick subset: skips suites marked slow (kill -9 recovery, big data, Spark).
+## Unit tests and single-broker integration tests: no cluster, no Spark, no browser, nothing marked slow.
 test-fast: install
-	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider
+	$(PYTEST) -m "not slow and not cluster and not spark and not browser"
 
 ## ZooKeeper + several brokers: replication, fail-over, `strom cluster up`.
 test-cluster: install
-	$(PY) -m pytest -q -m cluster -p no:cacheprovider
+	$(PYTEST) -m cluster
 
 test-spark: install
-	$(PY) -m pytest -q -m spark -p no:cacheprovider
+	$(PYTEST) -m spark
 
 lint: install
 	$(VENV)/bin/ruff check src tests bench pipelines

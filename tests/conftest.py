@@ -15,6 +15,20 @@ from tests.support.stalls import FAIL_ON_STALL, STALL_WARN_MS, is_known_unfixed,
 
 _STALL_CHECKED_DIRS = ("integration", "cluster")
 
+# Markers by where a test lives or what it uses, so `make test-fast` (-m "not slow and not cluster and
+# not spark and not browser") cannot start a cluster, a SparkSession or Chromium by accident.
+_MARKERS_BY_DIR = {"cluster": "cluster", "spark": "spark"}
+_MARKERS_BY_FIXTURE = {"cluster_factory": "cluster", "cluster3": "cluster", "spark": "spark",
+                       "chromium": "browser"}
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Runs as each test is collected, before any pytest_collection_modifyitems (`-m` selection)."""
+    wanted = {_MARKERS_BY_DIR.get(item.path.parent.name)}
+    wanted |= {_MARKERS_BY_FIXTURE.get(name) for name in getattr(item, "fixturenames", ())}
+    for name in sorted(m for m in wanted if m and item.get_closest_marker(m) is None):
+        item.add_marker(name)
+
 
 @pytest.fixture(autouse=True)
 def no_loop_stalls(request: pytest.FixtureRequest) -> Iterator[None]:

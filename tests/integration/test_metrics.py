@@ -144,8 +144,9 @@ def test_long_poll_wait_counts_as_remote_time(metered: BrokerProcess) -> None:
                          "fetch.wait.max.ms": 200})
     consumer.assign([TopicPartition(topic, 0, 0)])
     try:
-        wait_until(lambda: scrape(port).get("kafka_network_requestmetrics_remotetimems_sum", request="Fetch")
-                   > before, 30, "a parked fetch to be counted")
+        # The Fetch series appears with the first fetch: until then it is absent, which counts as 0.
+        wait_until(lambda: (scrape(port).get("kafka_network_requestmetrics_remotetimems_sum", request="Fetch")
+                            or 0.0) > before, 30, "a parked fetch to be counted")
         assert consumer.poll(0.1) is None
     finally:
         consumer.close()

@@ -32,6 +32,10 @@ T = TypeVar("T")
 # Short enough that a killed broker's ephemeral znode goes away quickly, long enough for a busy 2-core box.
 DEFAULT_SESSION_TIMEOUT_MS = 6000
 POLL_INTERVAL = 0.1
+# How long close() waits for the brokers still running once the first has exited, and for all of
+# them at most (see close()).
+STRAGGLER_GRACE_S = 2.0
+SHUTDOWN_GRACE_S = 6.0
 
 
 
@@ -249,10 +253,23 @@ class ClusterProcess:
         for b in live:
             with contextlib.suppress(ProcessLookupError):
                 b.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
-        deadline = time.monotonic() + timeout
+        # All brokers stop at once, so the last one to go leads every partition and has no peer to
+        # hand them to: its controlled shutdown can only retry (controlled.shutdown.max.retries x
+        # controlled.shutdown.retry.backoff.ms, 15 s by default) and give up, and the controller may
+        # be waiting on it. Nothing is left to hand over, so once the first broker is gone (at once
+        # for a lone broker) the others get STRAGGLER_GRACE_S, then SIGKILL; tests never look at this.
+        # Should every broker wait on another, all are killed after SHUTDOWN_GRACE_S.
+        started = time.monotonic()
+        deadline = started + min(timeout, STRAGGLER_GRACE_S if len(live) == 1 else SHUTDOWN_GRACE_S)
+        first_exit_seen = False
+        while live and time.monotonic() < deadline:
+            running = [b for b in live if b.proc.poll() is None]  # type: ignore[union-attr]
+            if len(running) < len(live) and not first_exit_seen:
+                first_exit_seen = True
+                deadline = min(deadline, time.monotonic() + STRAGGLER_GRACE_S)
+            live = running
+            time.sleep(0.05)
         for b in live:
-            with contextlib.suppress(Exception):
-                b.proc.wait(max(0.1, deadline - time.monotonic()))  # type: ignore[union-attr]
             with contextlib.suppress(Exception):
                 b.kill9()
         if self._zk is not None:
