@@ -249,6 +249,6 @@ def test_too_low_open_files_limit_fails_at_start_with_the_ulimit_to_use(tmp_path
         low.start(timeout=60)
     output = low.log_path.read_text()
     assert "Traceback" not in output
-    error_lines = [x for x in output.splitlines() if x.startswith("error:")]
+    error_lines = [x for x in output.splitlines() if x.startswith("Error:")]
     assert len(error_lines) == 1
     assert f"ulimit -n {segments + 128}" in error_lines[0]

@@ -29,7 +29,12 @@ KNOWN_UNFIXED: tuple[tuple[str, str | None], ...] = (
     ("strom/storage/log_manager.py", None),  # log creation, StopReplica close/rename/fsync/unlink
     ("strom/broker/replica_manager.py", "_record_topic_in_dir"),
     ("strom/broker/replica_manager.py", "create_topic_logs"),
-    ("strom/controller/controller.py", None),  # kazoo DataWatch / ChildrenWatch constructors
+    ("strom/controller/controller.py", None),  # per-partition loops of a failover (watches are off the loop now)
+    # Found on a loaded machine (two test workers beside other work): short file work that crosses the
+    # threshold only when the CPU is contended.
+    ("strom/storage/local_log.py", "roll"),  # new segment and index files in the append path (as Kafka)
+    ("strom/metadata/embedded.py", "_save"),  # single node: the metadata file written and fsynced on the loop
+    ("concurrent/futures/thread.py", "_adjust_thread_count"),  # an executor starting a thread waits for it
 )
 
 _read_up_to: dict[Path, int] = {}  # broker log -> bytes already looked at
