@@ -61,12 +61,20 @@ class Cluster:
         self.sessions[broker_id] = FakeZkClient(self.zk)
         self.epochs[broker_id] = self.sessions[broker_id].register_broker(broker_id)
 
-    def expire_session(self, broker_id: int) -> None:
+    def expire_session(self, broker_id: int, register: bool = True) -> None:
         """ZooKeeper expires the broker's session; the broker registers again on its new session
-        (what the broker does on SessionState.CONNECTED after LOST), which gives it a new epoch."""
+        (what the broker does on SessionState.CONNECTED after LOST), which gives it a new epoch.
+        register=False: the new session exists but the broker has not registered in it yet."""
         session = self.sessions[broker_id]
         session.expire_session()
-        self.epochs[broker_id] = session.register_broker(broker_id)
+        if register:
+            self.register_again(broker_id)
+
+    def register_again(self, broker_id: int) -> None:
+        """The broker's registration in its new session lands, then its controller may stand (as KafkaServer)."""
+        self.epochs[broker_id] = self.sessions[broker_id].register_broker(broker_id)
+        if broker_id == CONTROLLER_ID:
+            self.controller.broker_registered()
 
     def kill_broker(self, broker_id: int) -> None:
         """The broker dies: its session ends, its registration disappears."""
@@ -704,3 +712,30 @@ async def test_preferred_leader_election(c: Cluster) -> None:
     assert c.state("t", 0).leader_epoch == 2  # one bump for broker 3 dying, one for the move back
     sent = leader_and_isr_by_broker(c.sent_since(mark, LeaderAndIsrRequest))
     assert sorted(sent) == [1, 2, 3] and sent[3][("t", 2)].leader == 3
+
+
+@scenario_with()
+async def test_after_a_lost_session_a_broker_stands_for_controller_only_once_registered_again(c: Cluster) -> None:
+    """Every session expired (ZooKeeper cut off from all brokers): on its new session the old
+    controller must not win /controller before it is registered again. It would see no live broker
+    and write every partition offline; Kafka registers the broker first, then re-elects."""
+    c.create_topic("t", {0: [1, 2, 3], 1: [2, 3, 1]})
+    await c.start()
+    epoch_before = c.admin.get_controller_epoch()
+    assert epoch_before is not None
+    writes_before = len(c.zk.writes)
+    for b in (2, 3):
+        c.expire_session(b, register=False)
+    c.expire_session(CONTROLLER_ID, register=False)
+    for _ in range(50):  # the /controller watch fires on the new session; nothing may be elected yet
+        await asyncio.sleep(0.01)
+    assert not c.controller.active
+    assert c.admin.get_controller_epoch() == epoch_before, "elected before it was registered again"
+    for b in (CONTROLLER_ID, 2, 3):
+        c.register_again(b)
+    await settle(c.controller)
+    assert c.admin.get_controller_epoch()[0] == epoch_before[0] + 1
+    written = [zd.decode_partition_state(w.data or b"") for w in c.zk.writes[writes_before:]
+               if w.path.startswith(zd.TOPICS_PATH) and w.data]
+    assert all(s.leader != -1 for s in written), f"a partition was taken offline: {written}"
+    assert c.state("t", 0).leader in (1, 2, 3) and c.state("t", 1).leader in (1, 2, 3)

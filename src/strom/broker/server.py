@@ -447,6 +447,7 @@ class KafkaServer:
             while not self._stopped.is_set():
                 try:
                     await asyncio.get_running_loop().run_in_executor(None, self._zk_store().reregister)
+                    self.controller.broker_registered()  # registered first, then a candidate (as Kafka)
                     return
                 except Exception as exc:  # noqa: BLE001 - ZooKeeper may still be away: keep trying
                     log.warning("re-registering in ZooKeeper failed (%s); retrying", exc)

@@ -132,6 +132,8 @@ class KafkaController:
         self._rebalance_task: asyncio.Task[None] | None = None
         # The ZooKeeper session that won the election: a controller acts only while it lives.
         self._elected_session: int | None = None
+        # After a lost session: not a candidate until this broker is registered in the new one.
+        self._awaiting_registration = False
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -151,11 +153,22 @@ class KafkaController:
     def _on_session_state(self, state: SessionState) -> None:
         """kazoo's thread: a lost session ends this term as controller before anything else runs."""
         if state is SessionState.LOST:
+            # Set here, before kazoo opens the new session: no election until this broker is registered
+            # again in it (the new session could otherwise win /controller, see no broker at all, and
+            # take every partition offline).
+            self._awaiting_registration = True
             self._loop.call_soon_threadsafe(self._on_session_lost)
+
+    def broker_registered(self) -> None:
+        """Loop: this broker is registered again after a lost session; stand for election now, as
+        Kafka's RegisterBrokerAndReElect does (the ``/controller`` watch may have fired meanwhile)."""
+        if self._awaiting_registration:
+            self._awaiting_registration = False
+            self._enqueue("elect", self._elect)
 
     def _on_session_lost(self) -> None:
         """Drop every queued event (they were decided on the dead session's picture) and resign;
-        the ``/controller`` watch elects again once a new session sees the znode free."""
+        it stands for election again once this broker is registered in a new session."""
         if not self.active:
             return
         dropped = self._events.qsize()
@@ -164,7 +177,6 @@ class KafkaController:
         log.warning("controller %d lost its ZooKeeper session: resigning (%d queued events dropped)",
                     self.broker_id, dropped)
         self._events.put_nowait(ControllerEvent("resign", self._resign))
-        self._events.put_nowait(ControllerEvent("elect", self._elect))
 
     def _session_current(self) -> bool:
         """Whether the session that elected this controller still lives (cheap: no round trip)."""
@@ -235,7 +247,7 @@ class KafkaController:
                 self._enqueue("resign", self._resign)
 
     async def _elect(self) -> None:
-        if self.active:
+        if self.active or self._awaiting_registration:
             return
         try:
             epoch, version = await self._zk(self.zk.register_controller_and_increment_controller_epoch,
