@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import resource
 import signal
 import socket
@@ -65,11 +66,16 @@ class BrokerProcess:
         if not wait:
             return self
         deadline = time.monotonic() + timeout
+        # Every listener, not only the first: they open one after another, and a test may use any.
+        ports = [int(p) for p in re.findall(r":(\d+)(?:,|$)", str(self.overrides.get("listeners", "")))] or [self.port]
+        waiting = list(dict.fromkeys([self.port, *ports]))
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                with socket.create_connection(("127.0.0.1", waiting[0]), timeout=0.5):
+                    waiting.pop(0)
+                if not waiting:
                     return self
             except OSError:
                 time.sleep(0.05)
