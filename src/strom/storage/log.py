@@ -107,6 +107,7 @@ class Log:
         loaded = LogLoader(
             self.directory, config, recovery_point, log_start_offset, clean_shutdown, now_ms
         ).load()
+        self.recovered_segments = loaded.recovered_segments  # for LogManager's start-up summary
         self._local = LocalLog(self.directory, config, loaded.segments, loaded.log_end_offset,
                                loaded.recovery_point, self._lock, now_ms)
         # The first offset readers see. Local data starts at or below it (LocalLog.first_base_offset);

@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -193,6 +194,8 @@ class LogManager:
                 if recovery_points is None:
                     clean = False  # unreadable recovery points: trust nothing
                     recovery_points = {}
+                started = time.monotonic()
+                recovered_segments = recovered_logs = 0
                 for name in sorted(os.listdir(log_dir)):
                     path = os.path.join(log_dir, name)
                     if not os.path.isdir(path):
@@ -225,6 +228,16 @@ class LogManager:
                     )
                     self._logs[tp].storage_executor = self.executor_for(log_dir)
                     self._log_dir_of[tp] = log_dir
+                    if self._logs[tp].recovered_segments:
+                        recovered_segments += self._logs[tp].recovered_segments
+                        recovered_logs += 1
+                if not clean and recovered_segments:
+                    # Rebuilding unflushed segments after a crash is expected: one line, not one per
+                    # partition. Real damage (torn or corrupt batches) is warned about where it is found.
+                    log.info(
+                        "%s was not shut down cleanly: recovered %d segments of %d partitions in %.2f s",
+                        log_dir, recovered_segments, recovered_logs, time.monotonic() - started,
+                    )
                 # A crash from here on must trigger recovery at the next start.
                 if os.path.exists(marker):
                     os.unlink(marker)
