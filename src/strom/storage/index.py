@@ -16,8 +16,7 @@ Unlike Kafka, entries live in process memory, not in a memory-mapped file:
 - indexes of old segments are read only when first used (Kafka's LazyIndex), so a
   restart touches no index file it does not need.
 
-The file is written when the segment is rolled, flushed or closed, also when it is empty
-(so a clean shutdown leaves every segment with both index files). An index file
+The file is written when the segment is rolled, flushed or closed. An index file
 that is stale after a crash is harmless: segments past the recovery point are
 recovered (their indexes rebuilt from the log) and older ones were written at flush.
 """
@@ -219,14 +218,7 @@ class AbstractIndex:
         load rebuilds it from the log; the error propagates.
         """
         with self._file_lock:
-            if self._buf is None:
-                # Never read: the file holds the entries, or, if there is none, the index is empty
-                # (a new segment). Create it then, so a clean shutdown leaves a complete segment
-                # and the next start has nothing to recover.
-                if not os.path.exists(self.path):
-                    self._create_empty(fsync)
-                return
-            if self._written == self._entries and not fsync:
+            if self._buf is None or (self._written == self._entries and not fsync):
                 return
             entries = self._entries
             start = 0 if self._written < 0 else self._written * self._entry_size
@@ -252,15 +244,6 @@ class AbstractIndex:
                     pass
                 raise
             self._written = entries
-
-    def _create_empty(self, fsync: bool) -> None:
-        """Create the missing file of an empty, never-read index (failure removes nothing: it is absent)."""
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o644)
-        try:
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
 
     def flush(self) -> None:
         self.write_file(fsync=True)
@@ -289,12 +272,13 @@ class AbstractIndex:
         except FileNotFoundError:
             pass
 
-    def file_size_ok(self) -> bool:
-        """Cheap check at load (one stat, no read): the file exists and holds whole entries."""
+    def file_size_ok(self, missing_ok: bool = False) -> bool:
+        """Cheap check at load (one stat, no read): the file exists (unless ``missing_ok``) and holds
+        whole entries."""
         try:
             return os.stat(self.path).st_size % self._entry_size == 0
         except FileNotFoundError:
-            return False
+            return missing_ok
 
 
 class OffsetIndex(AbstractIndex):

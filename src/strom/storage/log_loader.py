@@ -148,7 +148,8 @@ class LogLoader:
             for i, seg in enumerate(segments):
                 if seg.base_offset <= self.recovery_point:
                     start = i
-            recovered.update(seg.base_offset for seg in segments[start:])
+            # An empty segment has nothing to validate or index.
+            recovered.update(seg.base_offset for seg in segments[start:] if seg.size)
         for seg in segments:
             # A clean shutdown or a flush wrote these files: missing or torn ones are damage.
             if seg.base_offset not in recovered and not seg.index_files_usable():
