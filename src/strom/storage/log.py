@@ -618,7 +618,10 @@ class Log:
             except OSError as exc:
                 ok = False
                 log.warning("could not delete old segments of %s-%d: %s", self.topic, self.partition, exc)
-            if snapshot:
+            # A log holding no batches and no producers restarts to the same empty state without a
+            # snapshot; skipping it spares a file and two fsyncs per empty partition at shutdown.
+            empty = not self.producer_state.producers and self._local.end_offset == self._local.first_base_offset
+            if snapshot and not empty:
                 try:
                     self.producer_state.take_snapshot(self._local.end_offset, fsync=True)
                 except OSError as exc:
