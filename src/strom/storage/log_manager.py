@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+# Threads flushing and closing logs at shutdown: they wait on fsync, not on the CPU.
+SHUTDOWN_FLUSH_THREADS = 8
 DELETE_DIR_SUFFIX = "-delete"
 STRAY_DIR_SUFFIX = "-stray"
 _SKIP_DIR_SUFFIXES = (DELETE_DIR_SUFFIX, "-future", STRAY_DIR_SUFFIX)
@@ -548,19 +550,12 @@ class LogManager:
             self._shutdown = True
             logs = dict(self._logs)
         self.close_executors()  # file mutations already queued finish before the logs close
-        clean = True
-        for lg in logs.values():
-            try:
-                lg.flush()
-            except Exception as exc:
-                clean = False
-                log.error("could not flush %r at shutdown: %s", lg, exc)
-            try:
-                clean = lg.close() and clean
-            except Exception as exc:
-                clean = False
-                log.error("could not close %r at shutdown: %s", lg, exc)
-        clean = self.checkpoint() and clean
+        # Logs are independent and their shutdown is fsyncs (segment, indexes, producer snapshot):
+        # several in flight wait on the disk together instead of one partition after another.
+        workers = max(1, min(SHUTDOWN_FLUSH_THREADS, len(logs)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-shutdown") as pool:
+            closed = list(pool.map(_flush_and_close, logs.values()))
+        clean = self.checkpoint() and all(closed)
         if not clean:
             log.warning("shutdown was incomplete (see above): not writing %s, the next start runs recovery",
                         CLEAN_SHUTDOWN_FILE)
@@ -576,6 +571,22 @@ class LogManager:
             except OSError as exc:
                 log.warning("could not write %s: %s", marker, exc)
                 _unlink_quietly(marker)
+
+
+def _flush_and_close(lg: Log) -> bool:
+    """Flush and close one log at shutdown; False (logged, never raised) if either failed."""
+    ok = True
+    try:
+        lg.flush()
+    except Exception as exc:
+        ok = False
+        log.error("could not flush %r at shutdown: %s", lg, exc)
+    try:
+        ok = lg.close() and ok
+    except Exception as exc:
+        ok = False
+        log.error("could not close %r at shutdown: %s", lg, exc)
+    return ok
 
 
 def close_offline_log(lg: Log) -> None:
