@@ -5,6 +5,7 @@ Prints one JSON document on stdout (progress on stderr):
     python bench/bench_restart.py                          # 2,000 partitions
     python bench/bench_restart.py --partitions 500 --records-per-partition 20
     python bench/bench_restart.py --src ../old/src         # run the broker from another source tree
+    python bench/bench_restart.py --crash-first            # kill -9 before the first clean shutdown
 
 SIGTERM time runs from the signal until the process exits. Each start also counts its
 WARNING/ERROR lines about indexes or recovery (a clean restart should have none) and its
@@ -84,6 +85,8 @@ def main() -> None:
     ap.add_argument("--topics", type=int, default=4)
     ap.add_argument("--records-per-partition", type=int, default=10)
     ap.add_argument("--record-size", type=int, default=1000)
+    ap.add_argument("--crash-first", action="store_true",
+                    help="kill -9 before the first clean shutdown (then SIGTERM and start again)")
     ap.add_argument("--src", help="source tree to run the broker from (PYTHONPATH), e.g. an older checkout")
     args = ap.parse_args()
 
@@ -117,16 +120,26 @@ def main() -> None:
                                      "src": args.src or "this checkout"}
         assert b.pid is not None
         result["running"] = {"rss_mb": rss_mb(b.pid), "descriptors": descriptors(b.pid)}
-        # Clean first: the segments written since the broker started (most of them empty) are closed
-        # by a shutdown for the first time, which is what a clean restart must find complete.
-        result["sigterm_s"] = timed_stop(b)
-        progress(f"SIGTERM took {result['sigterm_s']} s")
-        result["after_sigterm"] = timed_start(b)
-        progress(f"after SIGTERM: {result['after_sigterm']}")
-        b.kill9()
-        result["after_kill9"] = timed_start(b)
-        progress(f"after kill -9: {result['after_kill9']}")
-        result["sigterm_after_recovery_s"] = timed_stop(b)
+        if args.crash_first:
+            # A crash before any clean shutdown: no index file of the segments written so far exists.
+            b.kill9()
+            result["after_kill9"] = timed_start(b)
+            progress(f"after kill -9: {result['after_kill9']}")
+            result["sigterm_s"] = timed_stop(b)
+            result["after_sigterm"] = timed_start(b)
+            progress(f"after SIGTERM: {result['after_sigterm']}")
+            b.stop(timeout=300)
+        else:
+            # Clean first: the segments written since the broker started (most of them empty) are closed
+            # by a shutdown for the first time, which is what a clean restart must find complete.
+            result["sigterm_s"] = timed_stop(b)
+            progress(f"SIGTERM took {result['sigterm_s']} s")
+            result["after_sigterm"] = timed_start(b)
+            progress(f"after SIGTERM: {result['after_sigterm']}")
+            b.kill9()
+            result["after_kill9"] = timed_start(b)
+            progress(f"after kill -9: {result['after_kill9']}")
+            result["sigterm_after_recovery_s"] = timed_stop(b)
         b.close()
     print(json.dumps(result, indent=2))
 
