@@ -6,9 +6,10 @@ Steps (following Kafka's LogLoader):
 2. open every segment without reading its indexes (they load lazily on first use);
 3. after an unclean shutdown, recover every segment from the one holding the
    recovery point on (length + CRC validation, index rebuild): expected, so not warned
-   about per segment (LogManager logs one summary per start); any other segment whose
-   index file is missing or torn was damaged (a clean shutdown and every flush write
-   them), so it is recovered too, with a WARNING naming it;
+   about per segment (LogManager logs one summary per start); empty segments have
+   nothing to recover, and their index files may be absent (an empty log's indexes are
+   empty); any other segment whose index file is missing or torn was damaged (a clean
+   shutdown and every flush write them), so it is recovered too, with a WARNING naming it;
 4. compute the log end offset and rebuild producer state from the newest
    snapshot plus a replay of batch headers; recovered segments get their transaction
    index (aborted transactions) rebuilt by the same replay;
@@ -151,7 +152,7 @@ class LogLoader:
             # An empty segment has nothing to validate or index.
             recovered.update(seg.base_offset for seg in segments[start:] if seg.size)
         for seg in segments:
-            # A clean shutdown or a flush wrote these files: missing or torn ones are damage.
+            # A clean shutdown or a flush wrote these files (if the log has data): missing or torn is damage.
             if seg.base_offset not in recovered and not seg.index_files_usable():
                 log.warning("index files of %s are missing or torn; recovering the segment", seg.log_path)
                 recovered.add(seg.base_offset)
