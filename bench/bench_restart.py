@@ -5,8 +5,11 @@ Prints one JSON document on stdout (progress on stderr):
     python bench/bench_restart.py                          # 2,000 partitions
     python bench/bench_restart.py --partitions 500 --records-per-partition 20
     python bench/bench_restart.py --src ../old/src         # run the broker from another source tree
+    python bench/bench_restart.py --crash-first            # kill -9 before the first clean shutdown
 
-Start-up time is measured from process start until the listener accepts a connection
+SIGTERM time runs from the signal until the process exits. Each start also counts its
+WARNING/ERROR lines about indexes or recovery (a clean restart should have none) and its
+one-line crash-recovery summaries. Start-up time is measured from process start until the listener accepts a connection
 (logs are loaded before the listener opens). RSS and descriptors are read from /proc
 right after that.
 """
@@ -26,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.support.broker import BrokerProcess  # noqa: E402
 
@@ -46,7 +49,25 @@ def descriptors(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def recovery_log_lines(b: BrokerProcess, since: int) -> dict[str, int]:
+    """Counts of the start's WARNING/ERROR lines about indexes or recovery, and of INFO summaries."""
+    with open(b.log_path, "rb") as f:
+        f.seek(since)
+        lines = f.read().decode(errors="replace").splitlines()
+    loud = [ln for ln in lines if (" WARNING " in ln or " ERROR " in ln)
+            and any(w in ln for w in ("index", "recover", "torn", "truncat"))]
+    return {"recovery_warnings": len(loud), "recovery_info_lines": sum("not shut down cleanly" in ln for ln in lines)}
+
+
+def timed_stop(b: BrokerProcess) -> float:
+    """Seconds from SIGTERM until the process has exited (flush, checkpoints, clean-shutdown marker)."""
+    started = time.monotonic()
+    b.stop(timeout=300)
+    return round(time.monotonic() - started, 2)
+
+
 def timed_start(b: BrokerProcess) -> dict[str, float]:
+    since = b.log_path.stat().st_size if b.log_path.exists() else 0
     started = time.monotonic()
     b.start(timeout=600)
     elapsed = time.monotonic() - started
@@ -54,7 +75,8 @@ def timed_start(b: BrokerProcess) -> dict[str, float]:
     # The listener is open: give the loop a moment and make sure it answers a connection.
     with socket.create_connection(("127.0.0.1", b.port), timeout=5):
         pass
-    return {"start_s": round(elapsed, 2), "rss_mb": rss_mb(b.pid), "descriptors": descriptors(b.pid)}
+    return {"start_s": round(elapsed, 2), "rss_mb": rss_mb(b.pid), "descriptors": descriptors(b.pid),
+            **recovery_log_lines(b, since)}
 
 
 def main() -> None:
@@ -63,6 +85,8 @@ def main() -> None:
     ap.add_argument("--topics", type=int, default=4)
     ap.add_argument("--records-per-partition", type=int, default=10)
     ap.add_argument("--record-size", type=int, default=1000)
+    ap.add_argument("--crash-first", action="store_true",
+                    help="kill -9 before the first clean shutdown (then SIGTERM and start again)")
     ap.add_argument("--src", help="source tree to run the broker from (PYTHONPATH), e.g. an older checkout")
     args = ap.parse_args()
 
@@ -85,20 +109,37 @@ def main() -> None:
                     p.produce(t, value, partition=part)
             p.poll(0)
         assert p.flush(120) == 0
-        del p, admin  # no client reconnect noise while the broker restarts
+        # A group commit creates __consumer_offsets: its mostly empty partitions restart too.
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "restart-bench", "enable.auto.commit": False})
+        c.commit(offsets=[TopicPartition(topics[0], 0, 1)], asynchronous=False)
+        c.close()
+        del p, admin, c  # no client reconnect noise while the broker restarts
         progress(f"produced {args.records_per_partition} records to each of {args.partitions} partitions")
         result: dict[str, object] = {"partitions": args.partitions,
                                      "records_per_partition": args.records_per_partition,
                                      "src": args.src or "this checkout"}
         assert b.pid is not None
         result["running"] = {"rss_mb": rss_mb(b.pid), "descriptors": descriptors(b.pid)}
-        b.kill9()
-        result["after_kill9"] = timed_start(b)
-        progress(f"after kill -9: {result['after_kill9']}")
-        b.stop(timeout=300)
-        result["after_sigterm"] = timed_start(b)
-        progress(f"after SIGTERM: {result['after_sigterm']}")
-        b.stop(timeout=300)
+        if args.crash_first:
+            # A crash before any clean shutdown: no index file of the segments written so far exists.
+            b.kill9()
+            result["after_kill9"] = timed_start(b)
+            progress(f"after kill -9: {result['after_kill9']}")
+            result["sigterm_s"] = timed_stop(b)
+            result["after_sigterm"] = timed_start(b)
+            progress(f"after SIGTERM: {result['after_sigterm']}")
+            b.stop(timeout=300)
+        else:
+            # Clean first: the segments written since the broker started (most of them empty) are closed
+            # by a shutdown for the first time, which is what a clean restart must find complete.
+            result["sigterm_s"] = timed_stop(b)
+            progress(f"SIGTERM took {result['sigterm_s']} s")
+            result["after_sigterm"] = timed_start(b)
+            progress(f"after SIGTERM: {result['after_sigterm']}")
+            b.kill9()
+            result["after_kill9"] = timed_start(b)
+            progress(f"after kill -9: {result['after_kill9']}")
+            result["sigterm_after_recovery_s"] = timed_stop(b)
         b.close()
     print(json.dumps(result, indent=2))
 

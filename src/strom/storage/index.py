@@ -272,12 +272,13 @@ class AbstractIndex:
         except FileNotFoundError:
             pass
 
-    def file_size_ok(self) -> bool:
-        """Cheap check at load (one stat, no read): the file exists and holds whole entries."""
+    def file_size_ok(self, missing_ok: bool = False) -> bool:
+        """Cheap check at load (one stat, no read): the file exists (unless ``missing_ok``) and holds
+        whole entries."""
         try:
             return os.stat(self.path).st_size % self._entry_size == 0
         except FileNotFoundError:
-            return False
+            return missing_ok
 
 
 class OffsetIndex(AbstractIndex):

@@ -4,9 +4,12 @@ Steps (following Kafka's LogLoader):
 1. delete leftovers of interrupted operations (``.deleted``, ``.cleaned``, ``.swap``, ``.tmp``)
    and index files whose ``.log`` is gone;
 2. open every segment without reading its indexes (they load lazily on first use);
-   a segment whose index file is missing or torn is recovered now;
 3. after an unclean shutdown, recover every segment from the one holding the
-   recovery point on (length + CRC validation, index rebuild);
+   recovery point on (length + CRC validation, index rebuild): expected, so not warned
+   about per segment (LogManager logs one summary per start); empty segments have
+   nothing to recover, and their index files may be absent (an empty log's indexes are
+   empty); any other segment whose index file is missing or torn was damaged (a clean
+   shutdown and every flush write them), so it is recovered too, with a WARNING naming it;
 4. compute the log end offset and rebuild producer state from the newest
    snapshot plus a replay of batch headers; recovered segments get their transaction
    index (aborted transactions) rebuilt by the same replay;
@@ -47,6 +50,7 @@ class LoadedLog:
     recovery_point: int
     producer_state: ProducerStateManager
     leader_epoch_cache: LeaderEpochFileCache
+    recovered_segments: int = 0  # segments validated and re-indexed by this load
 
 
 def marker_of(seg: LogSegment, header: RecordBatchHeader) -> Marker | None:
@@ -136,20 +140,22 @@ class LogLoader:
     def load(self) -> LoadedLog:
         os.makedirs(self.directory, exist_ok=True)
         bases = self._clean_directory()
-        segments: list[LogSegment] = []
+        segments = [LogSegment(self.directory, base, self.config, self.now_ms, active=False) for base in bases]
         recovered: set[int] = set()
-        for base in bases:
-            seg = LogSegment(self.directory, base, self.config, self.now_ms, active=False)
-            segments.append(seg)
-            if not seg.index_files_usable():
-                log.warning("index files of %s are missing or torn; recovering the segment", seg.log_path)
-                recovered.add(base)
         if not self.clean_shutdown:
+            # Expected after a crash: segments past the recovery point were never flushed, so their
+            # indexes may be missing or stale. The count is reported once per start (LogManager).
             start = 0
             for i, seg in enumerate(segments):
                 if seg.base_offset <= self.recovery_point:
                     start = i
-            recovered.update(seg.base_offset for seg in segments[start:])
+            # An empty segment has nothing to validate or index.
+            recovered.update(seg.base_offset for seg in segments[start:] if seg.size)
+        for seg in segments:
+            # A clean shutdown or a flush wrote these files (if the log has data): missing or torn is damage.
+            if seg.base_offset not in recovered and not seg.index_files_usable():
+                log.warning("index files of %s are missing or torn; recovering the segment", seg.log_path)
+                recovered.add(seg.base_offset)
         for i, seg in enumerate(segments):
             if seg.base_offset in recovered:
                 self._recover_segment(seg, segments[i + 1] if i + 1 < len(segments) else None)
@@ -170,7 +176,8 @@ class LogLoader:
         rebuild_producer_state(producer_state, segments, log_end_offset, reindex=recovered)
         producer_state.delete_snapshots_before(segments[0].base_offset)
         epochs = load_leader_epoch_cache(self.directory, segments, log_start_offset, log_end_offset)
-        return LoadedLog(segments, log_start_offset, log_end_offset, recovery_point, producer_state, epochs)
+        return LoadedLog(segments, log_start_offset, log_end_offset, recovery_point, producer_state, epochs,
+                         recovered_segments=len(recovered))
 
     def _clean_directory(self) -> list[int]:
         names = os.listdir(self.directory)

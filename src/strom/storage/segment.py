@@ -476,8 +476,14 @@ class LogSegment:
         self.time_index.sanity_check()
 
     def index_files_usable(self) -> bool:
-        """Cheap load-time check (stat only): both index files exist and hold whole entries."""
-        return (self.offset_index.file_size_ok() and self.time_index.file_size_ok()
+        """Cheap load-time check (stat only): both index files exist and hold whole entries.
+
+        An empty log's indexes are empty, so their files may be absent: a segment that never
+        held a batch (most partitions of ``__consumer_offsets``) is not written at shutdown,
+        which keeps a clean shutdown of thousands of partitions from creating a file per index.
+        """
+        missing_ok = self._size == 0
+        return (self.offset_index.file_size_ok(missing_ok) and self.time_index.file_size_ok(missing_ok)
                 and self.txn_index.file_size_ok())
 
     def _rebuild_index(self, index: AbstractIndex, exc: CorruptIndexError) -> None:
