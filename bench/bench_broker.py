@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import platform
@@ -61,6 +62,25 @@ TARGETS: dict[str, dict[str, Any]] = {
     "raw_fetch_sendfile_mb_s": {"target": "toward 1000", "issue": "fetch with sendfile"},
     "latency_p99_ms": {"target": "<= 10", "issue": "p99 produce latency at a fixed 20 MB/s"},
 }
+
+
+@contextlib.contextmanager
+def ab_brokers(ref: str, tmp: Path, topic: str, partitions: int) -> Iterator[dict[str, BrokerProcess]]:
+    """Two brokers at once for an A/B run: "before" on ``ref``'s sources (a temporary git worktree),
+    "after" on this checkout's, each with ``topic``; stopped and the worktree removed on exit."""
+    old = tmp / "old"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(old), ref], check=True)
+    brokers: dict[str, BrokerProcess] = {}
+    try:
+        for side, src in (("before", old / "src"), ("after", ROOT / "src")):
+            (tmp / side).mkdir()
+            brokers[side] = BrokerProcess(tmp / side, env={"PYTHONPATH": str(src)}).start()
+            create_topic(brokers[side].bootstrap, topic, partitions)
+        yield brokers
+    finally:
+        for b in brokers.values():
+            b.stop()
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=False)
 
 
 def wait_quiet(limit_s: float, max_busy: float = 0.3) -> float:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +25,6 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from tests.support.broker import BrokerProcess  # noqa: E402
 
 import bench_broker as bb  # noqa: E402
 
@@ -42,31 +40,19 @@ def main() -> int:
     ap.add_argument("--fetch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[bb.MiB, 8 * bb.MiB])
     args = ap.parse_args()
     figures: dict[str, dict[int, list[tuple[float, float, float]]]] = {"before": {}, "after": {}}
-    with tempfile.TemporaryDirectory(prefix="strom-fetch-ab-") as tmp:
-        old = Path(tmp) / "old"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(old), args.ref],
-                       check=True)
-        brokers: dict[str, BrokerProcess] = {}
-        try:
-            for side, src in (("before", old / "src"), ("after", ROOT / "src")):
-                (Path(tmp) / side).mkdir()
-                brokers[side] = BrokerProcess(Path(tmp) / side, env={"PYTHONPATH": str(src)}).start()
-                bb.create_topic(brokers[side].bootstrap, TOPIC, args.partitions)
-                b = brokers[side]
-                bb.raw_produce(b.port, b.pid, TOPIC, args.partitions, args.records, 1024, bb.MiB, 4)
-            for k in range(args.rounds):
-                for size in args.fetch_sizes:
-                    for side in ("before", "after") if k % 2 == 0 else ("after", "before"):
-                        b = brokers[side]
-                        assert b.pid is not None
-                        r = bb.raw_fetch(b.port, b.pid, TOPIC, args.partitions, size)
-                        if r["errors"]:
-                            raise SystemExit(f"{side}: {r['errors']} fetch errors")
-                        figures[side].setdefault(size, []).append((r["mb_s"], r["broker_cpu_s"], r["mb"]))
-        finally:
-            for b in brokers.values():
-                b.stop()
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=False)
+    with tempfile.TemporaryDirectory(prefix="strom-fetch-ab-") as tmp, \
+            bb.ab_brokers(args.ref, Path(tmp), TOPIC, args.partitions) as brokers:
+        for b in brokers.values():
+            bb.raw_produce(b.port, b.pid, TOPIC, args.partitions, args.records, 1024, bb.MiB, 4)
+        for k in range(args.rounds):
+            for size in args.fetch_sizes:
+                for side in ("before", "after") if k % 2 == 0 else ("after", "before"):
+                    b = brokers[side]
+                    assert b.pid is not None
+                    r = bb.raw_fetch(b.port, b.pid, TOPIC, args.partitions, size)
+                    if r["errors"]:
+                        raise SystemExit(f"{side}: {r['errors']} fetch errors")
+                    figures[side].setdefault(size, []).append((r["mb_s"], r["broker_cpu_s"], r["mb"]))
     out: dict[str, object] = {"benchmark": "fetch a/b", "before": args.ref, "rounds": args.rounds,
                               "records": args.records, "partitions": args.partitions}
     for side, by_size in figures.items():

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -27,7 +26,6 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from tests.support.broker import BrokerProcess  # noqa: E402
 
 import bench_broker as bb  # noqa: E402
 
@@ -45,30 +43,18 @@ def main() -> int:
     args = ap.parse_args()
     small: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     large: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
-    with tempfile.TemporaryDirectory(prefix="strom-produce-ab-") as tmp:
-        old = Path(tmp) / "old"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(old), args.ref],
-                       check=True)
-        brokers: dict[str, BrokerProcess] = {}
-        try:
-            for side, src in (("before", old / "src"), ("after", ROOT / "src")):
-                (Path(tmp) / side).mkdir()
-                brokers[side] = BrokerProcess(Path(tmp) / side, env={"PYTHONPATH": str(src)}).start()
-                bb.create_topic(brokers[side].bootstrap, TOPIC, 1)
-            for k in range(args.rounds):
-                for side in ("before", "after") if k % 2 == 0 else ("after", "before"):
-                    b = brokers[side]
-                    assert b.pid is not None
-                    r = bb.raw_small_produce(b.port, b.pid, TOPIC, args.record_size, args.seconds, args.window)
-                    big = bb.raw_produce(b.port, b.pid, TOPIC, 1, args.mb * 1_000_000 // 1024, 1024, bb.MiB, 4)
-                    if r["errors"] or big["errors"]:
-                        raise SystemExit(f"{side}: produce errors")
-                    small[side].append(r)
-                    large[side].append(big)
-        finally:
-            for b in brokers.values():
-                b.stop()
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=False)
+    with tempfile.TemporaryDirectory(prefix="strom-produce-ab-") as tmp, \
+            bb.ab_brokers(args.ref, Path(tmp), TOPIC, 1) as brokers:
+        for k in range(args.rounds):
+            for side in ("before", "after") if k % 2 == 0 else ("after", "before"):
+                b = brokers[side]
+                assert b.pid is not None
+                r = bb.raw_small_produce(b.port, b.pid, TOPIC, args.record_size, args.seconds, args.window)
+                big = bb.raw_produce(b.port, b.pid, TOPIC, 1, args.mb * 1_000_000 // 1024, 1024, bb.MiB, 4)
+                if r["errors"] or big["errors"]:
+                    raise SystemExit(f"{side}: produce errors")
+                small[side].append(r)
+                large[side].append(big)
     out: dict[str, object] = {"benchmark": "produce a/b", "before": args.ref, "rounds": args.rounds,
                               "small": {"seconds": args.seconds, "window": args.window,
                                         "record_size": args.record_size},

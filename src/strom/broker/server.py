@@ -8,6 +8,7 @@ checkpoints plus a clean-shutdown marker so the next start skips recovery.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
@@ -166,7 +167,6 @@ class KafkaServer:
         self._timer_driver: TimerDriver
         self._tasks: list[asyncio.Task[Any]] = []
         self._lifecycle = Lifecycle()  # stop steps, registered as components start
-        self._controller_started = False
         self._log_dir_locks: list[LogDirLock] = []
         self._stopped = asyncio.Event()
         self._loop = asyncio.get_event_loop()
@@ -199,8 +199,11 @@ class KafkaServer:
         started = time.monotonic()
         self.broker_state = BrokerState.STARTING
         self.stall_detector.start()  # first: a stall during start-up is reported too
+        self._lifecycle.on_stop("stall detector", self.stall_detector.stop)
         if self.metrics_endpoint is not None:
             await self.metrics_endpoint.start()  # first: /healthz answers during a long recovery
+            self._lifecycle.on_stop("metrics endpoint", self.metrics_endpoint.stop)
+        self._lifecycle.on_stop("state", functools.partial(self._set_state, BrokerState.NOT_RUNNING))
         log_dirs, failed_dirs = cfg.check_log_dirs()
         # Before anything reads or writes a log dir: one broker per dir, held until the process exits.
         self._log_dir_locks = lock_log_dirs(log_dirs)
@@ -276,6 +279,7 @@ class KafkaServer:
         self._lifecycle.on_stop("background tasks", self._cancel_tasks)  # after the listener closed
         self.socket_server = SocketServer(self, cfg.listeners(), cfg.get("socket.request.max.bytes"))
         self._lifecycle.on_stop("socket server", self.socket_server.stop)
+        self._lifecycle.on_stop("state", functools.partial(self._set_state, BrokerState.SHUTTING_DOWN))
         await self.socket_server.start()
         me = self._broker_info()
         if self.clustered:
@@ -283,7 +287,8 @@ class KafkaServer:
             await loop.run_in_executor(None, self.metadata.register_broker, me)
             self.zk.add_state_listener(self._on_zookeeper_state)
             self.controller.startup()
-            self._controller_started = True
+            if cfg.get("controlled.shutdown.enable"):  # first of all at shutdown: hand leadership over
+                self._lifecycle.on_stop("controlled shutdown", self._controlled_shutdown)
             self._schedule("isr-expiration", max(cfg.get("replica.lag.time.max.ms") // 2, 100),
                            self._maybe_shrink_isr)
         else:
@@ -609,28 +614,16 @@ class KafkaServer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def shutdown(self) -> None:
-        """Controlled shutdown (cluster), then every started component stops in reverse start order."""
+        """Every started component stops in reverse start order (a cluster broker first hands its
+        leadership over: controlled shutdown is the last step registered)."""
         log.info("shutting down")
-        ok = True
         self.ready = False
         self.broker_state = BrokerState.PENDING_CONTROLLED_SHUTDOWN
-        if self._controller_started and self.config.get("controlled.shutdown.enable"):
-            try:
-                await self._controlled_shutdown()
-            except Exception:
-                ok = False
-                log.exception("shutdown step controlled shutdown failed; continuing")
-        self.broker_state = BrokerState.SHUTTING_DOWN
-        ok = await self._lifecycle.stop() and ok
-        self.broker_state = BrokerState.NOT_RUNNING
-        if self.metrics_endpoint is not None:
-            try:
-                await self.metrics_endpoint.stop()
-            except Exception:
-                ok = False
-                log.exception("shutdown step metrics endpoint failed; continuing")
-        self.stall_detector.stop()
+        ok = await self._lifecycle.stop()
         log.info("shut down cleanly" if ok else "shut down")
+
+    def _set_state(self, state: BrokerState) -> None:
+        self.broker_state = state
 
 
 async def _hold_for_test(path: str | None) -> None:
