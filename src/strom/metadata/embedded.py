@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
@@ -154,6 +154,17 @@ class EmbeddedMetadataStore(MetadataStore):
             self._topics = topics
             raise
 
+    def _save_topic_or_undo(self, name: str, undo: Callable[[], None]) -> None:
+        """Save after changing topic ``name`` in place (its cached encoding goes); if the write fails,
+        undo the change so memory matches the file, and drop the encoding made of the changed topic."""
+        self._encoded.pop(name, None)
+        try:
+            self._save()
+        except OSError:
+            undo()
+            self._encoded.pop(name, None)
+            raise
+
     @property
     def save_pending(self) -> bool:
         return self._save_pending
@@ -220,13 +231,7 @@ class EmbeddedMetadataStore(MetadataStore):
             before = dict(topic.partitions)
             for p, reps in assignment.items():
                 topic.partitions[p] = PartitionState(p, reps[0], 0, list(reps), list(reps))
-            self._encoded.pop(name, None)
-            try:
-                self._save()
-            except OSError:
-                topic.partitions = before
-                self._encoded.pop(name, None)
-                raise
+            self._save_topic_or_undo(name, lambda: setattr(topic, "partitions", before))
         self._notify(ChangeKind.PARTITIONS, topic)
         return topic
 
@@ -235,13 +240,7 @@ class EmbeddedMetadataStore(MetadataStore):
             topic = self._topics[name]
             before = topic.configs
             topic.configs = dict(configs)
-            self._encoded.pop(name, None)
-            try:
-                self._save()
-            except OSError:
-                topic.configs = before
-                self._encoded.pop(name, None)
-                raise
+            self._save_topic_or_undo(name, lambda: setattr(topic, "configs", before))
         self._notify(ChangeKind.CONFIGS, topic)
         return topic
 
