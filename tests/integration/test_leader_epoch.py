@@ -73,7 +73,9 @@ def test_unknown_epochs_and_partitions(broker: BrokerProcess, topic_and_leo: tup
     assert (p.error_code, p.leader_epoch, p.end_offset) == (0, -1, -1)
     assert epoch_end(broker, "no-such-topic", 0).error_code == UNKNOWN_TOPIC_OR_PARTITION
     empty = new_topic(broker)
-    p = epoch_end(broker, empty, 0)
+    p = epoch_end(broker, empty, 0)  # the leader's epoch 0 starts at its LEO 0 when it becomes leader, as in Kafka
+    assert (p.error_code, p.leader_epoch, p.end_offset) == (0, 0, 0)
+    p = epoch_end(broker, empty, 1)
     assert (p.error_code, p.leader_epoch, p.end_offset) == (0, -1, -1)
 
 

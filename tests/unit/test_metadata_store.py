@@ -84,16 +84,22 @@ def test_failed_writes_leave_nothing_of_the_change_for_the_next_write(tmp_path: 
     assert sorted(EmbeddedMetadataStore(tmp_path, 0).topic("gone").partitions) == [0, 1]
 
 
-def test_topics_are_read_only_for_callers(tmp_path: Path) -> None:
+def test_topics_are_read_only_snapshots_for_callers(tmp_path: Path) -> None:
     """Only the store changes its topics (and writes the file, and tells the publisher): a caller holding
-    ``topics()`` can read it, sees later changes, and cannot add or remove a topic behind the store's back."""
+    ``topics()`` reads a consistent snapshot that later changes replace rather than edit, and cannot add
+    or remove a topic behind the store's back."""
     store = EmbeddedMetadataStore(tmp_path, 0)
     view = store.topics()
     clicks = store.create_topic("clicks", {0: [0]}, {})
+    assert "clicks" not in view  # replaced, not edited: a reader iterating it is never disturbed
+    view = store.topics()
     assert view["clicks"] is clicks
     with pytest.raises(TypeError):
         view["ghost"] = clicks  # type: ignore[index]
     with pytest.raises((TypeError, AttributeError)):
         view.pop("clicks")  # type: ignore[attr-defined]
+    store.set_topic_configs("clicks", {"retention.ms": "1"})
+    assert view["clicks"].configs == {}  # the topic object a reader holds does not change either
+    assert store.topic("clicks").configs == {"retention.ms": "1"}
     assert list(store.topics()) == ["clicks"]
     assert list(EmbeddedMetadataStore(tmp_path, 0).topics()) == ["clicks"]

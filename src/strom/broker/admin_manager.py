@@ -3,8 +3,9 @@
 Validation happens here (names, counts, replication factor against live
 brokers, topic configs) so CreateTopics, Metadata auto-creation and the CLI
 all get identical rules and error codes. Placement is ``replica_assignment``'s.
-Every method is a coroutine: in a cluster the brokers are read from and the
-writes go to ZooKeeper, off the event loop.
+Every method is a coroutine and calls the store's async writes, one path in both modes: in a
+cluster they go to ZooKeeper, on a single node to its controller (metadata/local_controller.py),
+which creates the logs first and writes the metadata file off the event loop.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING
 
 import kafka.errors as Errors
 
@@ -24,19 +24,13 @@ from strom.metadata.replica_assignment import (
 )
 from strom.metadata.store import MetadataStore, TopicMetadata
 
-if TYPE_CHECKING:
-    from strom.broker.replica_manager import ReplicaManager
-
 log = logging.getLogger(__name__)
 
 
 class AdminManager:
-    def __init__(self, config: BrokerConfig, metadata: MetadataStore,
-                 replica_manager: ReplicaManager | None = None) -> None:
+    def __init__(self, config: BrokerConfig, metadata: MetadataStore) -> None:
         self.config = config
         self.metadata = metadata
-        # When set, topic data is created before and deleted before the metadata changes (no half states).
-        self.replica_manager = replica_manager
 
     async def _brokers(self) -> list[BrokerMetadata]:
         return await self.metadata.assignable_brokers()
@@ -79,18 +73,10 @@ class AdminManager:
         if validate_only:
             return None
         log.info("creating topic %s with %d partitions", name, len(assignment))
-        rm = self.replica_manager
-        if rm is None:
-            return await self.metadata.create_topic_async(name, assignment, clean)
-        rm.create_topic_logs(name, assignment, clean)  # logs first: a failure leaves nothing behind
         try:
-            return self.metadata.create_topic(name, assignment, clean)
-        except Exception as exc:
-            if self.metadata.topic(name) is None:
-                rm.remove_topic_logs(name, assignment)
-            if isinstance(exc, OSError):
-                raise Errors.KafkaStorageError(f"cannot record topic {name} in the metadata: {exc}") from exc
-            raise
+            return await self.metadata.create_topic_async(name, assignment, clean)
+        except OSError as exc:
+            raise Errors.KafkaStorageError(f"cannot record topic {name} in the metadata: {exc}") from exc
 
     async def await_leaders(self, created: dict[str, TopicMetadata | tuple[uuid.UUID, Collection[int]]],
                             timeout_ms: int) -> set[str]:
@@ -112,18 +98,10 @@ class AdminManager:
         if not self.config.get("delete.topic.enable"):
             raise Errors.TopicDeletionDisabledError("Topic deletion is disabled.")
         log.info("deleting topic %s", name)
-        rm = self.replica_manager
-        if rm is None:
-            await self.metadata.delete_topic_async(name)
-            return topic
-        # Data first: the tombstone renames need no free space and make the deletion durable, and
-        # emptying them frees space, so the metadata write that follows can succeed on a full disk.
-        tombstoned = rm.tombstone_topic(topic)
         try:
-            self.metadata.delete_topic(name, recorded_elsewhere=tombstoned > 0)
+            await self.metadata.delete_topic_async(name)
         except OSError as exc:
             raise Errors.KafkaStorageError(f"cannot record the deletion of topic {name}: {exc}") from exc
-        await rm.purge_tombstones()
         return topic
 
     async def create_partitions(self, name: str, count: int, assignment: list[list[int]] | None,
@@ -159,19 +137,10 @@ class AdminManager:
                                              fixed_start_index=start, start_partition_id=current)
         if validate_only:
             return topic.topic_id, new
-        rm = self.replica_manager
-        if rm is None:
-            await self.metadata.add_partitions_async(name, new)
-            return topic.topic_id, new
-        rm.create_topic_logs(name, new, topic.configs)  # as for new topics: logs first, then the metadata
         try:
-            self.metadata.add_partitions(name, new)
-        except Exception as exc:
-            if not set(new) & set(topic.partitions):
-                rm.remove_topic_logs(name, new)
-            if isinstance(exc, OSError):
-                raise Errors.KafkaStorageError(f"cannot record the new partitions of {name}: {exc}") from exc
-            raise
+            await self.metadata.add_partitions_async(name, new)
+        except OSError as exc:
+            raise Errors.KafkaStorageError(f"cannot record the new partitions of {name}: {exc}") from exc
         return topic.topic_id, new
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str | None], validate_only: bool) -> None:

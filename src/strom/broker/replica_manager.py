@@ -11,7 +11,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -102,6 +102,16 @@ class LeaderAndIsrPartition:
     topic_id: uuid.UUID
     state: PartitionState
     is_new: bool = False
+
+
+def _record_topic_configs(topic: TopicMetadata, partition_dirs: list[str]) -> None:
+    """On a storage thread: partition dirs carry their topic's configs, so metadata can be checked and rebuilt."""
+    for directory in partition_dirs:
+        try:
+            ensure_topic_configs(directory, topic.configs)
+        except OSError as exc:
+            log.warning("could not record the configs of %s in %s: %s (retried at the next start)",
+                        topic.name, directory, exc)
 
 
 class FetcherManager(Protocol):
@@ -215,6 +225,8 @@ class ReplicaManager:
         # Unset on a single node, where no other replica could take over: there a full disk answers
         # KAFKA_STORAGE_ERROR per request and writes resume as soon as space returns.
         self.log_dir_failure_listener: Callable[[str], None] | None = None
+        # A single node: its controller applies every partition's leadership again (offline dirs back).
+        self.leadership_refresher: Callable[[], Awaitable[None]] | None = None
         # Metrics: per-topic traffic when the metrics endpoint is on; ISR changes this leader made.
         self.topic_stats: BrokerTopicStats | None = None
         self.isr_shrinks = 0
@@ -226,68 +238,32 @@ class ReplicaManager:
     def log_config_for(self, topic: TopicMetadata) -> LogConfig:
         return LogConfig.from_props({**self.config.topic_defaults(), **topic.configs})
 
-    def load_partitions(self) -> None:
-        """Attach every partition in the metadata to its log (creating missing logs)."""
-        for topic in self.metadata.topics().values():
-            self._ensure_partitions(topic, is_new=False)
-
-    def _ensure_partitions(self, topic: TopicMetadata, is_new: bool = True) -> None:
-        log_config = self.log_config_for(topic)
-        for state in topic.partitions.values():
-            if self.broker_id not in state.replicas:
-                continue
-            tp = (topic.name, state.partition)
-            part = self.partitions.get(tp)
-            if part is None:
-                try:
-                    plog = self.log_manager.get_or_create_log(topic.name, state.partition, log_config,
-                                                              is_new=is_new)
-                except Errors.KafkaStorageError as exc:
-                    if is_new:
-                        raise
-                    log.error("partition %s-%d is offline: %s", topic.name, state.partition, exc)
-                    self.offline_partitions.add(tp)
-                    continue
-                self._record_topic_in_dir(plog.directory, topic)
-                self.partitions[tp] = Partition(topic.name, state.partition, topic.topic_id, state, plog,
-                                                self.broker_id)
-            else:
-                part.update_state(state)
-                self.produce_purgatory.check_and_complete(tp)  # a shrunk ISR may move the HW
-
-    @staticmethod
-    def _record_topic_in_dir(directory: str, topic: TopicMetadata) -> None:
-        """The partition dir carries its topic id and configs, so metadata can be checked and rebuilt."""
-        try:
-            ensure_topic_id(directory, topic.topic_id)
-            ensure_topic_configs(directory, topic.configs)
-        except OSError as exc:
-            log.warning("could not record the topic id and configs of %s in %s: %s (retried at the next start)",
-                        topic.name, directory, exc)
-
-    def create_topic_logs(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> None:
-        """Create the logs of a new topic before the metadata commits it, so CreateTopics is all or nothing.
+    async def create_replica_logs(self, partitions: list[LeaderAndIsrPartition],
+                                  topic_configs: Callable[[str], dict[str, str]]) -> None:
+        """Create the logs of new replicas before the metadata records them (a single node's CreateTopics
+        and CreatePartitions are all or nothing), on their log dirs' storage threads.
 
         On failure (no file descriptors, no space) the logs created so far are removed again and
-        KafkaStorageError is raised; nothing of the topic remains.
+        KafkaStorageError is raised; nothing of them remains. The replicas attach at the LeaderAndIsr
+        that follows the metadata write, which finds these logs.
         """
-        log_config = LogConfig.from_props({**self.config.topic_defaults(), **configs})
-        created: list[int] = []
-        try:
-            for p, replicas in sorted(assignment.items()):
-                if self.broker_id in replicas:
-                    self.log_manager.get_or_create_log(name, p, log_config)
-                    created.append(p)
-        except Exception as exc:
-            self.remove_topic_logs(name, created)  # closes their files first: the cleanup may need descriptors
-            self.log_manager.remove_unattached_dirs(name, assignment)
-            if isinstance(exc, Errors.KafkaStorageError):
-                raise
-            raise Errors.KafkaStorageError(f"cannot create the logs of topic {name}: {exc}") from exc
+        opened = await self._open_new_replica_logs(partitions, topic_configs)
+        failed = next((r for r in opened.values() if isinstance(r, Errors.KafkaError)), None)
+        if failed is None:
+            return
+        await self.remove_replica_logs(partitions)
+        raise failed if isinstance(failed, Errors.KafkaStorageError) else Errors.KafkaStorageError(str(failed))
 
-    def remove_topic_logs(self, name: str, partitions: Iterable[int]) -> None:
-        """Undo create_topic_logs for a topic the metadata never recorded."""
-        partitions = list(partitions)
+    async def remove_replica_logs(self, partitions: list[LeaderAndIsrPartition]) -> None:
+        """Undo create_replica_logs for replicas the metadata never recorded (on a worker thread)."""
+        by_topic: dict[str, list[int]] = {}
+        for lp in partitions:
+            if (lp.topic, lp.state.partition) not in self.partitions:
+                by_topic.setdefault(lp.topic, []).append(lp.state.partition)
+        for name, indexes in by_topic.items():
+            await asyncio.get_running_loop().run_in_executor(None, self._remove_topic_logs, name, indexes)
+
+    def _remove_topic_logs(self, name: str, partitions: list[int]) -> None:
         for p in partitions:  # close every file first: removing directories needs descriptors too
             plog = self.log_manager.get_log(name, p)
             if plog is not None:
@@ -334,21 +310,31 @@ class ReplicaManager:
                                for d in dirs))
 
     def apply_topic_change(self, change: TopicChange) -> None:
-        """First step of every metadata change (see MetadataPublisher): logs and partition states."""
+        """What a metadata change means here besides leadership (which comes as LeaderAndIsr from the
+        controller, the ZooKeeper one or a single node's LocalController): configs and deletion."""
         topic = change.topic
-        if change.kind in (ChangeKind.CREATED, ChangeKind.PARTITIONS, ChangeKind.LEADERSHIP):
-            self._ensure_partitions(topic)
-        elif change.kind is ChangeKind.CONFIGS:
+        if change.kind is ChangeKind.CONFIGS:
             self.update_topic_configs(topic)
         elif change.kind is ChangeKind.DELETED:
-            self.tombstone_topic(topic)  # usually done already, before the metadata changed
+            self.tombstone_topic(topic)  # usually done already (StopReplica), before the metadata changed
 
     def update_topic_configs(self, topic: TopicMetadata) -> None:
+        """New overrides apply at once; each partition dir records them on its storage thread."""
         cfg = self.log_config_for(topic)
+        by_dir: dict[str, list[str]] = {}
         for (name, _), part in self.partitions.items():
             if name == topic.name:
                 part.update_log_config(cfg)
-                self._record_topic_in_dir(part.partition_dir, topic)
+                by_dir.setdefault(part.log_dir, []).append(part.partition_dir)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        for log_dir, dirs in by_dir.items():
+            if loop is None:
+                _record_topic_configs(topic, dirs)
+            else:
+                loop.run_in_executor(self.log_manager.executor_for(log_dir), _record_topic_configs, topic, dirs)
 
     def update_default_configs(self) -> None:
         """Broker-level topic defaults changed (a dynamic log.* key): every hosted log picks up the new
@@ -698,8 +684,8 @@ class ReplicaManager:
                 self.offline_partitions.clear()
             if self.log_dir_failure_listener is not None:
                 self.log_dir_failure_listener(log_dir)  # the controller asks again which replicas are offline
-            else:
-                self.load_partitions()
+            elif self.leadership_refresher is not None:
+                await self.leadership_refresher()  # a single node's controller sends its LeaderAndIsr again
         return recovered
 
     def get_partition(self, topic: str, partition: int) -> Partition:

@@ -87,6 +87,7 @@ from strom.coordinator.group.startup import create_group_coordinator
 from strom.coordinator.transaction.startup import create_transaction_coordinator
 from strom.coordinator.transaction.transaction_coordinator import TransactionCoordinator
 from strom.metadata.embedded import open_metadata_store
+from strom.metadata.local_controller import LocalController
 from strom.metadata.publisher import MetadataPublisher
 from strom.metadata.store import BrokerInfo, MetadataStore
 from strom.metadata.zk.kafka_zk_client import KafkaZkClient, SessionState
@@ -214,7 +215,7 @@ class KafkaServer:
             self.inter_broker_security = ClientSecurity.inter_broker(cfg)  # a bad setting stops the start here
             topic_configs, expected = await self._open_zookeeper(log_dirs)
         else:
-            self.metadata = open_metadata_store(log_dirs, self.broker_id, cfg.get("cluster.id") or None)
+            self.metadata = embedded = open_metadata_store(log_dirs, self.broker_id, cfg.get("cluster.id") or None)
             self._stop_with_metadata()
             self._load_dynamic_config()
             self._complete_interrupted_deletions()
@@ -240,8 +241,8 @@ class KafkaServer:
         if self.request_metrics is not None:
             self.replica_manager.topic_stats = BrokerTopicStats(self.request_metrics)
             self.apis.request_metrics = self.request_metrics
-        # In a cluster the controller creates and deletes replicas (LeaderAndIsr, StopReplica), not the admin path.
-        self.admin_manager = AdminManager(cfg, self.metadata, None if self.clustered else self.replica_manager)
+        # The controller creates and deletes replicas (LeaderAndIsr, StopReplica): ZooKeeper's, or a single node's own.
+        self.admin_manager = AdminManager(cfg, self.metadata)
         self.producer_id_manager = ProducerIdManager(self.metadata)
         self.publisher = MetadataPublisher(self.replica_manager)
         self.publisher.set_coordinator_sync(lambda c: sync_ownership(self, c))
@@ -252,7 +253,9 @@ class KafkaServer:
                 if (topic, partition) not in expected:
                     self.log_manager.set_aside_stray_log(topic, partition)
         else:
-            self.replica_manager.load_partitions()
+            local_controller = LocalController(embedded, self.publisher)
+            await local_controller.startup()  # every partition through LeaderAndIsr, as in a cluster
+            embedded.attach_controller(local_controller)
             self._set_aside_unhosted_logs()
             await self.replica_manager.purge_tombstones()
         self.group_coordinator: GroupCoordinator = create_group_coordinator(self, timer)
@@ -542,7 +545,7 @@ class KafkaServer:
 
     async def _retry_metadata_save(self) -> None:
         if self.metadata.save_pending:
-            self.metadata.retry_pending_save()
+            await asyncio.get_running_loop().run_in_executor(None, self.metadata.retry_pending_save)
         if self.replica_manager.purge_due and not self.metadata.save_pending:
             await self.replica_manager.purge_tombstones()
 

@@ -7,14 +7,18 @@ a topic half-created.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import logging
 import os
 import threading
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any, Protocol
 
 from strom.metadata.store import (
     AclListener,
@@ -56,7 +60,13 @@ class EmbeddedMetadataStore(MetadataStore):
         self._broker_id = broker_id
         self._lock = threading.Lock()
         self._brokers: dict[int, BrokerInfo] = {}
+        # Topics as the file has them, and as the broker serves them (published once applied); both
+        # are replaced whole on a change, never changed in place, so a reader on another thread or
+        # holding an earlier mapping always sees a consistent one.
         self._topics: dict[str, TopicMetadata] = {}
+        self._published: dict[str, TopicMetadata] = {}
+        self._controller: TopicController | None = None
+        self._writer: ThreadPoolExecutor | None = None  # one thread: writes never overlap, and keep their order
         self._next_producer_id = 0
         # Dynamic broker configs by entity: "<default>" or a broker id, as in ZooKeeper's /config/brokers.
         self._broker_configs: dict[str, dict[str, str]] = {}
@@ -96,30 +106,37 @@ class EmbeddedMetadataStore(MetadataStore):
                 for p in t["partitions"]
             }
             self._topics[t["name"]] = TopicMetadata(t["name"], uuid.UUID(t["topic_id"]), parts, dict(t["configs"]))
+        self._published = self._topics
 
-    def _save(self) -> None:
+    def _save(self, *, topics: Mapping[str, TopicMetadata] | None = None, next_producer_id: int | None = None,
+              broker_configs: dict[str, dict[str, str]] | None = None,
+              entity_configs: dict[str, dict[str, dict[str, str]]] | None = None,
+              acls: dict[ResourcePattern, frozenset[AccessControlEntry]] | None = None) -> None:
         """Write the whole file (temp file, fsync, rename), as before; only changed topics are re-encoded.
 
-        The file keeps its layout (``json.dumps(..., indent=1)`` of one document). Each topic's
-        part is encoded once and kept until that topic changes, so a change costs the encoding of
-        the topics it touched plus one write of the file, not an encoding of every topic.
+        Each part given replaces the store's current one in the written document (the caller adopts it
+        once the write succeeded). The file keeps its layout (``json.dumps(..., indent=1)`` of one
+        document). Each topic's part is encoded once and kept until that topic changes, so a change
+        costs the encoding of the topics it touched plus one write of the file.
         """
+        topics = self._topics if topics is None else topics
+        acls = self._acls if acls is None else acls
         head = json.dumps({
             "version": 1,
             "cluster_id": self.cluster_id,
-            "next_producer_id": self._next_producer_id,
-            "broker_configs": self._broker_configs,
-            "entity_configs": self._entity_configs,
+            "next_producer_id": self._next_producer_id if next_producer_id is None else next_producer_id,
+            "broker_configs": self._broker_configs if broker_configs is None else broker_configs,
+            "entity_configs": self._entity_configs if entity_configs is None else entity_configs,
             "acls": [{"resource_type": p.resource_type.camel, "name": p.name, "pattern_type": p.pattern_type.name,
                       "acls": json.loads(encode_acls(entries))["acls"]}
-                     for p, entries in sorted(self._acls.items(), key=lambda item: (item[0].resource_type,
-                                                                                   item[0].name,
-                                                                                   item[0].pattern_type))],
+                     for p, entries in sorted(acls.items(), key=lambda item: (item[0].resource_type,
+                                                                             item[0].name,
+                                                                             item[0].pattern_type))],
             "topics": [],
         }, indent=1)
-        if self._topics:  # the document ends in '"topics": []\n}': put the topics' parts in the list
-            topics = ",\n  ".join(self._encoded_topic(t) for t in self._topics.values())
-            head = head[:-len("[]\n}")] + "[\n  " + topics + "\n ]\n}"
+        if topics:  # the document ends in '"topics": []\n}': put the topics' parts in the list
+            parts = ",\n  ".join(self._encoded_topic(t) for t in topics.values())
+            head = head[:-len("[]\n}")] + "[\n  " + parts + "\n ]\n}"
         write_atomically(str(self._path), head.encode())
         self._save_pending = False
 
@@ -146,24 +163,30 @@ class EmbeddedMetadataStore(MetadataStore):
         self._encoded[topic.name] = (topic, text)
         return text
 
-    def _save_or_restore(self, topics: dict[str, TopicMetadata]) -> None:
-        """Save; if the write fails, put the topics back as they were so memory matches the file."""
-        try:
-            self._save()
-        except OSError:
-            self._topics = topics
-            raise
+    def _update(self, change: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """Read-modify-write of the file: ``change`` returns the parts it replaces (built from the current
+        ones, never mutating them); they are written, then adopted whole. A failed write adopts nothing,
+        so memory always matches the file. Runs on the writer thread (or in tools, before the broker)."""
+        with self._lock:
+            parts = change()
+            if not parts:
+                return parts
+            self._save(**parts)
+            for key, value in parts.items():
+                setattr(self, f"_{key}", value)
+            return parts
 
-    def _save_topic_or_undo(self, name: str, undo: Callable[[], None]) -> None:
-        """Save after changing topic ``name`` in place (its cached encoding goes); if the write fails,
-        undo the change so memory matches the file, and drop the encoding made of the changed topic."""
-        self._encoded.pop(name, None)
-        try:
-            self._save()
-        except OSError:
-            undo()
-            self._encoded.pop(name, None)
-            raise
+    def start_writer(self) -> ThreadPoolExecutor:
+        """The store's one writer thread, started now (at the broker's start-up: starting a thread waits
+        for it to run, which the first write would otherwise do on the event loop)."""
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="metadata-writer")
+            self._writer.submit(lambda: None).result()
+        return self._writer
+
+    async def _update_async(self, change: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        """``_update`` on the store's one writer thread: off the event loop, one write at a time, in order."""
+        return await asyncio.get_running_loop().run_in_executor(self.start_writer(), self._update, change)
 
     @property
     def save_pending(self) -> bool:
@@ -184,6 +207,11 @@ class EmbeddedMetadataStore(MetadataStore):
             log.info("pending metadata change written")
             return True
 
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
+
     # -- MetadataStore -------------------------------------------------------
     def register_broker(self, broker: BrokerInfo) -> None:
         self._brokers[broker.broker_id] = broker
@@ -195,135 +223,218 @@ class EmbeddedMetadataStore(MetadataStore):
         return self._broker_id
 
     def topics(self) -> Mapping[str, TopicMetadata]:
-        return MappingProxyType(self._topics)
+        """The topics the broker serves: written to the file and applied by the publisher."""
+        return MappingProxyType(self._published)
 
-    def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> TopicMetadata:
-        with self._lock:
-            if name in self._topics:
-                raise KeyError(name)
-            parts = {p: PartitionState(p, reps[0], 0, list(reps), list(reps)) for p, reps in assignment.items()}
-            topic = TopicMetadata(name, uuid.uuid4(), parts, dict(configs))
-            before = dict(self._topics)
-            self._topics[name] = topic
-            self._save_or_restore(before)
-        self._notify(ChangeKind.CREATED, topic)
-        return topic
+    def being_created(self, name: str) -> bool:
+        return name in self._topics and name not in self._published
 
-    def delete_topic(self, name: str, recorded_elsewhere: bool = False) -> None:
+    # -- topic changes: the primitives the single node's controller composes ------------------------
+    def recorded_topic(self, name: str) -> TopicMetadata | None:
+        """The topic as the file has it (it may not be published yet)."""
+        return self._topics.get(name)
+
+    def new_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> TopicMetadata:
+        """A topic not recorded yet, its partitions led by their first replica at leader epoch 0."""
+        if name in self._topics:
+            raise KeyError(name)
+        parts = {p: PartitionState(p, reps[0], 0, list(reps), list(reps)) for p, reps in assignment.items()}
+        return TopicMetadata(name, uuid.uuid4(), parts, dict(configs))
+
+    def with_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
+        """A recorded topic with partitions added (a new object: the published one is never changed)."""
+        topic = self._topics[name]
+        parts = dict(topic.partitions)
+        for p, reps in assignment.items():
+            parts[p] = PartitionState(p, reps[0], 0, list(reps), list(reps))
+        return dataclasses.replace(topic, partitions=parts)
+
+    def _record(self, topic: TopicMetadata) -> Callable[[], dict[str, Any]]:
+        def change() -> dict[str, Any]:
+            if topic.topic_id != getattr(self._topics.get(topic.name), "topic_id", topic.topic_id):
+                raise KeyError(topic.name)  # another topic of the name was recorded meanwhile
+            return {"topics": {**self._topics, topic.name: topic}}
+        return change
+
+    def _forget(self, name: str, recorded_elsewhere: bool) -> TopicMetadata:
         with self._lock:
-            before = dict(self._topics)
-            topic = self._topics.pop(name)
-            self._encoded.pop(name, None)
+            topic = self._topics[name]
+            topics = {n: t for n, t in self._topics.items() if n != name}
             try:
-                self._save()
+                self._save(topics=topics)
             except OSError as exc:
                 if not recorded_elsewhere:
-                    self._topics = before
                     raise
                 # The tombstoned partition dirs make the deletion durable; write the file later.
                 log.error("could not write metadata after deleting topic %s (%s); will retry", name, exc)
                 self._save_pending = True
-        self._notify(ChangeKind.DELETED, topic)
+            self._topics = topics
+            self._encoded.pop(name, None)
+            return topic
+
+    async def write_topic(self, topic: TopicMetadata) -> None:
+        """Record a new or changed topic durably (off the loop); the broker does not serve it yet."""
+        await self._update_async(self._record(topic))
+
+    async def write_deletion(self, name: str, recorded_elsewhere: bool = False) -> TopicMetadata:
+        """Forget a topic durably (off the loop); see ``delete_topic`` for ``recorded_elsewhere``."""
+        return await asyncio.get_running_loop().run_in_executor(self.start_writer(), self._forget, name,
+                                                                recorded_elsewhere)
+
+    def publish(self, kind: ChangeKind, topic: TopicMetadata) -> None:
+        """Serve a written change (on the loop, once the replica manager applied it) and tell the publisher.
+        The served mapping is replaced, never changed: a reader holding it keeps a consistent view."""
+        if kind is ChangeKind.DELETED:
+            self._published = {n: t for n, t in self._published.items() if n != topic.name}
+        else:
+            self._published = {**self._published, topic.name: topic}
+        self._metadata_changed()
+        self._notify(kind, topic)
+
+    def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> TopicMetadata:
+        topic = self.new_topic(name, assignment, configs)
+        self._update(self._record(topic))
+        self.publish(ChangeKind.CREATED, topic)
+        return topic
+
+    def delete_topic(self, name: str, recorded_elsewhere: bool = False) -> None:
+        self.publish(ChangeKind.DELETED, self._forget(name, recorded_elsewhere))
 
     def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
-        with self._lock:
-            topic = self._topics[name]
-            before = dict(topic.partitions)
-            for p, reps in assignment.items():
-                topic.partitions[p] = PartitionState(p, reps[0], 0, list(reps), list(reps))
-            self._save_topic_or_undo(name, lambda: setattr(topic, "partitions", before))
-        self._notify(ChangeKind.PARTITIONS, topic)
+        topic = self.with_partitions(name, assignment)
+        self._update(self._record(topic))
+        self.publish(ChangeKind.PARTITIONS, topic)
         return topic
 
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata:
-        with self._lock:
-            topic = self._topics[name]
-            before = topic.configs
-            topic.configs = dict(configs)
-            self._save_topic_or_undo(name, lambda: setattr(topic, "configs", before))
-        self._notify(ChangeKind.CONFIGS, topic)
+        topic = dataclasses.replace(self._topics[name], configs=dict(configs))
+        self._update(self._record(topic))
+        self.publish(ChangeKind.CONFIGS, topic)
+        return topic
+
+    def attach_controller(self, controller: TopicController | None) -> None:
+        """The single node's controller: topic writes go through it (logs first, leadership after)."""
+        self._controller = controller
+
+    async def create_topic_async(self, name: str, assignment: dict[int, list[int]],
+                                 configs: dict[str, str]) -> TopicMetadata:
+        if self._controller is not None:
+            return await self._controller.create_topic(name, assignment, configs)
+        topic = self.new_topic(name, assignment, configs)
+        await self.write_topic(topic)
+        self.publish(ChangeKind.CREATED, topic)
+        return topic
+
+    async def delete_topic_async(self, name: str, recorded_elsewhere: bool = False) -> None:
+        if self._controller is not None:
+            await self._controller.delete_topic(name)
+            return
+        self.publish(ChangeKind.DELETED, await self.write_deletion(name, recorded_elsewhere))
+
+    async def add_partitions_async(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
+        if self._controller is not None:
+            return await self._controller.add_partitions(name, assignment)
+        topic = self.with_partitions(name, assignment)
+        await self.write_topic(topic)
+        self.publish(ChangeKind.PARTITIONS, topic)
+        return topic
+
+    async def set_topic_configs_async(self, name: str, configs: dict[str, str]) -> TopicMetadata:
+        if self._controller is not None:
+            return await self._controller.set_topic_configs(name, configs)
+        topic = dataclasses.replace(self._topics[name], configs=dict(configs))
+        await self.write_topic(topic)
+        self.publish(ChangeKind.CONFIGS, topic)
         return topic
 
     def broker_configs(self, broker_id: int | None) -> dict[str, str]:
         return dict(self._broker_configs.get(_broker_entity(broker_id), {}))
 
     def set_broker_configs(self, broker_id: int | None, configs: dict[str, str]) -> None:
-        with self._lock:
-            entity = _broker_entity(broker_id)
-            before = dict(self._broker_configs)
+        entity = _broker_entity(broker_id)
+
+        def change() -> dict[str, Any]:
+            updated = {k: v for k, v in self._broker_configs.items() if k != entity}
             if configs:
-                self._broker_configs[entity] = dict(configs)
-            else:
-                self._broker_configs.pop(entity, None)
-            try:
-                self._save()
-            except OSError:
-                self._broker_configs = before
-                raise
+                updated[entity] = dict(configs)
+            return {"broker_configs": updated}
+
+        self._update(change)
 
     def all_entity_configs(self, entity_type: str) -> dict[str, dict[str, str]]:
         return {name: dict(c) for name, c in self._entity_configs.get(entity_type, {}).items()}
 
     async def set_entity_configs_async(self, entity_type: str, name: str, configs: dict[str, str]) -> None:
-        with self._lock:
-            before = {t: dict(names) for t, names in self._entity_configs.items()}
-            names = self._entity_configs.setdefault(entity_type, {})
+        def change() -> dict[str, Any]:
+            updated = dict(self._entity_configs)
+            names = {n: c for n, c in updated.get(entity_type, {}).items() if n != name}
             if configs:
                 names[name] = dict(configs)
-            else:
-                names.pop(name, None)
-            try:
-                self._save()
-            except OSError:
-                self._entity_configs = before
-                raise
+            updated[entity_type] = names
+            return {"entity_configs": updated}
+
+        await self._update_async(change)
         self._entity_changed(entity_type, name)
 
     def load_acls(self) -> dict[ResourcePattern, frozenset[AccessControlEntry]]:
         return dict(self._acls)
 
     async def update_acls_async(self, pattern: ResourcePattern, update: AclUpdate) -> frozenset[AccessControlEntry]:
-        with self._lock:
-            before = dict(self._acls)
-            entries = frozenset(update(self._acls.get(pattern, frozenset())))
-            if entries == before.get(pattern, frozenset()):
-                return entries
+        outcome: list[frozenset[AccessControlEntry]] = []
+
+        def change() -> dict[str, Any]:
+            current = self._acls.get(pattern, frozenset())
+            entries = frozenset(update(current))
+            outcome.append(entries)
+            if entries == current:
+                return {}
+            acls = {p: e for p, e in self._acls.items() if p != pattern}
             if entries:
-                self._acls[pattern] = entries
-            else:
-                self._acls.pop(pattern, None)
-            try:
-                self._save()
-            except OSError:
-                self._acls = before
-                raise
+                acls[pattern] = entries
+            return {"acls": acls}
+
+        if not await self._update_async(change):
+            return outcome[0]  # nothing changed: nothing written, no one told
         if self._acl_listener is not None:
-            self._acl_listener(pattern, entries)
-        return entries
+            self._acl_listener(pattern, outcome[0])
+        return outcome[0]
 
     def watch_acls(self, listener: AclListener) -> None:
         self._acl_listener = listener
 
     def restore_topics(self, topics: list[TopicMetadata], next_producer_id: int) -> None:
         """Recovery only (`strom storage recover-metadata`): add topics rebuilt from the log dirs, ids kept."""
-        with self._lock:
+        def change() -> dict[str, Any]:
+            restored = dict(self._topics)
             for topic in topics:
-                if topic.name in self._topics:
+                if topic.name in restored:
                     raise KeyError(topic.name)
-                self._topics[topic.name] = topic
-            self._next_producer_id = max(self._next_producer_id, next_producer_id)
-            self._save()
+                restored[topic.name] = topic
+            return {"topics": restored, "next_producer_id": max(self._next_producer_id, next_producer_id)}
+
+        self._published = self._update(change)["topics"]
 
     def allocate_producer_id_block(self, size: int) -> int:
-        with self._lock:
-            first = self._next_producer_id
-            self._next_producer_id += size
-            try:
-                self._save()
-            except OSError:
-                self._next_producer_id = first
-                raise
-            return first
+        return self._update(self._allocate(size))["next_producer_id"] - size
+
+    async def allocate_producer_id_block_async(self, size: int) -> int:
+        return (await self._update_async(self._allocate(size)))["next_producer_id"] - size
+
+    def _allocate(self, size: int) -> Callable[[], dict[str, Any]]:
+        return lambda: {"next_producer_id": self._next_producer_id + size}
+
+
+class TopicController(Protocol):
+    """What runs a single node's topic writes: the in-process controller (metadata/local_controller.py)."""
+
+    async def create_topic(self, name: str, assignment: dict[int, list[int]],
+                           configs: dict[str, str]) -> TopicMetadata: ...
+
+    async def delete_topic(self, name: str) -> None: ...
+
+    async def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata: ...
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata: ...
 
 
 def _broker_entity(broker_id: int | None) -> str:
