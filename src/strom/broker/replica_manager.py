@@ -20,7 +20,8 @@ import kafka.errors as Errors
 from strom.broker.handlers import error_code_of, error_message_of
 from strom.broker.partition import READ_COMMITTED, READ_UNCOMMITTED, IsrChangeSender, Partition
 from strom.config import BrokerConfig
-from strom.metadata.store import ChangeKind, MetadataStore, PartitionState, TopicChange, TopicMetadata
+from strom.metadata.image import MetadataDelta
+from strom.metadata.store import MetadataStore, PartitionState, TopicMetadata
 from strom.metrics.topic_stats import BrokerTopicStats
 from strom.protocol.record_batch import build_control_batch
 from strom.server_common.purgatory import DelayedOperation, DelayedOperationPurgatory
@@ -309,13 +310,12 @@ class ReplicaManager:
         await asyncio.gather(*(self.log_manager.run_in_dir(d, self.log_manager.purge_tombstones, live, d)
                                for d in dirs))
 
-    def apply_topic_change(self, change: TopicChange) -> None:
-        """What a metadata change means here besides leadership (which comes as LeaderAndIsr from the
+    def apply_delta(self, delta: MetadataDelta) -> None:
+        """What a metadata delta means here besides leadership (which comes as LeaderAndIsr from the
         controller, the ZooKeeper one or a single node's LocalController): configs and deletion."""
-        topic = change.topic
-        if change.kind is ChangeKind.CONFIGS:
-            self.update_topic_configs(topic)
-        elif change.kind is ChangeKind.DELETED:
+        for name in delta.configs_changed:
+            self.update_topic_configs(delta.topics[name])
+        for topic in delta.deleted.values():
             self.tombstone_topic(topic)  # usually done already (StopReplica), before the metadata changed
 
     def update_topic_configs(self, topic: TopicMetadata) -> None:

@@ -17,14 +17,13 @@ import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Protocol
 
+from strom.metadata.image import MetadataDelta, MetadataImage
 from strom.metadata.store import (
     AclListener,
     AclUpdate,
     BrokerInfo,
-    ChangeKind,
     MetadataStore,
     PartitionState,
     TopicMetadata,
@@ -59,12 +58,10 @@ class EmbeddedMetadataStore(MetadataStore):
         self._path = Path(data_dir) / METADATA_FILE
         self._broker_id = broker_id
         self._lock = threading.Lock()
-        self._brokers: dict[int, BrokerInfo] = {}
-        # Topics as the file has them, and as the broker serves them (published once applied); both
-        # are replaced whole on a change, never changed in place, so a reader on another thread or
-        # holding an earlier mapping always sees a consistent one.
+        # Topics as the file has them (replaced whole on a change, never changed in place, so the writer
+        # thread and the loop never see one half-changed); the broker serves the image, published once
+        # a change is applied.
         self._topics: dict[str, TopicMetadata] = {}
-        self._published: dict[str, TopicMetadata] = {}
         self._controller: TopicController | None = None
         self._writer: ThreadPoolExecutor | None = None  # one thread: writes never overlap, and keep their order
         self._next_producer_id = 0
@@ -81,6 +78,7 @@ class EmbeddedMetadataStore(MetadataStore):
         # to a topic drops its entry (or replaces the object), so the next save encodes it again.
         self._encoded: dict[str, tuple[TopicMetadata, str]] = {}
         self.cluster_id = cluster_id or _random_cluster_id()
+        self._image = MetadataImage(controller_id=broker_id)
         if self._path.exists():
             self._load()
         else:
@@ -106,7 +104,7 @@ class EmbeddedMetadataStore(MetadataStore):
                 for p in t["partitions"]
             }
             self._topics[t["name"]] = TopicMetadata(t["name"], uuid.UUID(t["topic_id"]), parts, dict(t["configs"]))
-        self._published = self._topics
+        self._image = MetadataImage.of(self._topics.values(), controller_id=self._broker_id)
 
     def _save(self, *, topics: Mapping[str, TopicMetadata] | None = None, next_producer_id: int | None = None,
               broker_configs: dict[str, dict[str, str]] | None = None,
@@ -214,20 +212,10 @@ class EmbeddedMetadataStore(MetadataStore):
 
     # -- MetadataStore -------------------------------------------------------
     def register_broker(self, broker: BrokerInfo) -> None:
-        self._brokers[broker.broker_id] = broker
-
-    def live_brokers(self) -> list[BrokerInfo]:
-        return list(self._brokers.values())
-
-    def controller_id(self) -> int:
-        return self._broker_id
-
-    def topics(self) -> Mapping[str, TopicMetadata]:
-        """The topics the broker serves: written to the file and applied by the publisher."""
-        return MappingProxyType(self._published)
+        self.publish_delta(MetadataDelta(brokers={**self._image.brokers, broker.broker_id: broker}))
 
     def being_created(self, name: str) -> bool:
-        return name in self._topics and name not in self._published
+        return name in self._topics and name not in self._image.topics
 
     # -- topic changes: the primitives the single node's controller composes ------------------------
     def recorded_topic(self, name: str) -> TopicMetadata | None:
@@ -281,35 +269,25 @@ class EmbeddedMetadataStore(MetadataStore):
         return await asyncio.get_running_loop().run_in_executor(self.start_writer(), self._forget, name,
                                                                 recorded_elsewhere)
 
-    def publish(self, kind: ChangeKind, topic: TopicMetadata) -> None:
-        """Serve a written change (on the loop, once the replica manager applied it) and tell the publisher.
-        The served mapping is replaced, never changed: a reader holding it keeps a consistent view."""
-        if kind is ChangeKind.DELETED:
-            self._published = {n: t for n, t in self._published.items() if n != topic.name}
-        else:
-            self._published = {**self._published, topic.name: topic}
-        self._metadata_changed()
-        self._notify(kind, topic)
-
     def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> TopicMetadata:
         topic = self.new_topic(name, assignment, configs)
         self._update(self._record(topic))
-        self.publish(ChangeKind.CREATED, topic)
+        self.publish_delta(MetadataDelta.of([topic]))
         return topic
 
     def delete_topic(self, name: str, recorded_elsewhere: bool = False) -> None:
-        self.publish(ChangeKind.DELETED, self._forget(name, recorded_elsewhere))
+        self.publish_delta(MetadataDelta.of(deleted=[self._forget(name, recorded_elsewhere)]))
 
     def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
         topic = self.with_partitions(name, assignment)
         self._update(self._record(topic))
-        self.publish(ChangeKind.PARTITIONS, topic)
+        self.publish_delta(MetadataDelta.of([topic]))
         return topic
 
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata:
         topic = dataclasses.replace(self._topics[name], configs=dict(configs))
         self._update(self._record(topic))
-        self.publish(ChangeKind.CONFIGS, topic)
+        self.publish_delta(MetadataDelta.of([topic], configs_changed=[name]))
         return topic
 
     def attach_controller(self, controller: TopicController | None) -> None:
@@ -322,21 +300,21 @@ class EmbeddedMetadataStore(MetadataStore):
             return await self._controller.create_topic(name, assignment, configs)
         topic = self.new_topic(name, assignment, configs)
         await self.write_topic(topic)
-        self.publish(ChangeKind.CREATED, topic)
+        self.publish_delta(MetadataDelta.of([topic]))
         return topic
 
     async def delete_topic_async(self, name: str, recorded_elsewhere: bool = False) -> None:
         if self._controller is not None:
             await self._controller.delete_topic(name)
             return
-        self.publish(ChangeKind.DELETED, await self.write_deletion(name, recorded_elsewhere))
+        self.publish_delta(MetadataDelta.of(deleted=[await self.write_deletion(name, recorded_elsewhere)]))
 
     async def add_partitions_async(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
         if self._controller is not None:
             return await self._controller.add_partitions(name, assignment)
         topic = self.with_partitions(name, assignment)
         await self.write_topic(topic)
-        self.publish(ChangeKind.PARTITIONS, topic)
+        self.publish_delta(MetadataDelta.of([topic]))
         return topic
 
     async def set_topic_configs_async(self, name: str, configs: dict[str, str]) -> TopicMetadata:
@@ -344,7 +322,7 @@ class EmbeddedMetadataStore(MetadataStore):
             return await self._controller.set_topic_configs(name, configs)
         topic = dataclasses.replace(self._topics[name], configs=dict(configs))
         await self.write_topic(topic)
-        self.publish(ChangeKind.CONFIGS, topic)
+        self.publish_delta(MetadataDelta.of([topic], configs_changed=[name]))
         return topic
 
     def broker_configs(self, broker_id: int | None) -> dict[str, str]:
@@ -412,7 +390,8 @@ class EmbeddedMetadataStore(MetadataStore):
                 restored[topic.name] = topic
             return {"topics": restored, "next_producer_id": max(self._next_producer_id, next_producer_id)}
 
-        self._published = self._update(change)["topics"]
+        recorded = self._update(change)["topics"]
+        self._image = MetadataImage.of(recorded.values(), self._image.brokers.values(), self._image.controller_id)
 
     def allocate_producer_id_block(self, size: int) -> int:
         return self._update(self._allocate(size))["next_producer_id"] - size

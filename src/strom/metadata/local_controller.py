@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 import kafka.errors as Errors
 
 from strom.broker.replica_manager import LeaderAndIsrPartition
-from strom.metadata.store import ChangeKind, TopicMetadata
+from strom.metadata.image import MetadataDelta
+from strom.metadata.store import TopicMetadata
 
 if TYPE_CHECKING:
     from strom.metadata.embedded import EmbeddedMetadataStore
@@ -91,7 +92,7 @@ class LocalController:
             topic = self.store.new_topic(name, assignment, configs)
             await self._write_with_logs(topic, self.leadership(topic, is_new=True))
             await self._apply(self.leadership(topic, is_new=True))
-            self.store.publish(ChangeKind.CREATED, topic)
+            self.store.publish_delta(MetadataDelta.of([topic]))
             return topic
 
     async def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
@@ -100,7 +101,7 @@ class LocalController:
             new = self.leadership(topic, assignment, is_new=True)
             await self._write_with_logs(topic, new)
             await self._apply(new)
-            self.store.publish(ChangeKind.PARTITIONS, topic)
+            self.store.publish_delta(MetadataDelta.of([topic]))
             return topic
 
     async def _write_with_logs(self, topic: TopicMetadata, new: list[LeaderAndIsrPartition]) -> None:
@@ -118,7 +119,7 @@ class LocalController:
             topic = dataclasses.replace(self.store.recorded_topic(name) or self.store.topics()[name],
                                         configs=dict(configs))
             await self.store.write_topic(topic)
-            self.store.publish(ChangeKind.CONFIGS, topic)  # the replica manager applies them to the logs
+            self.store.publish_delta(MetadataDelta.of([topic], configs_changed=[name]))  # the logs take them
             return topic
 
     async def delete_topic(self, name: str) -> None:
@@ -134,5 +135,5 @@ class LocalController:
             errors = await self.publisher.stop_replicas(LOCAL_CONTROLLER_EPOCH, doomed)
             tombstoned = sum(1 for tp in hosted if not errors.get(tp))
             forgotten = await self.store.write_deletion(name, recorded_elsewhere=tombstoned > 0)
-            self.store.publish(ChangeKind.DELETED, forgotten)
+            self.store.publish_delta(MetadataDelta.of(deleted=[forgotten]))
             await rm.purge_tombstones()

@@ -1,8 +1,14 @@
-"""MetadataPublisher: turns typed metadata changes into explicit, ordered calls on the broker.
+"""MetadataPublisher: turns metadata deltas into explicit, ordered calls on the broker.
 
-Kafka's broker applies a metadata delta in one place (``applyDelta``): first the replica
-manager (logs, leadership), then the coordinators whose internal topic changed. Listener
-lists made that order an accident of registration; here it is the code below.
+Kafka's broker applies a metadata delta in one place (``applyDelta``); so does this, in a fixed
+order, the same for a cluster and a single node:
+1. the replica manager: configs of hosted logs, deleted topics (leadership comes as LeaderAndIsr,
+   ``apply_leadership``, from the ZooKeeper controller or a single node's LocalController);
+2. the coordinators whose internal topic the delta touched: load what this broker now leads,
+   unload the rest.
+Client entities (quotas, SCRAM) and ACLs are not topic metadata: the store tells their listeners
+(the quota manager, the SCRAM cache, the authorizer) after its own write, independently of topics.
+Listener lists made the order an accident of registration; here it is the code below.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from strom.metadata.store import TopicChange
+from strom.metadata.image import MetadataDelta
 
 if TYPE_CHECKING:
     from strom.broker.replica_manager import LeaderAndIsrPartition, ReplicaManager
@@ -35,11 +41,14 @@ class MetadataPublisher:
     def set_coordinator_sync(self, sync: Callable[[PartitionedCoordinator], None]) -> None:
         self._sync = sync
 
-    def publish(self, change: TopicChange) -> None:
+    def publish(self, delta: MetadataDelta) -> None:
+        names = delta.topic_names
+        if not names:
+            return  # brokers or the controller only: nothing here depends on them
         # 1. Partitions and logs: a coordinator may only load what the replica manager hosts.
-        self.replica_manager.apply_topic_change(change)
+        self.replica_manager.apply_delta(delta)
         # 2. Coordinators of internal topics: load what we now lead, unload what we lost.
-        self.sync_coordinators({change.topic.name})
+        self.sync_coordinators(names)
 
     async def apply_leadership(self, controller_epoch: int, partitions: list[LeaderAndIsrPartition],
                          topic_configs: Callable[[str], dict[str, str]]) -> dict[TopicPartition, int]:

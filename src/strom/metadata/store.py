@@ -9,13 +9,13 @@ replication. Keeping topic IDs, partition assignments and topic configs here
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
+from strom.metadata.image import MetadataDelta, MetadataImage
 from strom.metadata.replica_assignment import BrokerMetadata
 from strom.security.acl import AccessControlEntry, ResourcePattern
 
@@ -71,24 +71,8 @@ class TopicMetadata:
         return len(first.replicas) if first else 0
 
 
-class ChangeKind(enum.Enum):
-    CREATED = "created"
-    DELETED = "deleted"
-    PARTITIONS = "partitions"  # partitions added
-    CONFIGS = "configs"
-    LEADERSHIP = "leadership"  # leader, epoch or ISR of some partitions changed
-
-
-@dataclass(frozen=True, slots=True)
-class TopicChange:
-    """One typed change of the cluster metadata, handed to the broker's MetadataPublisher."""
-
-    kind: ChangeKind
-    topic: TopicMetadata
-
-
-# The one subscriber of a store: the broker's MetadataPublisher, which turns changes into ordered calls.
-MetadataListener = Callable[[TopicChange], None]
+# The one subscriber of a store: the broker's MetadataPublisher, which turns deltas into ordered calls.
+MetadataListener = Callable[[MetadataDelta], None]
 
 
 EntityListener = Callable[[str, str], None]
@@ -104,7 +88,7 @@ class MetadataStore(ABC):
 
     def __init__(self) -> None:
         self._publisher: MetadataListener | None = None
-        self._topics_by_id: dict[uuid.UUID, TopicMetadata] = {}
+        self._image = MetadataImage()  # what the broker serves; replaced by publish_delta, never changed
         self._changed: asyncio.Future[None] | None = None  # resolved by the next metadata update
         self._entity_listeners: list[EntityListener] = []
 
@@ -112,27 +96,36 @@ class MetadataStore(ABC):
         """One subscriber, not a listener list: the order of reactions is the publisher's explicit code."""
         self._publisher = publisher
 
-    def _notify(self, kind: ChangeKind, topic: TopicMetadata) -> None:
+    @property
+    def image(self) -> MetadataImage:
+        return self._image
+
+    def publish_delta(self, delta: MetadataDelta) -> None:
+        """The one way the served metadata changes (on the loop): the image is replaced, waiters in
+        ``await_leaders`` / ``await_deleted`` wake, and the publisher applies the delta in its order.
+        A store produces deltas from its source of truth; a Raft metadata log would be one more producer."""
+        self._image = self._image.apply(delta)
+        self._metadata_changed()
         if self._publisher is not None:
-            self._publisher(TopicChange(kind, topic))
+            self._publisher(delta)
 
     @abstractmethod
     def register_broker(self, broker: BrokerInfo) -> None: ...
 
-    @abstractmethod
-    def live_brokers(self) -> list[BrokerInfo]: ...
+    def live_brokers(self) -> list[BrokerInfo]:
+        return list(self._image.brokers.values())
 
     async def assignable_brokers(self) -> list[BrokerMetadata]:
         """Brokers new replicas may be placed on, with their racks, by id
         (Kafka's AdminZkClient asks ZooKeeper, not the cache)."""
         return sorted(BrokerMetadata(b.broker_id, b.rack) for b in self.live_brokers())
 
-    @abstractmethod
-    def controller_id(self) -> int: ...
+    def controller_id(self) -> int:
+        return self._image.controller_id
 
-    @abstractmethod
     def topics(self) -> Mapping[str, TopicMetadata]:
-        """Every topic by name, read-only: only the store changes its topics, and it tells the publisher."""
+        """Every topic by name: the current image's read-only mapping (a later change replaces it)."""
+        return self._image.topics
 
     def topic(self, name: str) -> TopicMetadata | None:
         return self.topics().get(name)
@@ -203,17 +196,8 @@ class MetadataStore(ABC):
         return set()
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicMetadata | None:
-        """O(1) for Fetch v13+, which names topics by id on every request.
-
-        The index validates itself (the entry must still be the live topic of its name) and is
-        rebuilt on a miss, so no mutation path (including rollbacks) has to maintain it.
-        """
-        t = self._topics_by_id.get(topic_id)
-        if t is not None and self.topics().get(t.name) is t:
-            return t
-        index = {t.topic_id: t for t in self.topics().values()}
-        self._topics_by_id = index
-        return index.get(topic_id)
+        """O(1) for Fetch v13+, which names topics by id on every request."""
+        return self._image.topics_by_id.get(topic_id)
 
     @abstractmethod
     def create_topic(self, name: str, assignment: dict[int, list[int]], configs: dict[str, str]) -> TopicMetadata:

@@ -23,22 +23,22 @@ default executor never delays them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
-from types import MappingProxyType
 from typing import Any, TypeVar
 
 import kafka.errors as Errors
 
+from strom.metadata.image import MetadataDelta
 from strom.metadata.replica_assignment import BrokerMetadata
 from strom.metadata.store import (
     AclListener,
     AclUpdate,
     BrokerInfo,
-    ChangeKind,
     MetadataStore,
     PartitionState,
     TopicMetadata,
@@ -75,11 +75,8 @@ class ZkMetadataStore(MetadataStore):
         self.broker_id = broker_id
         self.cluster_id = cluster_id
         self.broker_epoch = -1
-        self._topics: dict[str, TopicMetadata] = {}
         self._created: dict[str, float] = {}  # in ZooKeeper, not in the cache yet: name -> loop time learnt
         self._configs: dict[str, dict[str, str]] = {}
-        self._brokers: dict[int, BrokerInfo] = {}
-        self._controller_id = -1
         self._loop = asyncio.get_running_loop()
         self._executor = ThreadPoolExecutor(max_workers=ZK_WORKERS, thread_name_prefix=f"zk-metadata-{broker_id}")
         self._seen_changes: set[str] | None = set()  # None until the /config/changes watch first delivers
@@ -127,16 +124,17 @@ class ZkMetadataStore(MetadataStore):
         self.broker_epoch = self.zk.register_broker(
             broker.broker_id, [f"{name}://{host}:{port}" for name, (host, port) in endpoints.items()],
             rack=broker.rack, listener_security_protocol_map=self.protocol_map)
-        self._brokers.setdefault(broker.broker_id, broker)
+        self._to_loop(self._add_broker, broker)  # before the caller's await returns: FIFO on the loop
+
+    def _add_broker(self, broker: BrokerInfo) -> None:
+        if broker.broker_id not in self._image.brokers:
+            self.publish_delta(MetadataDelta(brokers={**self._image.brokers, broker.broker_id: broker}))
 
     def reregister(self) -> None:
         """After a lost session: the ephemeral znode is gone, register again (a new broker epoch)."""
         if self._me is not None:
             self.register_broker(self._me)
             log.info("re-registered broker %d in ZooKeeper (broker epoch %d)", self.broker_id, self.broker_epoch)
-
-    def live_brokers(self) -> list[BrokerInfo]:
-        return list(self._brokers.values())
 
     async def assignable_brokers(self) -> list[BrokerMetadata]:
         """Registered brokers and their racks as ZooKeeper says now (the cache lags behind a broker
@@ -145,24 +143,18 @@ class ZkMetadataStore(MetadataStore):
         registered = await self._off_loop(self.zk.get_all_brokers)
         return sorted(BrokerMetadata(b.id, b.rack) for b in registered.values())
 
-    def controller_id(self) -> int:
-        return self._controller_id
-
-    def topics(self) -> Mapping[str, TopicMetadata]:
-        return MappingProxyType(self._topics)
-
     def being_created(self, name: str) -> bool:
         since = self._created.get(name)
         if since is None:
             return False
-        if name in self._topics or self._loop.time() - since > CREATED_MEMORY_S:
+        if name in self._image.topics or self._loop.time() - since > CREATED_MEMORY_S:
             del self._created[name]
             return False
         return True
 
     def _note_created(self, name: str) -> None:
         """On the loop: the topic exists in ZooKeeper (we wrote it, or found it there)."""
-        if name not in self._topics:
+        if name not in self._image.topics:
             self._created[name] = self._loop.time()
 
     async def read_topic_async(self, name: str) -> TopicMetadata | None:
@@ -171,7 +163,7 @@ class ZkMetadataStore(MetadataStore):
         got = await self._off_loop(self.zk.get_topic_assignment, name)
         if got is None:
             return None
-        cached = self._topics.get(name)
+        cached = self._image.topics.get(name)
         # A znode written by an old tool may lack the topic id: the cache's, or none yet.
         topic_id = got.topic_id or (cached.topic_id if cached is not None else uuid.UUID(int=0))
         known = cached.partitions if cached is not None and cached.topic_id == topic_id else {}
@@ -204,31 +196,34 @@ class ZkMetadataStore(MetadataStore):
     # -- UpdateMetadata ------------------------------------------------------------------------------
     def apply_update_metadata(self, controller_id: int, brokers: list[BrokerInfo],
                               topics: list[tuple[str, uuid.UUID | None, list[PartitionState]]]) -> None:
-        """Merge the controller's partition states; a leader of -2 means the partition is being deleted."""
-        self._controller_id = controller_id
-        self._brokers = {b.broker_id: b for b in brokers}
+        """Merge the controller's partition states into one delta; a leader of -2 means the partition is
+        being deleted. Only the topics named are copied (with their partitions), never the others."""
+        changed: dict[str, TopicMetadata] = {}
+        deleted: dict[str, TopicMetadata] = {}
+        current = self._image.topics
         for name, topic_id, states in topics:
-            topic = self._topics.get(name)
-            deleting = [s for s in states if s.leader == LEADER_DURING_DELETE]
+            topic = changed.get(name) or current.get(name)
+            deleting = {s.partition for s in states if s.leader == LEADER_DURING_DELETE}
             if deleting:
                 self._created.pop(name, None)
                 if topic is not None:
-                    for s in deleting:
-                        topic.partitions.pop(s.partition, None)
-                    if not topic.partitions:
-                        del self._topics[name]
+                    left = {p: s for p, s in topic.partitions.items() if p not in deleting}
+                    if left:
+                        changed[name] = dataclasses.replace(topic, partitions=left)
+                    else:
+                        changed.pop(name, None)
+                        deleted[name] = current.get(name, topic)
                         self._configs.pop(name, None)
-                        self._notify(ChangeKind.DELETED, topic)
                 continue
             if topic is None:
                 if topic_id is None:
                     continue
                 topic = TopicMetadata(name, topic_id, {}, dict(self.topic_configs(name)))
-                self._topics[name] = topic
                 self._created.pop(name, None)
-            for s in states:
-                topic.partitions[s.partition] = s
-        self._metadata_changed()
+            changed[name] = dataclasses.replace(topic, partitions={**topic.partitions,
+                                                                   **{s.partition: s for s in states}})
+        self.publish_delta(MetadataDelta(changed, {n: t for n, t in deleted.items() if n in current},
+                                         brokers={b.broker_id: b for b in brokers}, controller_id=controller_id))
 
     def _on_config_changes(self, children: list[str]) -> None:
         seen, self._seen_changes = self._seen_changes, set(children)
@@ -254,18 +249,20 @@ class ZkMetadataStore(MetadataStore):
     async def _reload_topic_configs(self) -> None:
         """Which entity changed is in each notification; re-reading every known topic is simpler and
         cheap. Read off the loop, applied on it."""
-        names = list(self._topics)
+        names = list(self._image.topics)
         try:
             got = await self._off_loop(lambda: {n: self.zk.get_topic_configs(n) for n in names})
         except Exception:  # noqa: BLE001 - ZooKeeper away: the next notification reads again
             log.warning("could not re-read topic configs after a config change", exc_info=True)
             return
+        changed = []
         for name, configs in got.items():
-            topic = self._topics.get(name)
+            topic = self._image.topics.get(name)
             if topic is not None and configs != topic.configs:
-                topic.configs = dict(configs)
+                changed.append(dataclasses.replace(topic, configs=dict(configs)))
                 self._configs[name] = dict(configs)
-                self._notify(ChangeKind.CONFIGS, topic)
+        if changed:
+            self.publish_delta(MetadataDelta.of(changed, configs_changed=[t.name for t in changed]))
 
     # -- client entities (/config/users, /config/clients) -----------------------------------------
     def load_entities(self) -> None:
@@ -415,7 +412,7 @@ class ZkMetadataStore(MetadataStore):
     async def add_partitions_async(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
         self._require_zookeeper()
         topic_id = await self._off_loop(self._write_partitions, name, assignment)
-        cached = self._topics.get(name)
+        cached = self._image.topics.get(name)
         if cached is not None:
             return cached
         # Not in the cache yet (created a moment ago): what was written, leaders to come.
@@ -437,7 +434,7 @@ class ZkMetadataStore(MetadataStore):
         return current.topic_id
 
     def _cached_topic(self, name: str) -> TopicMetadata:
-        topic = self._topics.get(name)
+        topic = self._image.topics.get(name)
         if topic is None:
             raise KeyError(name)
         return topic
@@ -453,10 +450,9 @@ class ZkMetadataStore(MetadataStore):
         return self._configs_written(name, configs)
 
     def _configs_written(self, name: str, configs: dict[str, str]) -> TopicMetadata:
-        topic = self._cached_topic(name)
-        topic.configs = dict(configs)
+        topic = dataclasses.replace(self._cached_topic(name), configs=dict(configs))
         self._configs[name] = dict(configs)
-        self._notify(ChangeKind.CONFIGS, topic)
+        self.publish_delta(MetadataDelta.of([topic], configs_changed=[name]))
         return topic
 
     def broker_configs(self, broker_id: int | None) -> dict[str, str]:
