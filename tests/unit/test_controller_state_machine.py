@@ -739,3 +739,70 @@ async def test_after_a_lost_session_a_broker_stands_for_controller_only_once_reg
                if w.path.startswith(zd.TOPICS_PATH) and w.data]
     assert all(s.leader != -1 for s in written), f"a partition was taken offline: {written}"
     assert c.state("t", 0).leader in (1, 2, 3) and c.state("t", 1).leader in (1, 2, 3)
+
+
+# -- many partitions: batched ZooKeeper writes ----------------------------------------------------------
+
+def count_state_writes(c: Cluster) -> dict[str, int]:
+    """Count the controller session's partition-state writes: single ones and batches (multi-ops)."""
+    session = c.sessions[CONTROLLER_ID]
+    counts = {"single": 0, "batches": 0}
+    single, batch = session.update_partition_state, session.update_partition_states
+
+    def one(*args: Any) -> int:
+        counts["single"] += 1
+        return single(*args)
+
+    def many(*args: Any) -> dict[tuple[str, int], int]:
+        counts["batches"] += 1
+        return batch(*args)
+
+    session.update_partition_state = one  # type: ignore[method-assign]
+    session.update_partition_states = many  # type: ignore[method-assign]
+    return counts
+
+
+@scenario_with()
+async def test_a_broker_failure_over_many_partitions_is_written_in_a_few_multi_ops(c: Cluster) -> None:
+    """1,200 partitions lose broker 3 from their ISR (and 400 their leader): ZooKeeper gets a few batches
+    of ZK_STATE_BATCH states, not 1,200 round trips, and every broker hears of each change."""
+    from strom.controller.controller import ZK_STATE_BATCH
+
+    rotations = ([1, 2, 3], [2, 3, 1], [3, 1, 2])
+    c.create_topic("many", {p: rotations[p % 3] for p in range(1200)})
+    await c.start()
+    counts = count_state_writes(c)
+    mark = c.mark()
+    c.kill_broker(3)
+    await eventually(lambda: all(3 not in c.state("many", p).isr for p in range(0, 1200, 7)), "broker 3 out")
+    await settle(c.controller)
+    for p in range(1200):
+        state = c.state("many", p)
+        assert 3 not in state.isr and state.leader in (1, 2) and state.leader_epoch == 1, (p, state)
+    assert counts == {"single": 0, "batches": -(-1200 // ZK_STATE_BATCH)}
+    sent = leader_and_isr_by_broker(c.sent_since(mark, LeaderAndIsrRequest))
+    assert len(sent[1]) == len(sent[2]) == 1200 and 3 not in sent
+
+
+@scenario_with()
+async def test_a_batch_that_meets_a_changed_state_is_written_one_by_one(c: Cluster) -> None:
+    """A leader's ISR change lands between the controller's read and its batch: ZooKeeper refuses the whole
+    multi-op; the controller writes those partitions one at a time, re-deciding the raced one from what it
+    reads back, so the other leader's change is kept and broker 3 still leaves every ISR."""
+    c.create_topic("t", {p: [1, 2, 3] for p in range(6)})
+    await c.start()
+    session = c.sessions[CONTROLLER_ID]
+    real = session.update_partition_states
+    raced = zd.LeaderIsrAndControllerEpoch(1, 0, [1, 3], 1)  # partition 4's leader dropped broker 2 meanwhile
+
+    def racing(*args: Any) -> dict[tuple[str, int], int]:
+        session.update_partition_states = real  # type: ignore[method-assign]
+        c.admin.update_partition_state("t", 4, raced, c.version("t", 4), c.admin.get_controller_epoch()[1])
+        return real(*args)
+
+    session.update_partition_states = racing  # type: ignore[method-assign]
+    c.kill_broker(3)
+    await eventually(lambda: all(3 not in c.state("t", p).isr for p in range(6)), "broker 3 out of every ISR")
+    await settle(c.controller)
+    for p in range(6):
+        assert c.state("t", p).isr == ([1] if p == 4 else [1, 2]), p
