@@ -326,10 +326,7 @@ class LogManager:
         loaded, counting the ones planned before it), so creations can run on that dir's storage thread."""
         with self._lock:
             online = [d for d in self.log_dirs if d not in self.offline_log_dirs]
-            counts = dict.fromkeys(online, 0)
-            for d in self._log_dir_of.values():
-                if d in counts:
-                    counts[d] += 1
+            counts = {d: self._log_dir_of.partitions_in(d) for d in online}  # O(dirs), not O(partitions)
             plan: dict[TopicPartition, str] = {}
             for tp in partitions:
                 existing = self._log_dir_of.get(tp)
