@@ -8,11 +8,15 @@ the topic is usable at once, and survives a restart with its data.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kafka.protocol.metadata import ApiVersionsRequest
 
+from tests.integration.test_api_version_matrix import call
+from tests.integration.test_full_disk import STORAGE_ERROR, _produce_req
+from tests.integration.test_produce_consume import new_topic
 from tests.support.broker import BrokerProcess
 from tests.support.raw_client import RawClient
 
@@ -90,3 +94,37 @@ def test_created_partitions_serve_at_once_and_after_a_restart(broker: BrokerProc
     finally:
         c.close()
     assert got == {part: [f"before-{part}".encode(), f"after-{part}".encode()] for part in range(4)}
+
+
+def test_a_log_dir_back_at_restart_attaches_its_partitions_again(tmp_path: Path) -> None:
+    """A dir unusable at start-up leaves its partitions offline (KAFKA_STORAGE_ERROR) and the others
+    serving; repaired, the next start's LeaderAndIsr attaches them with their old data."""
+    d1, d2 = tmp_path / "data", tmp_path / "data2"
+    b = BrokerProcess(tmp_path, {"log.dirs": f"{d1},{d2}"})
+    try:
+        b.start()
+        topic = new_topic(b, partitions=2)
+        assert (d2 / f"{topic}-1").is_dir()
+        assert _produce(b, topic, 1) == (0, 0)
+        assert b.stop() == 0
+        aside = tmp_path / "aside"
+        d2.rename(aside)
+        d2.write_text("not a directory")
+        b.start()
+        assert _produce(b, topic, 1)[0] == STORAGE_ERROR
+        assert _produce(b, topic, 0) == (0, 0)
+        assert b.stop() == 0
+        d2.unlink()
+        aside.rename(d2)
+        b.start()
+        assert _produce(b, topic, 1) == (0, 1)  # after the record written before the dir went away
+        assert _produce(b, topic, 0) == (0, 1)
+        assert b.stop() == 0
+    finally:
+        b.close()
+
+
+def _produce(broker: BrokerProcess, topic: str, partition: int) -> tuple[int, int]:
+    """(error code, base offset) of one acks=1 record."""
+    res = call(broker, _produce_req(topic, partition), 7).responses[0].partition_responses[0]
+    return res.error_code, res.base_offset

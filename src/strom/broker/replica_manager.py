@@ -11,7 +11,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -226,8 +226,6 @@ class ReplicaManager:
         # Unset on a single node, where no other replica could take over: there a full disk answers
         # KAFKA_STORAGE_ERROR per request and writes resume as soon as space returns.
         self.log_dir_failure_listener: Callable[[str], None] | None = None
-        # A single node: its controller applies every partition's leadership again (offline dirs back).
-        self.leadership_refresher: Callable[[], Awaitable[None]] | None = None
         # Metrics: per-topic traffic when the metrics endpoint is on; ISR changes this leader made.
         self.topic_stats: BrokerTopicStats | None = None
         self.isr_shrinks = 0
@@ -671,7 +669,7 @@ class ReplicaManager:
         """Bring back every dir that failed while serving and takes writes again (the operator's call,
         see KafkaServer.request_log_dir_recovery); returns those now online. Their replicas attach again
         at the controller's LeaderAndIsr, which the log dir event asks for, and catch up from their
-        leaders; on a single node they attach at once."""
+        leaders. (A single node never takes a dir offline while serving: its dirs come back at a restart.)"""
         loop = asyncio.get_running_loop()
         recovered = []
         for log_dir in sorted(self.log_manager.offline_log_dirs):
@@ -687,8 +685,6 @@ class ReplicaManager:
                 self.offline_partitions.clear()
             if self.log_dir_failure_listener is not None:
                 self.log_dir_failure_listener(log_dir)  # the controller asks again which replicas are offline
-            elif self.leadership_refresher is not None:
-                await self.leadership_refresher()  # a single node's controller sends its LeaderAndIsr again
         return recovered
 
     def get_partition(self, topic: str, partition: int) -> Partition:

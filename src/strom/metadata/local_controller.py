@@ -62,12 +62,6 @@ class LocalController:
         """Every topic the file records becomes this broker's partitions, through LeaderAndIsr."""
         await asyncio.get_running_loop().run_in_executor(None, self.store.start_writer)
         await self._apply([lp for topic in self.store.topics().values() for lp in self.leadership(topic)])
-        self.replica_manager.leadership_refresher = self.refresh
-
-    async def refresh(self) -> None:
-        """Send every partition's state again (log dirs came back online: their replicas attach now)."""
-        async with self._writes:
-            await self._apply([lp for topic in self.store.topics().values() for lp in self.leadership(topic)])
 
     async def _apply(self, partitions: list[LeaderAndIsrPartition]) -> None:
         errors = await self.publisher.apply_leadership(LOCAL_CONTROLLER_EPOCH, partitions, self._recorded_configs)
