@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -81,7 +82,11 @@ def test_missing_metadata_refuses_start_then_recover_metadata_restores_topics(br
     assert delivered[0].offset() == 100
     ids_after = {p: read_topic_id(os.path.join(b.data_dir, f"{topic}-{p}")) for p in (0, 1)}
     assert ids_after == ids_before  # topic id kept from partition.metadata
-    recovered = {t["name"]: t for t in json.loads(Path(path).read_text())["topics"]}
+    # The consumer's FindCoordinator creates __consumer_offsets; its creation runs beside other requests.
+    deadline = time.monotonic() + 60
+    while "__consumer_offsets" not in (recovered := {t["name"]: t for t in json.loads(Path(path).read_text())["topics"]}):
+        assert time.monotonic() < deadline, "__consumer_offsets never recorded"
+        time.sleep(0.2)
     assert recovered[topic]["topic_id"] == str(ids_before[0])
     assert recovered[topic]["configs"] == {"retention.ms": "86400000"}  # kept from topic.configs
     assert recovered["__consumer_offsets"]["configs"]["cleanup.policy"] == "compact"

@@ -85,8 +85,7 @@ class LocalController:
                 raise Errors.TopicAlreadyExistsError(f"Topic '{name}' already exists.")
             topic = self.store.new_topic(name, assignment, configs)
             await self._write_with_logs(topic, self.leadership(topic, is_new=True))
-            await self._apply(self.leadership(topic, is_new=True))
-            self.store.publish_delta(MetadataDelta.of([topic]))
+            await self._apply_then_publish(topic, self.leadership(topic, is_new=True))
             return topic
 
     async def add_partitions(self, name: str, assignment: dict[int, list[int]]) -> TopicMetadata:
@@ -94,9 +93,16 @@ class LocalController:
             topic = self.store.with_partitions(name, assignment)
             new = self.leadership(topic, assignment, is_new=True)
             await self._write_with_logs(topic, new)
-            await self._apply(new)
-            self.store.publish_delta(MetadataDelta.of([topic]))
+            await self._apply_then_publish(topic, new)
             return topic
+
+    async def _apply_then_publish(self, topic: TopicMetadata, new: list[LeaderAndIsrPartition]) -> None:
+        """Written: the replicas take their leadership, then the image serves the topic (whatever the
+        replicas' outcome, the image follows the file)."""
+        try:
+            await self._apply(new)
+        finally:
+            self.store.publish_delta(MetadataDelta.of([topic]))
 
     async def _write_with_logs(self, topic: TopicMetadata, new: list[LeaderAndIsrPartition]) -> None:
         """Logs first, then the file; if the file write fails, the logs go again (all or nothing)."""
@@ -110,8 +116,10 @@ class LocalController:
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> TopicMetadata:
         async with self._writes:
-            topic = dataclasses.replace(self.store.recorded_topic(name) or self.store.topics()[name],
-                                        configs=dict(configs))
+            recorded = self.store.recorded_topic(name)
+            if recorded is None:
+                raise KeyError(name)
+            topic = dataclasses.replace(recorded, configs=dict(configs))
             await self.store.write_topic(topic)
             self.store.publish_delta(MetadataDelta.of([topic], configs_changed=[name]))  # the logs take them
             return topic
