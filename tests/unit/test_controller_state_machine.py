@@ -766,7 +766,7 @@ def count_state_writes(c: Cluster) -> dict[str, int]:
 async def test_a_broker_failure_over_many_partitions_is_written_in_a_few_multi_ops(c: Cluster) -> None:
     """1,200 partitions lose broker 3 from their ISR (and 400 their leader): ZooKeeper gets a few batches
     of ZK_STATE_BATCH states, not 1,200 round trips, and every broker hears of each change."""
-    from strom.controller.controller import ZK_STATE_BATCH
+    from strom.controller.controller import CONTROL_REQUEST_PARTITIONS, ZK_STATE_BATCH
 
     rotations = ([1, 2, 3], [2, 3, 1], [3, 1, 2])
     c.create_topic("many", {p: rotations[p % 3] for p in range(1200)})
@@ -782,6 +782,10 @@ async def test_a_broker_failure_over_many_partitions_is_written_in_a_few_multi_o
     assert counts == {"single": 0, "batches": -(-1200 // ZK_STATE_BATCH)}
     sent = leader_and_isr_by_broker(c.sent_since(mark, LeaderAndIsrRequest))
     assert len(sent[1]) == len(sent[2]) == 1200 and 3 not in sent
+    # in requests of at most CONTROL_REQUEST_PARTITIONS (encoding one of 3,000 stalled the loop)
+    for kind in (LeaderAndIsrRequest, UpdateMetadataRequest):
+        sizes = [len(partition_states(r)) for b, r in c.sent_since(mark, kind) if b == 1]
+        assert sum(sizes) == 1200 and max(sizes) <= CONTROL_REQUEST_PARTITIONS and len(sizes) == 2, (kind, sizes)
 
 
 @scenario_with()
