@@ -810,3 +810,25 @@ async def test_a_batch_that_meets_a_changed_state_is_written_one_by_one(c: Clust
     await settle(c.controller)
     for p in range(6):
         assert c.state("t", p).isr == ([1] if p == 4 else [1, 2]), p
+
+
+@scenario_with()
+async def test_a_leader_shrinking_and_growing_many_isrs_is_written_in_batches(c: Cluster) -> None:
+    """AlterPartition for 700 partitions (a follower fell behind, then came back): two multi-ops each way,
+    partition epochs move, leader epochs do not; entries that are refused get their own error codes."""
+    c.create_topic("t", {p: [1, 2, 3] for p in range(700)})
+    await c.start()
+    counts = count_state_writes(c)
+    shrink = [(("t", p), 0, [1, 3], c.version("t", p)) for p in range(700)]
+    shrink.append((("t", 700), 0, [1], 0))  # no such partition
+    result = await c.controller.alter_partition(1, shrink)
+    assert result[("t", 700)][0] == Errors.UnknownTopicOrPartitionError.errno
+    assert all(result[("t", p)][0] == 0 for p in range(700))
+    assert all(c.state("t", p).isr == [1, 3] and c.state("t", p).leader_epoch == 0 for p in range(0, 700, 50))
+    grow = [(("t", p), 0, [1, 3, 2], c.version("t", p)) for p in range(700)]
+    grow[5] = (("t", 5), 0, [1, 3, 2], 0)  # a stale partition epoch
+    result = await c.controller.alter_partition(1, grow)
+    assert result[("t", 5)][0] == Errors.InvalidUpdateVersionError.errno
+    assert all(result[("t", p)][0] == 0 for p in range(700) if p != 5)
+    assert c.state("t", 5).isr == [1, 3] and c.state("t", 6).isr == [1, 3, 2]
+    assert counts == {"single": 0, "batches": 4}

@@ -443,13 +443,17 @@ class KafkaController:
                         break
         return changed
 
-    async def _write_elections(self, batch: list[tuple[TopicPartition, PartitionLeadership, Decision]]) -> bool:
-        """One fenced multi-op for the batch's new states (leader epochs bumped); False if ZooKeeper refused it
-        because some state changed since it was read (nothing was written then)."""
+    async def _write_elections(self, batch: list[tuple[TopicPartition, PartitionLeadership, Decision]],
+                               bump_epoch: bool = True) -> bool:
+        """One fenced multi-op for the batch's new states (leader epochs bumped unless it is only an ISR change
+        a leader asked for); False if ZooKeeper refused it because some state changed since it was read
+        (nothing was written then)."""
         if not self._session_current():
             raise ControllerMoved(f"the ZooKeeper session that elected controller {self.broker_id} ended")
-        updates = [(tp[0], tp[1], zd.LeaderIsrAndControllerEpoch(leader, pl.leader_epoch + 1, list(isr), self.ctx.epoch),
-                    pl.zk_version) for tp, pl, (leader, isr, _) in batch]
+        bump = 1 if bump_epoch else 0
+        updates = [(tp[0], tp[1], zd.LeaderIsrAndControllerEpoch(leader, pl.leader_epoch + bump, list(isr),
+                                                                 self.ctx.epoch), pl.zk_version)
+                   for tp, pl, (leader, isr, _) in batch]
         try:
             versions = await self._zk(self.zk.update_partition_states, updates, self.ctx.epoch_zk_version)
         except (BadVersionError, ZNodeNotFoundError):
@@ -458,7 +462,7 @@ class KafkaController:
             if unclean:
                 log.error("unclean leader election for %s-%d: broker %d was not in the ISR %s; records "
                           "it lacks are lost", *tp, leader, pl.isr)
-            pl.leader, pl.leader_epoch, pl.isr = leader, pl.leader_epoch + 1, list(isr)
+            pl.leader, pl.leader_epoch, pl.isr = leader, pl.leader_epoch + bump, list(isr)
             pl.controller_epoch, pl.zk_version = self.ctx.epoch, versions[tp]
             if leader == NO_LEADER:
                 log.warning("partition %s-%d is offline: no live replica in its ISR %s", *tp, isr)
@@ -712,10 +716,8 @@ class KafkaController:
             result: dict[TopicPartition, tuple[int, PartitionLeadership | None]] = {}
             updated: list[TopicPartition] = []
             try:
-                for tp, leader_epoch, new_isr, partition_epoch in changes:
-                    result[tp] = await self._alter_one(broker_id, tp, leader_epoch, new_isr, partition_epoch)
-                    if result[tp][0] == 0:
-                        updated.append(tp)
+                result = await self._alter_partitions(broker_id, changes)
+                updated = [tp for tp, (code, _) in result.items() if code == 0]
             except (ControllerMoved, KafkaZkError):
                 future.set_exception(Errors.NotControllerError(f"broker {self.broker_id} is no longer the controller"))
                 raise
@@ -731,27 +733,68 @@ class KafkaController:
             self._events.put_nowait(ControllerEvent("alter-partition", handle, future))
         return future
 
-    async def _alter_one(self, broker_id: int, tp: TopicPartition, leader_epoch: int, new_isr: list[int],
-                         partition_epoch: int) -> tuple[int, PartitionLeadership | None]:
+    async def _alter_partitions(self, broker_id: int, changes: list[tuple[TopicPartition, int, list[int], int]]
+                                ) -> dict[TopicPartition, tuple[int, PartitionLeadership | None]]:
+        """Check every ISR change, then write the accepted ones in fenced multi-ops (a follower that comes back
+        rejoins hundreds of ISRs at once); a batch that meets a state changed under it is done one by one."""
+        result: dict[TopicPartition, tuple[int, PartitionLeadership | None]] = {}
+        accepted: list[tuple[TopicPartition, PartitionLeadership, Decision]] = []
+        asked = {tp: (leader_epoch, partition_epoch) for tp, leader_epoch, _, partition_epoch in changes}
+        for n, (tp, leader_epoch, new_isr, partition_epoch) in enumerate(changes):
+            if n and n % DECIDE_CHUNK == 0:
+                await asyncio.sleep(0)
+            refused = self._check_alter(broker_id, tp, leader_epoch, new_isr, partition_epoch)
+            pl = self.ctx.partitions.get(tp)
+            if refused is not None or pl is None:
+                result[tp] = (refused or Errors.UnknownTopicOrPartitionError.errno, None)
+            elif sorted(new_isr) == sorted(pl.isr):
+                result[tp] = (0, pl)
+            else:
+                accepted.append((tp, pl, (pl.leader, list(new_isr), False)))
+        for i in range(0, len(accepted), ZK_STATE_BATCH):
+            chunk = accepted[i:i + ZK_STATE_BATCH]
+            if await self._write_elections(chunk, bump_epoch=False):
+                for tp, pl, _ in chunk:
+                    log.info("controller: ISR of %s-%d is now %s (partition epoch %d)", *tp, pl.isr, pl.zk_version)
+                    result[tp] = (0, pl)
+                continue
+            for tp, _, (_, isr, _) in chunk:
+                result[tp] = await self._alter_one(broker_id, tp, asked[tp][0], isr, asked[tp][1])
+        return {tp: result[tp] for tp, _, _, _ in changes}
+
+    def _check_alter(self, broker_id: int, tp: TopicPartition, leader_epoch: int, new_isr: list[int],
+                     partition_epoch: int) -> int | None:
+        """Why an AlterPartition entry is refused (an error code), or None if it may be written."""
         pl = self.ctx.partitions.get(tp)
         if pl is None or tp[0] in self.ctx.deleting:
-            return Errors.UnknownTopicOrPartitionError.errno, None
+            return Errors.UnknownTopicOrPartitionError.errno
         if pl.leader != broker_id:
-            return Errors.NotLeaderForPartitionError.errno, None
+            return Errors.NotLeaderForPartitionError.errno
         if leader_epoch < pl.leader_epoch:
-            return Errors.FencedLeaderEpochError.errno, None
+            return Errors.FencedLeaderEpochError.errno
         if leader_epoch > pl.leader_epoch:
-            return Errors.NotControllerError.errno, None  # the requester knows more than we do
+            return Errors.NotControllerError.errno  # the requester knows more than we do
         if partition_epoch != pl.zk_version:
-            return Errors.InvalidUpdateVersionError.errno, None
+            return Errors.InvalidUpdateVersionError.errno
         if sorted(new_isr) == sorted(pl.isr):
-            return 0, pl
+            return None
         if broker_id not in new_isr or not set(new_isr) <= set(pl.replicas) or len(set(new_isr)) < len(new_isr):
-            return Errors.InvalidRequestError.errno, None
+            return Errors.InvalidRequestError.errno
         joining = [b for b in new_isr if b not in pl.isr and (not self.ctx.is_live(b)
                                                                 or b in self._offline_replicas_of(tp))]
         if joining:
-            return Errors.IneligibleReplicaError.errno, None
+            return Errors.IneligibleReplicaError.errno
+        return None
+
+    async def _alter_one(self, broker_id: int, tp: TopicPartition, leader_epoch: int, new_isr: list[int],
+                         partition_epoch: int) -> tuple[int, PartitionLeadership | None]:
+        """One ISR change, checked against the state as it is now (after a batch was refused)."""
+        refused = self._check_alter(broker_id, tp, leader_epoch, new_isr, partition_epoch)
+        if refused is not None:
+            return refused, None
+        pl = self.ctx.partitions[tp]
+        if sorted(new_isr) == sorted(pl.isr):
+            return 0, pl
         if not await self._write_state(tp, pl, pl.leader, new_isr, bump_epoch=False):
             return Errors.InvalidUpdateVersionError.errno, None
         log.info("controller: ISR of %s-%d is now %s (partition epoch %d)", *tp, pl.isr, pl.zk_version)
