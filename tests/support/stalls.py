@@ -29,7 +29,6 @@ KNOWN_UNFIXED: tuple[tuple[str, str | None], ...] = (
     ("strom/storage/log_manager.py", None),  # log creation, StopReplica close/rename/fsync/unlink
     ("strom/broker/replica_manager.py", "_record_topic_in_dir"),
     ("strom/broker/replica_manager.py", "create_topic_logs"),
-    ("strom/controller/controller.py", None),  # per-partition loops of a failover (watches are off the loop now)
     # Found on a loaded machine (two test workers beside other work): short file work that crosses the
     # threshold only when the CPU is contended.
     # New segment file opened and the rolled segment's indexes written (page cache, no fsync) in the append

@@ -20,7 +20,7 @@ import pytest
 from tests.support.fake_zk import FakeZkClient, InMemoryZooKeeper, RecordingChannel
 
 from strom.config import BrokerConfig
-from strom.controller.controller import KafkaController
+from strom.controller.controller import STATE_CHANGE_CHUNK, KafkaController
 from strom.metadata.zk import zk_data as zd
 from strom.protocol.inter_broker import LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest
 
@@ -739,3 +739,83 @@ async def test_after_a_lost_session_a_broker_stands_for_controller_only_once_reg
                if w.path.startswith(zd.TOPICS_PATH) and w.data]
     assert all(s.leader != -1 for s in written), f"a partition was taken offline: {written}"
     assert c.state("t", 0).leader in (1, 2, 3) and c.state("t", 1).leader in (1, 2, 3)
+
+
+# -- many partitions: the loop stays free -------------------------------------------------------------
+
+MANY = 5_000  # a failover's passes touch every partition
+
+
+class LoopShare:
+    """How often another coroutine (standing for every client of the broker) got the loop while the
+    controller worked without waiting on ZooKeeper: from its first ZooKeeper call after ``arm`` to
+    the first request it sends. A pass over every partition that never yields counts none."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.zk_in_flight = 0
+        self.zk_calls = 0
+        self.turns: int | None = None
+        self._sent_at_arm = 0
+        real_zk = cluster.controller._zk
+
+        async def counted_zk(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            self.zk_calls += 1
+            self.zk_in_flight += 1
+            try:
+                return await real_zk(fn, *args, **kwargs)
+            finally:
+                self.zk_in_flight -= 1
+
+        cluster.controller._zk = counted_zk  # type: ignore[method-assign]
+
+    def arm(self) -> None:
+        self.turns = 0
+        self._calls_at_arm = self.zk_calls
+        self._sent_at_arm = len(self.cluster.channel.sent) if self.cluster.channels else 0
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(0)
+            sent = len(self.cluster.channel.sent) if self.cluster.channels else 0
+            if (self.turns is not None and self.zk_calls > self._calls_at_arm and not self.zk_in_flight
+                    and sent == self._sent_at_arm):
+                self.turns += 1
+
+
+def test_a_failover_over_many_partitions_lets_other_coroutines_run() -> None:
+    """A new controller over 5,000 partitions whose leaders live, then the death of a broker hosting none
+    of them: neither writes anything to ZooKeeper per partition, so only yielding between chunks of
+    partitions lets the broker's clients in while the controller walks them all."""
+    async def go() -> None:
+        c = Cluster(brokers=(1, 2, 3, 4))
+        share = LoopShare(c)
+        other = asyncio.create_task(share.run())
+        try:
+            c.create_topic("many", {p: [1 + p % 2, 2 - p % 2] for p in range(MANY)})
+            version = c.admin.set_controller_epoch(3)
+            c.admin.create_partition_states("many", {
+                p: zd.LeaderIsrAndControllerEpoch(1 + p % 2, 4, [1, 2], 3) for p in range(MANY)}, version)
+            share.arm()
+            await c.start()
+            during_failover = share.turns
+            assert c.admin.get_controller_epoch() is not None and c.admin.get_controller_epoch()[0] == 4
+            sent = leader_and_isr_by_broker(c.sent_since(0, LeaderAndIsrRequest))
+            assert {b: len(states) for b, states in sent.items()} == {1: MANY, 2: MANY}
+
+            mark = c.mark()
+            share.arm()
+            c.kill_broker(4)
+            await settle(c.controller)
+            during_broker_death = share.turns
+            metadata = c.sent_since(mark, UpdateMetadataRequest)
+            assert sorted(lb.id for lb in metadata[0][1].live_brokers) == [1, 2, 3]
+            assert c.state("many", 0).leader_epoch == 4  # nothing to elect: broker 4 hosted none
+        finally:
+            other.cancel()
+            await c.stop()
+        chunks = MANY // STATE_CHANGE_CHUNK  # a pass over all partitions yields at least this often
+        assert during_failover is not None and during_failover >= chunks // 2
+        assert during_broker_death is not None and during_broker_death >= chunks // 2
+
+    run(go)

@@ -23,7 +23,7 @@ import asyncio
 import functools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -42,6 +42,7 @@ from strom.protocol.inter_broker import (
     StopReplicaRequest,
     UpdateMetadataRequest,
     build,
+    build_nested,
 )
 from strom.security.client_security import ClientSecurity
 from strom.server_common.types import TopicPartition
@@ -56,6 +57,20 @@ LEADER_DURING_DELETE = -2  # UpdateMetadata: the partition is being deleted
 PLAINTEXT = SECURITY_PROTOCOL_IDS["PLAINTEXT"]
 
 T = TypeVar("T")
+# Partitions a controller pass handles between two yields to the event loop (as the replica manager's
+# STATE_CHANGE_CHUNK): the controller shares the broker's loop, and a failover touches every partition.
+STATE_CHANGE_CHUNK = 128
+# Where a request's per-partition states sit; they are built one by one in those paced passes.
+_PARTITION_STATES = ("topic_states", "partition_states")
+
+
+async def paced(items: Iterable[T]) -> AsyncIterator[T]:
+    """``items`` one by one, letting other callbacks run every STATE_CHANGE_CHUNK of them: a pass over
+    10,000 partitions that writes nothing to ZooKeeper would otherwise hold the loop for all of them."""
+    for i, item in enumerate(items):
+        if i and i % STATE_CHANGE_CHUNK == 0:
+            await asyncio.sleep(0)
+        yield item
 
 
 @dataclass(slots=True)
@@ -297,15 +312,17 @@ class KafkaController:
             await self._zk(self.zk.watch_children, path, self._term_watch(name, handler))  # reads at once
         # Kafka's onBrokerFailure at failover: a replica whose broker is not registered is offline,
         # so it leaves every ISR now, not after the leaders' replica.lag.time.max.ms.
-        hosted = {b for pl in self.ctx.partitions.values() for b in (*pl.replicas, *pl.isr)}
+        hosted: set[int] = set()
+        async for pl in paced(list(self.ctx.partitions.values())):
+            hosted.update(pl.replicas, pl.isr)
         dead = hosted - set(self.ctx.live_brokers)
         if dead:
             log.info("controller: brokers %s are not registered; removing them from every ISR", sorted(dead))
             await self._on_brokers_failed(dead)
         await self._elect_offline_partitions(list(self.ctx.partitions))
         all_tps = list(self.ctx.partitions)
-        self._send_update_metadata(list(self.ctx.live_brokers), all_tps)
-        self._send_leader_and_isr(all_tps)
+        await self._send_update_metadata(list(self.ctx.live_brokers), all_tps)
+        await self._send_leader_and_isr(all_tps)
         if self.config.get("auto.leader.rebalance.enable"):
             self._rebalance_task = self._loop.create_task(self._auto_rebalance_loop(), name="leader-rebalance")
 
@@ -331,7 +348,7 @@ class KafkaController:
         # Partition states are only needed for partitions the controller does not know yet.
         states = await self._zk(self.zk.get_partition_states, topic) if added else {}
         new: list[TopicPartition] = []
-        for p, replicas in assignment.partitions.items():
+        async for p, replicas in paced(list(assignment.partitions.items())):
             tp = (topic, p)
             known = self.ctx.partitions.get(tp)
             if known is not None:
@@ -397,7 +414,7 @@ class KafkaController:
     async def _elect_offline_partitions(self, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
         """Elect leaders for partitions without a live leader; returns those that changed."""
         changed = []
-        for tp in tps:
+        async for tp in paced(list(tps)):
             pl = self.ctx.partitions.get(tp)
             if pl is None or tp[0] in self.ctx.deleting:
                 continue
@@ -451,17 +468,16 @@ class KafkaController:
             changed |= set(await self._elect_offline_partitions(list(self.ctx.partitions)))
         live = list(self.ctx.live_brokers)
         if new:  # newcomers need the whole picture, and leadership of every replica they host
-            self._send_update_metadata(sorted(new), list(self.ctx.partitions))
-            hosted = [tp for tp, pl in self.ctx.partitions.items() if set(pl.replicas) & new]
-            self._send_leader_and_isr(hosted, only=new)
+            await self._send_update_metadata(sorted(new), list(self.ctx.partitions))
+            await self._send_leader_and_isr(list(self.ctx.partitions), only=new)
         if changed:
-            self._send_leader_and_isr(sorted(changed))
-        self._send_update_metadata([b for b in live if b not in new], sorted(changed))
+            await self._send_leader_and_isr(sorted(changed))
+        await self._send_update_metadata([b for b in live if b not in new], sorted(changed))
 
     async def _on_brokers_failed(self, dead: set[int]) -> list[TopicPartition]:
         """New leaders for what the dead brokers led; drop them from every ISR (leader epoch bumps)."""
         changed = []
-        for tp, pl in sorted(self.ctx.partitions.items()):
+        async for tp, pl in paced(sorted(self.ctx.partitions.items())):
             if not (set(pl.isr) & dead or pl.leader in dead) or tp[0] in self.ctx.deleting:
                 continue
             for _ in range(3):
@@ -507,8 +523,8 @@ class KafkaController:
         changed = await self._elect_offline_partitions(new_tps)
         log.info("controller: %d new partitions online", len(changed))
         # LeaderAndIsr first, as Kafka: a broker shows a leader to clients only after the leader was told.
-        self._send_leader_and_isr(changed, is_new=True)
-        self._send_update_metadata(list(self.ctx.live_brokers), changed)
+        await self._send_leader_and_isr(changed, is_new=True)
+        await self._send_update_metadata(list(self.ctx.live_brokers), changed)
 
     async def _on_config_change(self) -> None:
         """A config changed (Kafka's TopicConfigChange): a topic may now allow unclean election,
@@ -520,8 +536,8 @@ class KafkaController:
                    if pl.zk_version >= 0 and not self.ctx.is_live(pl.leader)]
         changed = await self._elect_offline_partitions(offline)
         if changed:
-            self._send_leader_and_isr(changed)
-            self._send_update_metadata(list(self.ctx.live_brokers), changed)
+            await self._send_leader_and_isr(changed)
+            await self._send_update_metadata(list(self.ctx.live_brokers), changed)
 
     async def _on_topic_deletion(self) -> None:
         if not self.active:
@@ -531,11 +547,11 @@ class KafkaController:
             tps = self.ctx.partitions_of(topic)
             self.ctx.deleting.add(topic)
             if tps:
-                self._send_stop_replica(tps, delete=True)
+                await self._send_stop_replica(tps, delete=True)
             await self._zk(self.zk.delete_topic_znodes, topic, self.ctx.epoch_zk_version)
             await self._zk(self.zk.remove_topic_deletion, topic, self.ctx.epoch_zk_version)
             if tps:  # after ZooKeeper: a broker that shows the topic gone lets a client create it again
-                self._send_update_metadata(list(self.ctx.live_brokers), tps, deleting=True)
+                await self._send_update_metadata(list(self.ctx.live_brokers), tps, deleting=True)
             for tp in tps:
                 self.ctx.partitions.pop(tp, None)
             self.ctx.topic_ids.pop(topic, None)
@@ -559,9 +575,8 @@ class KafkaController:
         log.info("controller: log dir failure reported by brokers %s", brokers)
         for broker in brokers:
             if broker in self.ctx.live_brokers:
-                hosted = sorted(tp for tp, pl in self.ctx.partitions.items()
-                                if broker in pl.replicas and tp[0] not in self.ctx.deleting)
-                self._send_leader_and_isr(hosted, only={broker})
+                hosted = [tp for tp in sorted(self.ctx.partitions) if tp[0] not in self.ctx.deleting]
+                await self._send_leader_and_isr(hosted, only={broker})
         await self._zk(self.zk.delete_log_dir_events, list(events), self.ctx.epoch_zk_version)
 
     def _offline_replicas_of(self, tp: TopicPartition) -> set[int]:
@@ -608,7 +623,7 @@ class KafkaController:
         fresh = sorted(set(tps) - known)
         known.update(tps)
         changed = []
-        for tp in sorted(set(tps)):
+        async for tp in paced(sorted(set(tps))):
             pl = self.ctx.partitions.get(tp)
             if pl is None or tp[0] in self.ctx.deleting or broker_id not in pl.replicas:
                 continue
@@ -629,9 +644,9 @@ class KafkaController:
             log.warning("controller: %d replicas of broker %d are in an offline log dir; %d partitions changed "
                         "leader or ISR", len(fresh), broker_id, len(changed))
         if changed:
-            self._send_leader_and_isr(changed, only={b for b in self.ctx.live_brokers if b != broker_id})
+            await self._send_leader_and_isr(changed, only={b for b in self.ctx.live_brokers if b != broker_id})
         if changed or fresh:
-            self._send_update_metadata(list(self.ctx.live_brokers), sorted(set(changed) | set(fresh)))
+            await self._send_update_metadata(list(self.ctx.live_brokers), sorted(set(changed) | set(fresh)))
 
     async def _on_replicas_online(self, broker_id: int, tps: list[TopicPartition]) -> None:
         """The broker brought a failed log dir back: its replicas may lead and rejoin ISRs again."""
@@ -644,8 +659,8 @@ class KafkaController:
             log.info("controller: %d replicas of broker %d are online again", len(back), broker_id)
             changed = await self._elect_offline_partitions(back)  # those it alone could lead
             if changed:
-                self._send_leader_and_isr(changed)
-            self._send_update_metadata(list(self.ctx.live_brokers), back)
+                await self._send_leader_and_isr(changed)
+            await self._send_update_metadata(list(self.ctx.live_brokers), back)
 
     # -- requests from brokers -----------------------------------------------------------------------
     def alter_partition(self, broker_id: int, changes: list[tuple[TopicPartition, int, list[int], int]]
@@ -667,7 +682,7 @@ class KafkaController:
                 raise
             finally:
                 if updated:
-                    self._send_update_metadata(list(self.ctx.live_brokers), updated)
+                    await self._send_update_metadata(list(self.ctx.live_brokers), updated)
                 if not future.done():
                     future.set_result(result)
 
@@ -745,7 +760,7 @@ class KafkaController:
         self.ctx.shutting_down.add(broker_id)
         changed: list[TopicPartition] = []
         stop_followers: list[TopicPartition] = []
-        for tp, pl in sorted(self.ctx.partitions.items()):
+        async for tp, pl in paced(sorted(self.ctx.partitions.items())):
             if broker_id not in pl.replicas or tp[0] in self.ctx.deleting or len(pl.replicas) < 2:
                 continue
             if pl.leader == broker_id:
@@ -759,10 +774,10 @@ class KafkaController:
                     changed.append(tp)
                     stop_followers.append(tp)
         if changed:
-            self._send_leader_and_isr(changed)
-            self._send_update_metadata(list(self.ctx.live_brokers), changed)
+            await self._send_leader_and_isr(changed)
+            await self._send_update_metadata(list(self.ctx.live_brokers), changed)
         if stop_followers:
-            self._send_stop_replica(stop_followers, delete=False, only={broker_id})
+            await self._send_stop_replica(stop_followers, delete=False, only={broker_id})
         return sorted(tp for tp, pl in self.ctx.partitions.items()
                       if pl.leader == broker_id and len(pl.replicas) > 1)
 
@@ -778,7 +793,7 @@ class KafkaController:
             return
         threshold = self.config.get("leader.imbalance.per.broker.percentage")
         by_preferred: dict[int, list[TopicPartition]] = {}
-        for tp, pl in self.ctx.partitions.items():
+        async for tp, pl in paced(list(self.ctx.partitions.items())):
             if pl.replicas:
                 by_preferred.setdefault(pl.replicas[0], []).append(tp)
         moves: list[TopicPartition] = []
@@ -826,7 +841,7 @@ class KafkaController:
         """ElectLeaders' loop: choose gives an error code or (leader, isr, unclean); tell brokers once."""
         results: dict[TopicPartition, int] = {}
         changed = []
-        for tp in tps:
+        async for tp in paced(list(tps)):
             pl = self.ctx.partitions.get(tp)
             choice = Errors.UnknownTopicOrPartitionError.errno if pl is None else choose(pl)
             if isinstance(choice, int):
@@ -840,8 +855,8 @@ class KafkaController:
             else:
                 results[tp] = lost_race
         if changed:
-            self._send_leader_and_isr(changed)
-            self._send_update_metadata(list(self.ctx.live_brokers), changed)
+            await self._send_leader_and_isr(changed)
+            await self._send_update_metadata(list(self.ctx.live_brokers), changed)
         return results
 
     def elect_leaders(self, tps: list[TopicPartition] | None, unclean: bool
@@ -859,24 +874,26 @@ class KafkaController:
         return next((name for name, tid in self.ctx.topic_ids.items() if tid == topic_id), None)
 
     # -- requests to brokers ---------------------------------------------------------------------------
-    def _send_leader_and_isr(self, tps: Iterable[TopicPartition], only: set[int] | None = None,
-                             is_new: bool = False) -> None:
-        per_broker: dict[int, dict[str, list[dict[str, Any]]]] = {}
-        for tp in tps:
+    async def _send_leader_and_isr(self, tps: Iterable[TopicPartition], only: set[int] | None = None,
+                                   is_new: bool = False) -> None:
+        """One LeaderAndIsr per live replica broker (``only``: these brokers) with the states of ``tps`` it hosts."""
+        per_broker: dict[int, dict[str, list[Any]]] = {}
+        async for tp in paced(tps):
             pl = self.ctx.partitions.get(tp)
             if pl is None or pl.zk_version < 0:
                 continue
-            state = {"partition_index": tp[1], "controller_epoch": pl.controller_epoch, "leader": pl.leader,
-                     "leader_epoch": pl.leader_epoch, "isr": list(pl.isr), "partition_epoch": pl.zk_version,
-                     "replicas": list(pl.replicas), "adding_replicas": [], "removing_replicas": [],
-                     "is_new": is_new, "leader_recovery_state": 0}
+            state = build_nested(
+                LeaderAndIsrRequest, _PARTITION_STATES,
+                partition_index=tp[1], controller_epoch=pl.controller_epoch, leader=pl.leader,
+                leader_epoch=pl.leader_epoch, isr=list(pl.isr), partition_epoch=pl.zk_version,
+                replicas=list(pl.replicas), adding_replicas=[], removing_replicas=[], is_new=is_new,
+                leader_recovery_state=0)
             for b in pl.replicas:
                 if b in self.ctx.live_brokers and (only is None or b in only):
                     per_broker.setdefault(b, {}).setdefault(tp[0], []).append(state)
         assert self.channel is not None
         for b, topics in per_broker.items():
-            leaders = {self.ctx.partitions[(t, s["partition_index"])].leader
-                       for t, states in topics.items() for s in states}
+            leaders = {s.leader for states in topics.values() for s in states}
             live_leaders = []
             for leader in sorted(leaders):
                 reg = self.ctx.live_brokers.get(leader)
@@ -891,19 +908,21 @@ class KafkaController:
                 live_leaders=live_leaders)
             self.channel.send(b, request, LEADER_AND_ISR_VERSION, self._on_leader_and_isr_response(b))
 
-    def _send_update_metadata(self, brokers: Iterable[int], tps: Iterable[TopicPartition],
-                              deleting: bool = False) -> None:
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for tp in tps:
+    async def _send_update_metadata(self, brokers: Iterable[int], tps: Iterable[TopicPartition],
+                                    deleting: bool = False) -> None:
+        """One UpdateMetadata (all of ``tps``, so a broker never shows half of a change) per live broker."""
+        topics: dict[str, list[Any]] = {}
+        async for tp in paced(tps):
             pl = self.ctx.partitions.get(tp)
             if pl is None:
                 continue
-            topics.setdefault(tp[0], []).append({
-                "partition_index": tp[1], "controller_epoch": pl.controller_epoch,
-                "leader": LEADER_DURING_DELETE if deleting else pl.leader, "leader_epoch": pl.leader_epoch,
-                "isr": list(pl.isr), "zk_version": pl.zk_version, "replicas": list(pl.replicas),
-                "offline_replicas": [b for b in pl.replicas if b not in self.ctx.live_brokers
-                                     or tp in self.ctx.offline_replicas.get(b, ())]})
+            topics.setdefault(tp[0], []).append(build_nested(
+                UpdateMetadataRequest, _PARTITION_STATES,
+                partition_index=tp[1], controller_epoch=pl.controller_epoch,
+                leader=LEADER_DURING_DELETE if deleting else pl.leader, leader_epoch=pl.leader_epoch,
+                isr=list(pl.isr), zk_version=pl.zk_version, replicas=list(pl.replicas),
+                offline_replicas=[b for b in pl.replicas if b not in self.ctx.live_brokers
+                                  or tp in self.ctx.offline_replicas.get(b, ())]))
         live = []
         for reg in self.ctx.live_brokers.values():
             endpoints = []
@@ -927,9 +946,10 @@ class KafkaController:
                 live_brokers=live)
             self.channel.send(b, request, UPDATE_METADATA_VERSION)
 
-    def _send_stop_replica(self, tps: Iterable[TopicPartition], delete: bool, only: set[int] | None = None) -> None:
+    async def _send_stop_replica(self, tps: Iterable[TopicPartition], delete: bool,
+                                 only: set[int] | None = None) -> None:
         per_broker: dict[int, dict[str, list[dict[str, Any]]]] = {}
-        for tp in tps:
+        async for tp in paced(tps):
             pl = self.ctx.partitions.get(tp)
             if pl is None:
                 continue
