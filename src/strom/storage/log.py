@@ -630,8 +630,9 @@ class Log:
                 except OSError as exc:
                     ok = False
                     log.warning("could not snapshot producer state of %s-%d: %s", self.topic, self.partition, exc)
-            if not snapshot:  # the log is going away: a deferred roll snapshot must not land in its dir
-                self.producer_state.cancel_pending_snapshots()
+            # A closed log's dir may be renamed, deleted or opened by a new Log: a deferred roll snapshot
+            # must not land there later (the snapshot at the LEO below supersedes it anyway).
+            self.producer_state.cancel_pending_snapshots()
             closed_cleanly = self._local.close(for_deletion=not snapshot)
             return ok and closed_cleanly
 

@@ -344,13 +344,16 @@ class ProducerStateManager:
             fsync_dir(self.directory)
         except OSError as exc:
             with self._pending_lock:
-                if self._pending.get(offset) is token:
+                wanted = self._pending.get(offset) is token
+                if wanted:
                     del self._pending[offset]
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
-            log.warning("could not write producer snapshot %s (recovery starts from an older one): %s", path, exc)
+            if wanted:  # a cancelled write failing (its dir renamed away meanwhile) is no news
+                log.warning("could not write producer snapshot %s (recovery starts from an older one): %s",
+                            path, exc)
 
     def cancel_pending_snapshots(self, keep: Callable[[int], bool] = lambda _offset: False) -> None:
         """Forget deferred snapshots whose offset ``keep`` rejects: their files are never written."""
