@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from kafka.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
@@ -243,4 +245,30 @@ def test_truncation_cancels_a_roll_snapshot_not_written_yet(tmp_path: str) -> No
         storage.release()
     assert snapshot_files(log.directory) == [f"{pending[0]:020d}.snapshot"]
     assert log.producer_state.producers[11].last_offset == pending[0] - 1
+    log.close()
+
+
+def test_a_roll_snapshot_that_cannot_be_written_is_skipped(tmp_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk on the storage thread costs the snapshot only: no temp file left, appends go on."""
+    import strom.storage.producer_state as producer_state
+
+    def open_on_a_full_disk(path: str, mode: str = "r") -> Any:
+        if path.endswith(".tmp"):
+            open(path, "wb").close()  # the file exists, its blocks could not be written
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return open(path, mode)
+
+    monkeypatch.setattr(producer_state, "open", open_on_a_full_disk, raising=False)
+    executor = ThreadPoolExecutor(max_workers=1)
+    log = open_log(tmp_path, **{"segment.bytes": "300"})
+    log.storage_executor = executor
+    for seq in range(0, 12, 2):
+        log.append_as_leader(idem(11, 0, seq, n=2), 0)
+    executor.shutdown(wait=True)
+    assert len(log.segments) > 1
+    assert snapshot_files(log.directory) == []
+    assert not [name for name in os.listdir(log.directory) if name.endswith(".tmp")]
+    assert log.producer_state.pending_snapshot_offsets == []
+    assert log.append_as_leader(idem(11, 0, 12), 0).first_offset == 12
+    monkeypatch.undo()
     log.close()
