@@ -508,6 +508,18 @@ class FakeZkClient:
             self._raise_fenced(exc, f"state of {topic}-{partition}")
         return int(results[1].version)
 
+    def update_partition_states(self, updates: list[tuple[str, int, LeaderIsrAndControllerEpoch, int]],
+                                controller_epoch_zk_version: int) -> dict[tuple[str, int], int]:
+        ops: list[tuple[Any, ...]] = [("check", zd.CONTROLLER_EPOCH_PATH, controller_epoch_zk_version)]
+        ops += [("set", zd.partition_state_path(topic, p), zd.encode_partition_state(state), version)
+                for topic, p, state, version in updates]
+        try:
+            results = self._multi(ops)
+        except ZkOpError as exc:
+            what = f"state of {updates[exc.index - 1][0]}-{updates[exc.index - 1][1]}" if exc.index else "states"
+            self._raise_fenced(exc, what)
+        return {(topic, p): int(r.version) for (topic, p, _, _), r in zip(updates, results[1:], strict=True)}
+
     @staticmethod
     def _raise_fenced(exc: ZkOpError, what: str) -> Any:
         """`KafkaZkClient._raise_fenced`: op 0 checks `/controller_epoch`."""

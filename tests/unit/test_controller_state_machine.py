@@ -741,54 +741,112 @@ async def test_after_a_lost_session_a_broker_stands_for_controller_only_once_reg
     assert c.state("t", 0).leader in (1, 2, 3) and c.state("t", 1).leader in (1, 2, 3)
 
 
+# -- many partitions: batched ZooKeeper writes ----------------------------------------------------------
+
+def count_state_writes(c: Cluster) -> dict[str, int]:
+    """Count the controller session's partition-state writes: single ones and batches (multi-ops)."""
+    session = c.sessions[CONTROLLER_ID]
+    counts = {"single": 0, "batches": 0}
+    single, batch = session.update_partition_state, session.update_partition_states
+
+    def one(*args: Any) -> int:
+        counts["single"] += 1
+        return single(*args)
+
+    def many(*args: Any) -> dict[tuple[str, int], int]:
+        counts["batches"] += 1
+        return batch(*args)
+
+    session.update_partition_state = one  # type: ignore[method-assign]
+    session.update_partition_states = many  # type: ignore[method-assign]
+    return counts
+
+
+@scenario_with()
+async def test_a_broker_failure_over_many_partitions_is_written_in_a_few_multi_ops(c: Cluster) -> None:
+    """1,200 partitions lose broker 3 from their ISR (and 400 their leader): ZooKeeper gets a few batches
+    of ZK_STATE_BATCH states, not 1,200 round trips, and every broker hears of each change."""
+    from strom.controller.controller import ZK_STATE_BATCH
+
+    rotations = ([1, 2, 3], [2, 3, 1], [3, 1, 2])
+    c.create_topic("many", {p: rotations[p % 3] for p in range(1200)})
+    await c.start()
+    counts = count_state_writes(c)
+    mark = c.mark()
+    c.kill_broker(3)
+    await eventually(lambda: all(3 not in c.state("many", p).isr for p in range(0, 1200, 7)), "broker 3 out")
+    await settle(c.controller)
+    for p in range(1200):
+        state = c.state("many", p)
+        assert 3 not in state.isr and state.leader in (1, 2) and state.leader_epoch == 1, (p, state)
+    assert counts == {"single": 0, "batches": -(-1200 // ZK_STATE_BATCH)}
+    sent = leader_and_isr_by_broker(c.sent_since(mark, LeaderAndIsrRequest))
+    assert len(sent[1]) == len(sent[2]) == 1200 and 3 not in sent
+
+
+@scenario_with()
+async def test_a_batch_that_meets_a_changed_state_is_written_one_by_one(c: Cluster) -> None:
+    """A leader's ISR change lands between the controller's read and its batch: ZooKeeper refuses the whole
+    multi-op; the controller writes those partitions one at a time, re-deciding the raced one from what it
+    reads back, so the other leader's change is kept and broker 3 still leaves every ISR."""
+    c.create_topic("t", {p: [1, 2, 3] for p in range(6)})
+    await c.start()
+    session = c.sessions[CONTROLLER_ID]
+    real = session.update_partition_states
+    raced = zd.LeaderIsrAndControllerEpoch(1, 0, [1, 3], 1)  # partition 4's leader dropped broker 2 meanwhile
+
+    def racing(*args: Any) -> dict[tuple[str, int], int]:
+        session.update_partition_states = real  # type: ignore[method-assign]
+        c.admin.update_partition_state("t", 4, raced, c.version("t", 4), c.admin.get_controller_epoch()[1])
+        return real(*args)
+
+    session.update_partition_states = racing  # type: ignore[method-assign]
+    c.kill_broker(3)
+    await eventually(lambda: all(3 not in c.state("t", p).isr for p in range(6)), "broker 3 out of every ISR")
+    await settle(c.controller)
+    for p in range(6):
+        assert c.state("t", p).isr == ([1] if p == 4 else [1, 2]), p
+
+
 # -- many partitions: the loop stays free -------------------------------------------------------------
 
 MANY = 5_000  # a failover's passes touch every partition
 
 
 class LoopShare:
-    """How often another coroutine (standing for every client of the broker) got the loop while the
-    controller worked without waiting on ZooKeeper: from its first ZooKeeper call after ``arm`` to
-    the first request it sends. A pass over every partition that never yields counts none."""
+    """Turns another coroutine (standing for every client of the broker) gets while the controller tells
+    brokers of a change: between its first request and its last one it builds the next requests from
+    every partition, writing nothing to ZooKeeper, so without yielding in that pass nobody else runs."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.zk_in_flight = 0
-        self.zk_calls = 0
-        self.turns: int | None = None
+        self._sent_per_turn: list[int] = []
         self._sent_at_arm = 0
-        real_zk = cluster.controller._zk
 
-        async def counted_zk(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-            self.zk_calls += 1
-            self.zk_in_flight += 1
-            try:
-                return await real_zk(fn, *args, **kwargs)
-            finally:
-                self.zk_in_flight -= 1
-
-        cluster.controller._zk = counted_zk  # type: ignore[method-assign]
+    def _sent(self) -> int:
+        return len(self.cluster.channel.sent) if self.cluster.channels else 0
 
     def arm(self) -> None:
-        self.turns = 0
-        self._calls_at_arm = self.zk_calls
-        self._sent_at_arm = len(self.cluster.channel.sent) if self.cluster.channels else 0
+        self._sent_per_turn.clear()
+        self._sent_at_arm = self._sent()
+
+    def turns_between_requests(self) -> int:
+        """Turns taken after the first request sent since ``arm`` and before the last."""
+        last = self._sent()
+        return sum(1 for sent in self._sent_per_turn if self._sent_at_arm < sent < last)
 
     async def run(self) -> None:
         while True:
             await asyncio.sleep(0)
-            sent = len(self.cluster.channel.sent) if self.cluster.channels else 0
-            if (self.turns is not None and self.zk_calls > self._calls_at_arm and not self.zk_in_flight
-                    and sent == self._sent_at_arm):
-                self.turns += 1
+            self._sent_per_turn.append(self._sent())
 
 
-def test_a_failover_over_many_partitions_lets_other_coroutines_run() -> None:
-    """A new controller over 5,000 partitions whose leaders live, then the death of a broker hosting none
-    of them: neither writes anything to ZooKeeper per partition, so only yielding between chunks of
-    partitions lets the broker's clients in while the controller walks them all."""
+def test_telling_brokers_about_many_partitions_lets_other_coroutines_run() -> None:
+    """A new controller over 5,000 partitions whose leaders live (one UpdateMetadata per broker, then a
+    LeaderAndIsr to each replica), then a broker joining (UpdateMetadata for it, a pass for the replicas
+    it hosts): the passes that build these requests yield between chunks of partitions."""
     async def go() -> None:
-        c = Cluster(brokers=(1, 2, 3, 4))
+        c = Cluster(brokers=(1, 2, 3))
         share = LoopShare(c)
         other = asyncio.create_task(share.run())
         try:
@@ -798,24 +856,23 @@ def test_a_failover_over_many_partitions_lets_other_coroutines_run() -> None:
                 p: zd.LeaderIsrAndControllerEpoch(1 + p % 2, 4, [1, 2], 3) for p in range(MANY)}, version)
             share.arm()
             await c.start()
-            during_failover = share.turns
-            assert c.admin.get_controller_epoch() is not None and c.admin.get_controller_epoch()[0] == 4
+            during_failover = share.turns_between_requests()
             sent = leader_and_isr_by_broker(c.sent_since(0, LeaderAndIsrRequest))
             assert {b: len(states) for b, states in sent.items()} == {1: MANY, 2: MANY}
 
             mark = c.mark()
             share.arm()
-            c.kill_broker(4)
+            c.start_broker(4)
             await settle(c.controller)
-            during_broker_death = share.turns
-            metadata = c.sent_since(mark, UpdateMetadataRequest)
-            assert sorted(lb.id for lb in metadata[0][1].live_brokers) == [1, 2, 3]
-            assert c.state("many", 0).leader_epoch == 4  # nothing to elect: broker 4 hosted none
+            during_join = share.turns_between_requests()
+            metadata = dict(c.sent_since(mark, UpdateMetadataRequest))
+            assert len(partition_states(metadata[4])) == MANY  # the newcomer gets the whole picture
+            assert c.state("many", 0).leader_epoch == 4  # nothing to elect
         finally:
             other.cancel()
             await c.stop()
-        chunks = MANY // STATE_CHANGE_CHUNK  # a pass over all partitions yields at least this often
-        assert during_failover is not None and during_failover >= chunks // 2
-        assert during_broker_death is not None and during_broker_death >= chunks // 2
+        chunks = MANY // STATE_CHANGE_CHUNK  # a pass over all partitions yields this often
+        assert during_failover >= chunks // 2
+        assert during_join >= chunks // 2
 
     run(go)

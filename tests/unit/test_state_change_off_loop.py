@@ -172,6 +172,38 @@ def test_a_full_disk_writing_the_epoch_on_the_storage_thread_still_takes_the_dir
     assert failed_dirs == [str(tmp_path)]
 
 
+def test_new_leader_epochs_of_one_request_are_written_several_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failover makes a broker lead hundreds of partitions at once: their checkpoint fsyncs are in flight
+    together (the first two writes wait for each other; written one after another, the barrier breaks)."""
+    meet = threading.Barrier(2, timeout=20)
+    calls = 0
+    lock = threading.Lock()
+    real_write = leader_epoch_cache.write_atomically
+
+    def meeting_write(path: str, data: bytes, fsync: bool = True) -> None:
+        nonlocal calls
+        with lock:
+            calls += 1
+            first_two = calls <= 2
+        if first_two:
+            meet.wait()
+        real_write(path, data, fsync)
+
+    async def scenario() -> dict[Any, int]:
+        rm = replica_manager(tmp_path)
+        tid = uuid.uuid4()
+        await settle(rm.become_leader_or_follower(1, leader_and_isr(tid, 2, 0, is_new=True), configs))
+        monkeypatch.setattr(leader_epoch_cache, "write_atomically", meeting_write)
+        try:
+            return await settle(rm.become_leader_or_follower(1, leader_and_isr(tid, 1, 1), configs))
+        finally:
+            rm.log_manager.shutdown()
+
+    errors = asyncio.run(scenario())
+    assert set(errors.values()) == {0} and calls == PARTITIONS
+
+
 def test_a_new_leaders_first_appends_write_no_epoch_checkpoint_on_the_loop(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The epoch a LeaderAndIsr starts is on disk before the first produce of it: the append path

@@ -487,14 +487,17 @@ class ReplicaManager:
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_partitions([tp for items in todo.values() for tp, _, _ in items])
 
+        def assign_one(item: tuple[TopicPartition, Partition, int]) -> tuple[TopicPartition, BaseException | None]:
+            tp, part, epoch = item
+            try:
+                part.assign_epoch_start_offset(epoch)
+            except (OSError, Errors.KafkaStorageError) as exc:
+                return tp, exc
+            return tp, None
+
         def assign(items: list[tuple[TopicPartition, Partition, int]]) -> dict[TopicPartition, BaseException]:
-            failed: dict[TopicPartition, BaseException] = {}
-            for tp, part, epoch in items:
-                try:
-                    part.assign_epoch_start_offset(epoch)
-                except (OSError, Errors.KafkaStorageError) as exc:
-                    failed[tp] = exc
-            return failed
+            # Two fsyncs per partition: several in flight at once (see LogManager.fan_out).
+            return {tp: exc for tp, exc in self.log_manager.fan_out(assign_one, items) if exc is not None}
 
         failed: dict[TopicPartition, BaseException] = {}
         for result in await asyncio.gather(*(self.log_manager.run_in_dir(d, assign, items)

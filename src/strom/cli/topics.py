@@ -54,6 +54,20 @@ def topics(
     exclude_internal: Annotated[
         bool, typer.Option("--exclude-internal", help="Leave out internal topics such as __consumer_offsets.")
     ] = False,
+    under_replicated: Annotated[bool, typer.Option(
+        "--under-replicated-partitions", help="With --describe: only partitions whose ISR is smaller than "
+        "their replica list.")] = False,
+    unavailable: Annotated[bool, typer.Option(
+        "--unavailable-partitions", help="With --describe: only partitions without a live leader.")] = False,
+    under_min_isr: Annotated[bool, typer.Option(
+        "--under-min-isr-partitions", help="With --describe: only partitions whose ISR is smaller than "
+        "min.insync.replicas (acks=all writes fail).")] = False,
+    at_min_isr: Annotated[bool, typer.Option(
+        "--at-min-isr-partitions", help="With --describe: only partitions whose ISR equals "
+        "min.insync.replicas (one more loss stops acks=all writes).")] = False,
+    with_overrides: Annotated[bool, typer.Option(
+        "--topics-with-overrides", help="With --describe: only topics with config overrides, without "
+        "their partitions.")] = False,
     command_config: CommandConfigOption = None,
 ) -> None:
     """Create, list, describe, alter or delete topics."""
@@ -61,6 +75,14 @@ def topics(
         actions = [create, list_, describe, alter, delete]
         if sum(actions) != 1:
             fail("Command must include exactly one action: --list, --describe, --create, --alter or --delete")
+        reports = {"--under-replicated-partitions": under_replicated, "--unavailable-partitions": unavailable,
+                   "--under-min-isr-partitions": under_min_isr, "--at-min-isr-partitions": at_min_isr,
+                   "--topics-with-overrides": with_overrides}
+        chosen = [flag for flag, on in reports.items() if on]
+        if len(chosen) > 1:
+            fail(f"Only one of {', '.join(chosen)} can be given.")
+        if chosen and not describe:
+            fail(f"{chosen[0]} works with --describe only.")
         if (create or alter or delete) and not topic:
             fail("Missing required argument --topic.")
         admin = admin_client(bootstrap_server, command_config)
@@ -70,7 +92,8 @@ def topics(
         elif list_:
             _list(admin, topic, exclude_internal)
         elif describe:
-            _describe(admin, topic, exclude_internal, if_exists, bootstrap_server, client_security(command_config))
+            _describe(admin, topic, exclude_internal, if_exists, bootstrap_server, client_security(command_config),
+                      chosen[0] if chosen else None)
         elif alter:
             assert topic is not None
             if config:
@@ -164,10 +187,40 @@ _TOPIC, _DEFAULT_CONFIG = 2, 5  # DescribeConfigs resource type and config sourc
 _UNKNOWN_TOPIC_OR_PARTITION = 3
 
 
+def _min_isr(result: Any) -> int | None:
+    """The effective min.insync.replicas of a DescribeConfigs topic result (override or default)."""
+    for entry in result.configs:
+        if entry.name == "min.insync.replicas" and entry.value is not None:
+            return int(entry.value)
+    return None
+
+
+def _reported(report: str, p: Any, min_isr: int | None, live: set[int]) -> bool:
+    """Whether a partition belongs in a kafka-topics.sh --describe report (e.g. --under-replicated-partitions).
+
+    As kafka-topics.sh: a partition without a leader counts as under min ISR and unavailable, not as
+    under-replicated; a leader on a broker missing from the metadata's broker list is unavailable.
+    Unlike kafka-topics.sh, a partition without a leader is not also "at min ISR" because the ISR it
+    last had (kept in ZooKeeper) is as long as min.insync.replicas: it takes no writes at all."""
+    has_leader = p.leader_id >= 0
+    isr, replicas = len(p.isr_nodes), len(p.replica_nodes)
+    if report == "--under-replicated-partitions":
+        return has_leader and isr < replicas
+    if report == "--unavailable-partitions":
+        return not has_leader or p.leader_id not in live
+    if report == "--under-min-isr-partitions":
+        return not has_leader or (min_isr is not None and isr < min_isr)
+    if report == "--at-min-isr-partitions":
+        return has_leader and min_isr is not None and isr == min_isr
+    return True
+
+
 def _describe(admin: Any, pattern: str | None, exclude_internal: bool, if_exists: bool, bootstrap: str,
-              security: Any) -> None:
+              security: Any, report: str | None = None) -> None:
     """kafka-topics.sh --describe: partitions from a Metadata request, overrides from DescribeConfigs.
 
+    With a report flag, only the partitions it selects are printed (no topic lines), or with
+    --topics-with-overrides only the topic lines of topics that have overrides, as kafka-topics.sh.
     Both are sent by hand to the first broker that answers (bootstrap list first, then the brokers
     the metadata names): librdkafka sends DescribeTopics and DescribeConfigs to the controller only,
     and after a kill -9 of the controller that is a dead broker until its ZooKeeper session expires."""
@@ -188,7 +241,9 @@ def _describe(admin: Any, pattern: str | None, exclude_internal: bool, if_exists
                               allow_auto_topic_creation=False, include_topic_authorized_operations=False)
     metadata = asyncio.run(_send_to_bootstrap(",".join(addresses), request, 12, security))
     described = {t.name: t for t in metadata.topics}
+    live = {b.node_id for b in metadata.brokers}
     configs_by_topic: dict[str, str] = {}
+    min_isr_by_topic: dict[str, int | None] = {}
     try:
         results = describe_configs(addresses, [(_TOPIC, name) for name in names], security)
     except CliError:
@@ -196,6 +251,7 @@ def _describe(admin: Any, pattern: str | None, exclude_internal: bool, if_exists
     for result in results:
         if result.error_code:
             continue
+        min_isr_by_topic[result.resource_name] = _min_isr(result)
         overrides = [
             f"{entry.name}={'null' if entry.is_sensitive or entry.value is None else entry.value}"
             for entry in sorted(result.configs, key=lambda e: e.name)
@@ -215,11 +271,16 @@ def _describe(admin: Any, pattern: str | None, exclude_internal: bool, if_exists
             fail(f"Topic '{name}': {Errors.for_code(topic.error_code).__name__}")
         parts = sorted(topic.partitions, key=lambda p: p.partition_index)
         rf = len(parts[0].replica_nodes) if parts else 0
-        write_out(
-            f"Topic: {name}\tTopicId: {_topic_id(topic.topic_id)}\tPartitionCount: {len(parts)}\t"
-            f"ReplicationFactor: {rf}\tConfigs: {configs_by_topic.get(name, '')}\n"
-        )
+        if report is None or (report == "--topics-with-overrides" and configs_by_topic.get(name)):
+            write_out(
+                f"Topic: {name}\tTopicId: {_topic_id(topic.topic_id)}\tPartitionCount: {len(parts)}\t"
+                f"ReplicationFactor: {rf}\tConfigs: {configs_by_topic.get(name, '')}\n"
+            )
+        if report == "--topics-with-overrides":
+            continue
         for p in parts:
+            if report is not None and not _reported(report, p, min_isr_by_topic.get(name), live):
+                continue
             replicas = ",".join(str(r) for r in p.replica_nodes)
             isr = ",".join(str(r) for r in p.isr_nodes)
             write_out(
