@@ -20,7 +20,7 @@ import pytest
 from tests.support.fake_zk import FakeZkClient, InMemoryZooKeeper, RecordingChannel
 
 from strom.config import BrokerConfig
-from strom.controller.controller import KafkaController
+from strom.controller.controller import STATE_CHANGE_CHUNK, KafkaController
 from strom.metadata.zk import zk_data as zd
 from strom.protocol.inter_broker import LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest
 
@@ -782,10 +782,21 @@ async def test_a_broker_failure_over_many_partitions_is_written_in_a_few_multi_o
     assert counts == {"single": 0, "batches": -(-1200 // ZK_STATE_BATCH)}
     sent = leader_and_isr_by_broker(c.sent_since(mark, LeaderAndIsrRequest))
     assert len(sent[1]) == len(sent[2]) == 1200 and 3 not in sent
-    # in requests of at most CONTROL_REQUEST_PARTITIONS (encoding one of 3,000 stalled the loop)
-    for kind in (LeaderAndIsrRequest, UpdateMetadataRequest):
-        sizes = [len(partition_states(r)) for b, r in c.sent_since(mark, kind) if b == 1]
-        assert sum(sizes) == 1200 and max(sizes) <= CONTROL_REQUEST_PARTITIONS and len(sizes) == 2, (kind, sizes)
+    # LeaderAndIsr in requests of at most CONTROL_REQUEST_PARTITIONS (encoding one of 3,000 stalled the loop);
+    # UpdateMetadata never cuts a topic in two: a broker would show it with fewer partitions for a moment
+    sizes = [len(partition_states(r)) for b, r in c.sent_since(mark, LeaderAndIsrRequest) if b == 1]
+    assert sizes == [CONTROL_REQUEST_PARTITIONS, 1200 - CONTROL_REQUEST_PARTITIONS]
+    assert [len(partition_states(r)) for b, r in c.sent_since(mark, UpdateMetadataRequest) if b == 1] == [1200]
+
+
+def test_update_metadata_parts_keep_each_topic_whole() -> None:
+    from strom.controller.controller import _in_parts
+
+    topics = {"a": list(range(600)), "b": list(range(600)), "c": list(range(1500)), "d": list(range(10))}
+    whole = [{t: len(v) for t, v in part.items()} for part in _in_parts(topics, split_topics=False, size=1000)]
+    assert whole == [{"a": 600}, {"b": 600}, {"c": 1500}, {"d": 10}]
+    cut = [{t: len(v) for t, v in part.items()} for part in _in_parts(topics, split_topics=True, size=1000)]
+    assert cut == [{"a": 600, "b": 400}, {"b": 200, "c": 800}, {"c": 700, "d": 10}]
 
 
 @scenario_with()
@@ -832,3 +843,73 @@ async def test_a_leader_shrinking_and_growing_many_isrs_is_written_in_batches(c:
     assert all(result[("t", p)][0] == 0 for p in range(700) if p != 5)
     assert c.state("t", 5).isr == [1, 3] and c.state("t", 6).isr == [1, 3, 2]
     assert counts == {"single": 0, "batches": 4}
+
+
+# -- many partitions: the loop stays free -------------------------------------------------------------
+
+MANY = 5_000  # a failover's passes touch every partition
+
+
+class LoopShare:
+    """Turns another coroutine (standing for every client of the broker) gets while the controller tells
+    brokers of a change: between its first request and its last one it builds the next requests from
+    every partition, writing nothing to ZooKeeper, so without yielding in that pass nobody else runs."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self._sent_per_turn: list[int] = []
+        self._sent_at_arm = 0
+
+    def _sent(self) -> int:
+        return len(self.cluster.channel.sent) if self.cluster.channels else 0
+
+    def arm(self) -> None:
+        self._sent_per_turn.clear()
+        self._sent_at_arm = self._sent()
+
+    def turns_between_requests(self) -> int:
+        """Turns taken after the first request sent since ``arm`` and before the last."""
+        last = self._sent()
+        return sum(1 for sent in self._sent_per_turn if self._sent_at_arm < sent < last)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(0)
+            self._sent_per_turn.append(self._sent())
+
+
+def test_telling_brokers_about_many_partitions_lets_other_coroutines_run() -> None:
+    """A new controller over 5,000 partitions whose leaders live (one UpdateMetadata per broker, then a
+    LeaderAndIsr to each replica), then a broker joining (UpdateMetadata for it, a pass for the replicas
+    it hosts): the passes that build these requests yield between chunks of partitions."""
+    async def go() -> None:
+        c = Cluster(brokers=(1, 2, 3))
+        share = LoopShare(c)
+        other = asyncio.create_task(share.run())
+        try:
+            c.create_topic("many", {p: [1 + p % 2, 2 - p % 2] for p in range(MANY)})
+            version = c.admin.set_controller_epoch(3)
+            c.admin.create_partition_states("many", {
+                p: zd.LeaderIsrAndControllerEpoch(1 + p % 2, 4, [1, 2], 3) for p in range(MANY)}, version)
+            share.arm()
+            await c.start()
+            during_failover = share.turns_between_requests()
+            sent = leader_and_isr_by_broker(c.sent_since(0, LeaderAndIsrRequest))
+            assert {b: len(states) for b, states in sent.items()} == {1: MANY, 2: MANY}
+
+            mark = c.mark()
+            share.arm()
+            c.start_broker(4)
+            await settle(c.controller)
+            during_join = share.turns_between_requests()
+            metadata = dict(c.sent_since(mark, UpdateMetadataRequest))
+            assert len(partition_states(metadata[4])) == MANY  # the newcomer gets the whole picture
+            assert c.state("many", 0).leader_epoch == 4  # nothing to elect
+        finally:
+            other.cancel()
+            await c.stop()
+        chunks = MANY // STATE_CHANGE_CHUNK  # a pass over all partitions yields this often
+        assert during_failover >= chunks // 2
+        assert during_join >= chunks // 2
+
+    run(go)
