@@ -52,8 +52,8 @@ def configs(_topic: str) -> dict[str, str]:
     return {}
 
 
-def test_leader_and_isr_lets_other_work_run_and_fsyncs_epochs_on_the_storage_thread(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def record_epoch_writers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads that write leader-epoch checkpoints from now on, in order."""
     writers: list[str] = []
     real_write = leader_epoch_cache.write_atomically
 
@@ -62,6 +62,12 @@ def test_leader_and_isr_lets_other_work_run_and_fsyncs_epochs_on_the_storage_thr
         real_write(path, data, fsync)
 
     monkeypatch.setattr(leader_epoch_cache, "write_atomically", recording_write)
+    return writers
+
+
+def test_leader_and_isr_lets_other_work_run_and_fsyncs_epochs_on_the_storage_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    writers = record_epoch_writers(monkeypatch)
     creators: list[str] = []
     real_ensure = replica_manager_module.ensure_topic_id
 
@@ -208,14 +214,7 @@ def test_a_new_leaders_first_appends_write_no_epoch_checkpoint_on_the_loop(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The epoch a LeaderAndIsr starts is on disk before the first produce of it: the append path
     (on the loop) finds it assigned, whether the replica is new here or was a follower."""
-    writers: list[str] = []
-    real_write = leader_epoch_cache.write_atomically
-
-    def recording_write(path: str, data: bytes, fsync: bool = True) -> None:
-        writers.append(threading.current_thread().name)
-        real_write(path, data, fsync)
-
-    monkeypatch.setattr(leader_epoch_cache, "write_atomically", recording_write)
+    writers = record_epoch_writers(monkeypatch)
     batch = build_batch([(None, b"v", [], 1)])
 
     async def scenario() -> None:
