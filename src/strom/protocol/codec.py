@@ -55,7 +55,7 @@ def response_class(api_key: int) -> type[ApiMessage]:
 
 def is_flexible(api_key: int, version: int) -> bool:
     cls = _REQUESTS.get(api_key)
-    return bool(cls and cls.flexible_version_q(version))
+    return cls is not None and cls.flexible_version_q(version)  # not `cls and`: a message class has a len()
 
 
 def skip_tagged_fields(frame: memoryview, pos: int) -> int:

@@ -122,7 +122,8 @@ class AbstractIndex:
 
     @property
     def entries(self) -> int:
-        self._data()
+        if self._buf is None:  # asked on every append (is_full): no call once loaded
+            self._data()
         return self._entries
 
     @property
