@@ -3,16 +3,17 @@
 bench_produce_ab.py measures broker CPU time, which on a shared 2-core machine moves by more than
 the few per cent a change to the request path is worth. This one runs each broker under
 valgrind's callgrind with instrumentation off, switches it on only for a timed burst of tiny
-pipelined Produce requests and then for a load of 1 MiB batches (bench_produce_ab's two phases),
-and divides the instructions executed by the requests answered and the MB written: figures other
-processes' load does not move (kernel time is not in them). What the idle broker runs by itself
-(timers, the stall watchdog), measured over a quiet stretch, is subtracted pro rata.
+pipelined Produce requests, then for a load of 1 MiB batches (bench_produce_ab's two phases) and
+a read of the partition with 1 MiB fetches, and divides the instructions executed by the requests
+answered and the MB written or read: figures other processes' load does not move (kernel time is
+not in them). What the idle broker runs by itself (timers, the stall watchdog), measured over a
+quiet stretch, is subtracted pro rata.
 
     python bench/bench_produce_instructions.py 0814a6f --rounds 2
 
 Needs valgrind (Debian package `valgrind`). Under callgrind the broker runs ~50x slower, so a
 burst answers a few thousand requests. Prints JSON: per side and round, requests, instructions per
-request and per MB, and after/before of the round medians.
+request and per MB produced and fetched, and after/before of the round medians.
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ class CallgrindBroker(BrokerProcess):
 
 
 def measure_round(src: Path, tmp: Path, name: str, args: argparse.Namespace) -> dict[str, float]:
-    """One broker on ``src``: a warm-up, then the small burst and the 1 MiB load, each instrumented."""
+    """One broker on ``src``: a warm-up, then an idle stretch, the small burst, the 1 MiB load and a
+    read of it all with 1 MiB fetches (sendfile), each instrumented."""
     (tmp / name).mkdir()
     broker = CallgrindBroker(tmp / name, tmp, name, {"PYTHONPATH": str(src)})
     broker.start(timeout=600)
@@ -96,10 +98,11 @@ def measure_round(src: Path, tmp: Path, name: str, args: argparse.Namespace) -> 
             bb.raw_small_produce, broker.port, pid, TOPIC, args.record_size, args.seconds, args.window))
         large, large_ir = broker.measure(functools.partial(
             bb.raw_produce, broker.port, pid, TOPIC, 1, args.mb * 1_000_000 // 1024, 1024, bb.MiB, 4))
+        fetch, fetch_ir = broker.measure(functools.partial(bb.raw_fetch, broker.port, pid, TOPIC, 1, bb.MiB))
     finally:
         broker.stop(timeout=120)
-    if small["errors"] or large["errors"]:
-        raise SystemExit(f"{name}: produce errors")
+    if small["errors"] or large["errors"] or fetch["errors"]:
+        raise SystemExit(f"{name}: produce or fetch errors")
     # The broker's own timers and threads run whatever the load: their share, scaled to each load's
     # duration, is taken out, or the slower of two brokers would look dearer per request.
     idle_per_s = idle_ir / idle["seconds"]
@@ -107,6 +110,8 @@ def measure_round(src: Path, tmp: Path, name: str, args: argparse.Namespace) -> 
             "small_instructions_per_request": round((small_ir - idle_per_s * small["seconds"]) / small["requests"]),
             "large_mb": large["mb"],
             "large_instructions_per_mb": round((large_ir - idle_per_s * large["seconds"]) / large["mb"]),
+            "fetch_mb": fetch["mb"],
+            "fetch_instructions_per_mb": round((fetch_ir - idle_per_s * fetch["seconds"]) / fetch["mb"]),
             "idle_instructions_per_s": round(idle_per_s)}
 
 
@@ -145,8 +150,9 @@ def main() -> int:
     out: dict[str, Any] = {"benchmark": "produce a/b, instructions", "before": args.ref,
                            "small": {"seconds": args.seconds, "window": args.window,
                                      "record_size": args.record_size},
-                           "large": {"mb_per_round": args.mb, "batch_bytes": bb.MiB, "window": 4}, "rounds": rounds}
-    for key in ("small_instructions_per_request", "large_instructions_per_mb"):
+                           "large": {"mb_per_round": args.mb, "batch_bytes": bb.MiB, "window": 4},
+                           "fetch": {"max_bytes": bb.MiB}, "rounds": rounds}
+    for key in ("small_instructions_per_request", "large_instructions_per_mb", "fetch_instructions_per_mb"):
         med = {side: statistics.median(r[key] for r in rs) for side, rs in rounds.items()}
         out[key] = {"before": med["before"], "after": med["after"],
                     "after_over_before": round(med["after"] / med["before"], 4)}
