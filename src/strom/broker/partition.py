@@ -254,11 +254,11 @@ class Partition:
         if not self.is_leader:
             raise Errors.NotLeaderForPartitionError(f"broker {self.local_broker_id} is not the leader of "
                                                     f"{self.topic}-{self.index}")
-        min_isr = self.log.config.min_insync_replicas
-        if required_acks == -1 and len(self.isr) < min_isr:
-            raise Errors.NotEnoughReplicasError(
-                f"{self.topic}-{self.index} has {len(self.isr)} in-sync replicas, min.insync.replicas is {min_isr}"
-            )
+        if required_acks == -1:
+            min_isr = self.log.config.min_insync_replicas
+            if len(self.isr) < min_isr:
+                raise Errors.NotEnoughReplicasError(f"{self.topic}-{self.index} has {len(self.isr)} in-sync "
+                                                    f"replicas, min.insync.replicas is {min_isr}")
         info = self.log.append_as_leader(records, self.leader_epoch, origin=origin)
         self.maybe_increment_high_watermark()
         return info

@@ -235,7 +235,8 @@ class Log:
         idempotent retry returns the original offsets with ``duplicate=True``.
         """
         now = now_ms if now_ms is not None else time_ms()
-        config = self.config
+        local = self._local
+        config = local.config
         view = records if isinstance(records, memoryview) else memoryview(records)
         from_client = origin is AppendOrigin.CLIENT
         result = LogValidator.validate(view, config, now, from_client)
@@ -260,7 +261,6 @@ class Log:
                     max_timestamp=dup.timestamp,
                     duplicate=True,
                 )
-            local = self._local
             first_offset = offset = local.end_offset
             if leader_epoch != self.leader_epoch_cache.latest_epoch and leader_epoch >= 0:
                 self.leader_epoch_cache.assign(leader_epoch, first_offset)  # before the data: never behind it
