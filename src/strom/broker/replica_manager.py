@@ -459,6 +459,7 @@ class ReplicaManager:
                 followers[tp] = (st.leader, st.leader_epoch)
             self.fetch_purgatory.check_and_complete(tp)
             self.produce_purgatory.check_and_complete(tp)  # a resigned leader fails its parked acks=all
+            self.delete_records_purgatory.check_and_complete(tp)  # ... and its parked DeleteRecords
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_partitions(leaders)
             if followers:
