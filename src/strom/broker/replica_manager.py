@@ -866,7 +866,10 @@ class ReplicaManager:
                 res.last_stable_offset = part.last_stable_offset
                 res.log_start_offset = part.log_start_offset
                 limit = min(req.max_bytes, remaining)
-                if limit > 0 or total == 0:
+                # At its limit (a caught-up follower, a consumer at the HW) a partition has nothing to read:
+                # idle partitions of a fetch session cost no log read.
+                caught_up = req.fetch_offset == part.fetch_offset_limit(params.isolation_level, params.replica_id)
+                if (limit > 0 or total == 0) and not caught_up:
                     data = part.read_records(req.fetch_offset, max(limit, 0), params.isolation_level,
                                              min_one_message=(total == 0), replica_id=params.replica_id)
                     res.records = data
