@@ -16,6 +16,8 @@ from strom.broker.fetch_session import (
     next_epoch,
 )
 from strom.broker.replica_manager import FetchPartitionResult
+from strom.protocol.replica_fetch import FetchPartition
+from strom.replication.fetch_session_handler import FetchSessionHandler
 
 
 class Data:
@@ -144,3 +146,24 @@ def test_eviction_order_stale_then_privileged_then_smaller_old_sessions() -> Non
 def test_no_slots_means_no_sessions() -> None:
     manager = FetchManager(FetchSessionCache(0, 1000))
     assert open_session(manager, [cp("a", 0)]) == 0
+
+
+def test_follower_session_handler_sends_changes_forgets_dropped_partitions_and_recovers() -> None:
+    def fp(partition: int, leo: int) -> FetchPartition:
+        return FetchPartition(partition, 1, leo, 1, 0, 1 << 20)
+
+    h = FetchSessionHandler()
+    wanted = {("a", 0): fp(0, 5), ("a", 1): fp(1, 7), ("b", 0): fp(0, 1)}
+    assert h.build(wanted) == (0, 0, {"a": [fp(0, 5), fp(1, 7)], "b": [fp(0, 1)]}, {})
+    assert h.handle_response(0, 1234)
+    assert h.build(wanted) == (1234, 1, {}, {})  # idle: nothing to send
+    assert h.handle_response(0, 1234)
+    changed = {("a", 0): fp(0, 6), ("a", 1): fp(1, 7)}  # a-0 moved on, b-0 no longer fetched
+    assert h.build(changed) == (1234, 2, {"a": [fp(0, 6)]}, {"b": [0]})
+    # A lost session: the next fetch is full and asks for a new one.
+    assert not h.handle_response(70, 0)
+    assert h.build(changed) == (0, 0, {"a": [fp(0, 6), fp(1, 7)]}, {})
+    assert h.handle_response(0, 99)
+    # A wrong epoch (or a lost answer): full again, naming the old session so the leader replaces it.
+    assert not h.handle_response(71, 0)
+    assert h.build(changed)[:2] == (99, 0)
