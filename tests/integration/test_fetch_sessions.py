@@ -165,7 +165,8 @@ def test_consumers_read_many_partitions_exactly_through_sessions(metered: Broker
     cached = scrape(metrics_port(metered)).get("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached")
     assert cached is not None
 
-    # librdkafka fetches sessionless (session id 0, epoch -1): the same records, exactly.
+    # librdkafka fetches sessionless (session id 0, epoch -1): the same records, exactly, and no new session.
+    sessions_before = scrape(metrics_port(metered)).get("kafka_server_fetchsessioncache_numincrementalfetchsessions")
     cc = Consumer({"bootstrap.servers": metered.bootstrap, "group.id": "unused", "enable.auto.commit": False})
     cc.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     seen: list[tuple[int, bytes]] = []
@@ -178,3 +179,5 @@ def test_consumers_read_many_partitions_exactly_through_sessions(metered: Broker
     finally:
         cc.close()
     assert len(seen) == len(expected) and set(seen) == expected
+    assert scrape(metrics_port(metered)).get(
+        "kafka_server_fetchsessioncache_numincrementalfetchsessions") == sessions_before
