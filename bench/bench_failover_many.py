@@ -80,10 +80,11 @@ def run(workdir: str, partitions: int, env: dict[str, str], profile: str | None 
 
         profilers = []
         py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-        if profile:  # sample every survivor for 25 s from the kill on (flame graphs, one per broker)
+        if profile:  # sample every survivor for 25 s from the kill on (collapsed stacks per thread, one file per broker)
             Path(profile).mkdir(parents=True, exist_ok=True)
             profilers = [subprocess.Popen([py_spy, "record", "--pid", str(cluster.broker(b).pid), "--duration", "25",
-                                           "--rate", "100", "-o", str(Path(profile) / f"broker-{b}.svg")],
+                                           "--rate", "100", "--format", "raw", "--threads",
+                                           "-o", str(Path(profile) / f"broker-{b}.txt")],
                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                          for b in cluster.broker_ids if b != victim]
             time.sleep(1)
@@ -115,7 +116,7 @@ def run(workdir: str, partitions: int, env: dict[str, str], profile: str | None 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--partitions", type=int, default=3000)
-    ap.add_argument("--profile", help="directory for py-spy flame graphs of the surviving brokers")
+    ap.add_argument("--profile", help="directory for py-spy samples (collapsed stacks) of the surviving brokers")
     ap.add_argument("--src", help="source tree to run the brokers from (PYTHONPATH), e.g. an older checkout")
     args = ap.parse_args()
     env = {"PYTHONPATH": os.pathsep.join([str(Path(args.src).resolve()), str(ROOT)])} if args.src else {}

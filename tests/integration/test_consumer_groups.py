@@ -456,6 +456,40 @@ def test_committed_offsets_survive_broker_restart(tmp_path_factory: pytest.TempP
         b.close()
 
 
+@pytest.mark.parametrize("how", ["restart", pytest.param("kill9", marks=pytest.mark.slow)])
+def test_deleted_groups_stay_deleted_after_a_coordinator_restart(tmp_path_factory: pytest.TempPathFactory,
+                                                                 how: str) -> None:
+    """DeleteGroups answers once its tombstones are committed: the coordinator that loads the offsets
+    topic again after a restart finds the deleted groups gone and the others intact."""
+    b = BrokerProcess(tmp_path_factory.mktemp("deleted"), GROUP_OVERRIDES).start()
+    try:
+        topic = create_topic(b, 2)
+        groups = [f"del-{i}" for i in range(4)]
+        for i, group in enumerate(groups):
+            c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group})
+            c.commit(offsets=[TopicPartition(topic, p, 10 * i + p + 1) for p in range(2)], asynchronous=False)
+            c.close()
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        deleted = groups[:2]
+        for future in admin.delete_consumer_groups(deleted).values():
+            future.result(15)
+        if how == "kill9":
+            b.kill9()
+            b.start()
+        else:
+            b.restart()
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        listed = {g.group_id for g in admin.list_consumer_groups().result(15).valid}
+        assert not set(deleted) & listed and set(groups[2:]) <= listed
+        for i, group in enumerate(groups):
+            expected = [-1001, -1001] if group in deleted else [10 * i + 1, 10 * i + 2]
+            assert committed(b, group, topic, 2) == expected, group
+        with pytest.raises(Exception, match="GROUP_ID_NOT_FOUND|does not exist"):
+            admin.delete_consumer_groups([deleted[0]])[deleted[0]].result(15)
+    finally:
+        b.close()
+
+
 # -- bad input -----------------------------------------------------------------------------
 def _coordinator_client(broker: BrokerProcess, group: str) -> RawClient:
     c = RawClient(broker)

@@ -73,14 +73,16 @@ def test_idle_producer_expires_but_an_open_transaction_keeps_its_producer(
     time.sleep(EXPIRATION_MS / 1000)  # the transactional producer is idle as long, but its transaction is open
     assert set(active_producers(broker, topic)) == {txn_pid}
 
-    # A segment roll snapshots the producer state: the expired producer is no longer in it.
+    # A segment roll snapshots the producer state (the file lands shortly after, written on the log dir's
+    # storage thread): the expired producer is no longer in it.
     plain = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": False, "linger.ms": 0,
                       "acks": "all"})
     before = ProducerStateManager(str(partition_dir)).snapshot_offsets()
     for _ in range(4):
         plain.produce(topic, value=b"x" * 1500, partition=0)
         assert plain.flush(30) == 0
-    assert ProducerStateManager(str(partition_dir)).snapshot_offsets() != before, "no segment roll happened"
+    wait_until(lambda: ProducerStateManager(str(partition_dir)).snapshot_offsets() != before,
+               "a segment roll's producer snapshot")
     offset, in_snapshot = newest_snapshot(partition_dir)
     assert idle_pid not in in_snapshot, f"snapshot {offset} still carries expired producer {idle_pid}"
     assert txn_pid in in_snapshot

@@ -20,7 +20,7 @@ import pytest
 from tests.support.fake_zk import FakeZkClient, InMemoryZooKeeper, RecordingChannel
 
 from strom.config import BrokerConfig
-from strom.controller.controller import KafkaController
+from strom.controller.controller import STATE_CHANGE_CHUNK, KafkaController
 from strom.metadata.zk import zk_data as zd
 from strom.protocol.inter_broker import LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest
 
@@ -766,7 +766,7 @@ def count_state_writes(c: Cluster) -> dict[str, int]:
 async def test_a_broker_failure_over_many_partitions_is_written_in_a_few_multi_ops(c: Cluster) -> None:
     """1,200 partitions lose broker 3 from their ISR (and 400 their leader): ZooKeeper gets a few batches
     of ZK_STATE_BATCH states, not 1,200 round trips, and every broker hears of each change."""
-    from strom.controller.controller import ZK_STATE_BATCH
+    from strom.controller.controller import CONTROL_REQUEST_PARTITIONS, ZK_STATE_BATCH
 
     rotations = ([1, 2, 3], [2, 3, 1], [3, 1, 2])
     c.create_topic("many", {p: rotations[p % 3] for p in range(1200)})
@@ -782,6 +782,21 @@ async def test_a_broker_failure_over_many_partitions_is_written_in_a_few_multi_o
     assert counts == {"single": 0, "batches": -(-1200 // ZK_STATE_BATCH)}
     sent = leader_and_isr_by_broker(c.sent_since(mark, LeaderAndIsrRequest))
     assert len(sent[1]) == len(sent[2]) == 1200 and 3 not in sent
+    # LeaderAndIsr in requests of at most CONTROL_REQUEST_PARTITIONS (encoding one of 3,000 stalled the loop);
+    # UpdateMetadata never cuts a topic in two: a broker would show it with fewer partitions for a moment
+    sizes = [len(partition_states(r)) for b, r in c.sent_since(mark, LeaderAndIsrRequest) if b == 1]
+    assert sizes == [CONTROL_REQUEST_PARTITIONS, 1200 - CONTROL_REQUEST_PARTITIONS]
+    assert [len(partition_states(r)) for b, r in c.sent_since(mark, UpdateMetadataRequest) if b == 1] == [1200]
+
+
+def test_update_metadata_parts_keep_each_topic_whole() -> None:
+    from strom.controller.controller import _in_parts
+
+    topics = {"a": list(range(600)), "b": list(range(600)), "c": list(range(1500)), "d": list(range(10))}
+    whole = [{t: len(v) for t, v in part.items()} for part in _in_parts(topics, split_topics=False, size=1000)]
+    assert whole == [{"a": 600}, {"b": 600}, {"c": 1500}, {"d": 10}]
+    cut = [{t: len(v) for t, v in part.items()} for part in _in_parts(topics, split_topics=True, size=1000)]
+    assert cut == [{"a": 600, "b": 400}, {"b": 200, "c": 800}, {"c": 700, "d": 10}]
 
 
 @scenario_with()
@@ -806,3 +821,95 @@ async def test_a_batch_that_meets_a_changed_state_is_written_one_by_one(c: Clust
     await settle(c.controller)
     for p in range(6):
         assert c.state("t", p).isr == ([1] if p == 4 else [1, 2]), p
+
+
+@scenario_with()
+async def test_a_leader_shrinking_and_growing_many_isrs_is_written_in_batches(c: Cluster) -> None:
+    """AlterPartition for 700 partitions (a follower fell behind, then came back): two multi-ops each way,
+    partition epochs move, leader epochs do not; entries that are refused get their own error codes."""
+    c.create_topic("t", {p: [1, 2, 3] for p in range(700)})
+    await c.start()
+    counts = count_state_writes(c)
+    shrink = [(("t", p), 0, [1, 3], c.version("t", p)) for p in range(700)]
+    shrink.append((("t", 700), 0, [1], 0))  # no such partition
+    result = await c.controller.alter_partition(1, shrink)
+    assert result[("t", 700)][0] == Errors.UnknownTopicOrPartitionError.errno
+    assert all(result[("t", p)][0] == 0 for p in range(700))
+    assert all(c.state("t", p).isr == [1, 3] and c.state("t", p).leader_epoch == 0 for p in range(0, 700, 50))
+    grow = [(("t", p), 0, [1, 3, 2], c.version("t", p)) for p in range(700)]
+    grow[5] = (("t", 5), 0, [1, 3, 2], 0)  # a stale partition epoch
+    result = await c.controller.alter_partition(1, grow)
+    assert result[("t", 5)][0] == Errors.InvalidUpdateVersionError.errno
+    assert all(result[("t", p)][0] == 0 for p in range(700) if p != 5)
+    assert c.state("t", 5).isr == [1, 3] and c.state("t", 6).isr == [1, 3, 2]
+    assert counts == {"single": 0, "batches": 4}
+
+
+# -- many partitions: the loop stays free -------------------------------------------------------------
+
+MANY = 5_000  # a failover's passes touch every partition
+
+
+class LoopShare:
+    """Turns another coroutine (standing for every client of the broker) gets while the controller tells
+    brokers of a change: between its first request and its last one it builds the next requests from
+    every partition, writing nothing to ZooKeeper, so without yielding in that pass nobody else runs."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self._sent_per_turn: list[int] = []
+        self._sent_at_arm = 0
+
+    def _sent(self) -> int:
+        return len(self.cluster.channel.sent) if self.cluster.channels else 0
+
+    def arm(self) -> None:
+        self._sent_per_turn.clear()
+        self._sent_at_arm = self._sent()
+
+    def turns_between_requests(self) -> int:
+        """Turns taken after the first request sent since ``arm`` and before the last."""
+        last = self._sent()
+        return sum(1 for sent in self._sent_per_turn if self._sent_at_arm < sent < last)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(0)
+            self._sent_per_turn.append(self._sent())
+
+
+def test_telling_brokers_about_many_partitions_lets_other_coroutines_run() -> None:
+    """A new controller over 5,000 partitions whose leaders live (one UpdateMetadata per broker, then a
+    LeaderAndIsr to each replica), then a broker joining (UpdateMetadata for it, a pass for the replicas
+    it hosts): the passes that build these requests yield between chunks of partitions."""
+    async def go() -> None:
+        c = Cluster(brokers=(1, 2, 3))
+        share = LoopShare(c)
+        other = asyncio.create_task(share.run())
+        try:
+            c.create_topic("many", {p: [1 + p % 2, 2 - p % 2] for p in range(MANY)})
+            version = c.admin.set_controller_epoch(3)
+            c.admin.create_partition_states("many", {
+                p: zd.LeaderIsrAndControllerEpoch(1 + p % 2, 4, [1, 2], 3) for p in range(MANY)}, version)
+            share.arm()
+            await c.start()
+            during_failover = share.turns_between_requests()
+            sent = leader_and_isr_by_broker(c.sent_since(0, LeaderAndIsrRequest))
+            assert {b: len(states) for b, states in sent.items()} == {1: MANY, 2: MANY}
+
+            mark = c.mark()
+            share.arm()
+            c.start_broker(4)
+            await settle(c.controller)
+            during_join = share.turns_between_requests()
+            metadata = dict(c.sent_since(mark, UpdateMetadataRequest))
+            assert len(partition_states(metadata[4])) == MANY  # the newcomer gets the whole picture
+            assert c.state("many", 0).leader_epoch == 4  # nothing to elect
+        finally:
+            other.cancel()
+            await c.stop()
+        chunks = MANY // STATE_CHANGE_CHUNK  # a pass over all partitions yields this often
+        assert during_failover >= chunks // 2
+        assert during_join >= chunks // 2
+
+    run(go)

@@ -14,6 +14,7 @@ from tests.unit.group_support import Harness, LogBackedReplicaManager, run
 
 from strom.coordinator.group.group_metadata import OffsetAndMetadata
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME
+from strom.coordinator.group.records import group_metadata_key, offset_commit_key
 from strom.coordinator.runtime import RECORD, CoordinatorRuntime, in_chunks
 
 TOPIC = GROUP_METADATA_TOPIC_NAME
@@ -201,6 +202,74 @@ def test_offset_commits_in_flight_land_in_log_order(tmp_path: Path) -> None:
         rm.commit(0)
         assert await first == {("t", 0): 0} and await second == {("t", 0): 0}
         assert c.handle_fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 2  # type: ignore[union-attr]
+        rm.close()
+        h.close()
+
+    run(main)
+
+
+def test_delete_groups_is_written_then_applied_and_a_failed_append_keeps_the_group(tmp_path: Path) -> None:
+    """DeleteGroups tombstones the group and its offsets first: the group stays (as the log says)
+    until the tombstones are committed, and a failed append leaves it and its offsets in place."""
+    async def main() -> None:
+        h = Harness(str(tmp_path))
+        c = h.coordinator
+        for group in ("kept", "gone"):
+            assert await c.handle_commit_offsets(group, "", None, -1, {("t", 0): OffsetAndMetadata(7)}) == {
+                ("t", 0): 0}
+        rm = DeferredCommits(str(tmp_path / "deferred"))
+        h.manager.runtime.replica_manager = rm
+
+        rm.fail_next = Errors.NotEnoughReplicasAfterAppendError.errno
+        failed = asyncio.create_task(c.handle_delete_groups(["kept"]))
+        await _settle()
+        rm.commit(0)
+        assert (await failed)["kept"] == Errors.CoordinatorNotAvailableError.errno
+        group = h.manager.get_group("kept")
+        assert group is not None and str(group.state) == "Empty"
+        assert c.handle_fetch_offsets("kept", [("t", 0)])[1][("t", 0)].offset == 7  # type: ignore[union-attr]
+
+        deleting = asyncio.create_task(c.handle_delete_groups(["gone"]))
+        await _settle()
+        assert h.manager.get_group("gone") is not None and not deleting.done()  # not committed yet
+        assert c.handle_fetch_offsets("gone", [("t", 0)])[1][("t", 0)].offset == 7  # type: ignore[union-attr]
+        rm.commit(1)
+        assert await deleting == {"gone": 0}
+        assert h.manager.get_group("gone") is None
+        rm.close()
+        h.close()
+
+    run(main)
+
+
+def test_offset_expiry_is_written_then_applied_and_a_failed_append_keeps_the_offsets(tmp_path: Path) -> None:
+    """Expired offsets (and the empty group they leave) go from memory only once their tombstones
+    are committed; a failed append keeps them, and the next expiry pass tries again."""
+    async def main() -> None:
+        h = Harness(str(tmp_path), retention_ms=1_000)
+        c = h.coordinator
+        assert await c.handle_commit_offsets("g", "", None, -1, {("t", 0): OffsetAndMetadata(3)}) == {("t", 0): 0}
+        later = h.manager.clock.wall_ms() + 60_000
+        rm = DeferredCommits(str(tmp_path / "deferred"))
+        h.manager.runtime.replica_manager = rm
+
+        rm.fail_next = Errors.NotEnoughReplicasAfterAppendError.errno
+        failed = asyncio.create_task(h.manager.cleanup_group_metadata(later))
+        await _settle()
+        assert c.handle_fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 3  # type: ignore[union-attr]
+        rm.commit(0)
+        assert await failed == 0
+        assert c.handle_fetch_offsets("g", [("t", 0)])[1][("t", 0)].offset == 3  # type: ignore[union-attr]
+        assert h.manager.get_group("g") is not None
+
+        expiring = asyncio.create_task(h.manager.cleanup_group_metadata(later))
+        await _settle()
+        assert h.manager.get_group("g") is not None  # tombstones appended, not committed
+        rm.commit(1)
+        assert await expiring == 1
+        assert h.manager.get_group("g") is None  # empty and without offsets: dead
+        assert rm.logged_keys(h.manager.partition_for("g"))[-2:] == [
+            offset_commit_key("g", "t", 0), group_metadata_key("g")]
         rm.close()
         h.close()
 

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from kafka.errors import InvalidProducerEpochError, OutOfOrderSequenceNumberError
@@ -160,3 +164,111 @@ def test_expiration(tmp_path: str) -> None:
     mgr.update(parse_header(idem(2, 0, 0, ts=9_000)))
     assert mgr.remove_expired_producers(now_ms=9_500) == 1
     assert set(mgr.producers) == {2}
+
+
+class GatedStorageThread:
+    """A log dir's storage thread held back until ``release``: what a roll left to it has not run yet."""
+
+    def __init__(self) -> None:
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="storage-test")
+        self._gate = threading.Event()
+        self.executor.submit(self._gate.wait, 30)
+
+    def release(self) -> None:
+        self._gate.set()
+        self.executor.shutdown(wait=True)
+
+
+def snapshot_files(directory: str) -> list[str]:
+    return sorted(name for name in os.listdir(directory) if name.endswith(".snapshot"))
+
+
+def test_roll_snapshot_is_written_on_the_storage_thread(tmp_path: str) -> None:
+    """A roll on the append path only encodes the snapshot; its file is written and fsynced on the dir's
+    thread (as Kafka since KAFKA-15046), so the event loop does no file work for it."""
+    storage = GatedStorageThread()
+    log = open_log(tmp_path, **{"segment.bytes": "300"})
+    log.storage_executor = storage.executor
+    try:
+        for seq in range(0, 12, 2):
+            log.append_as_leader(idem(11, 0, seq, n=2), 0)
+        assert len(log.segments) > 1
+        rolled_at = [seg.base_offset for seg in log.segments[1:]]
+        assert snapshot_files(log.directory) == []  # nothing written by the appending thread
+        assert log.producer_state.pending_snapshot_offsets == rolled_at
+    finally:
+        storage.release()
+    assert snapshot_files(log.directory) == [f"{offset:020d}.snapshot" for offset in rolled_at]
+    latest = ProducerStateManager.read_snapshot(log.producer_state.snapshot_path(rolled_at[-1]))
+    assert latest[11].last_offset == rolled_at[-1] - 1  # the state as of the roll, not of the write
+    assert log.producer_state.pending_snapshot_offsets == []
+    log.close()
+
+
+def test_crash_before_roll_snapshots_are_written_recovers_the_state(tmp_path: str) -> None:
+    """Deferred snapshots lost to a crash: recovery starts from the previous one and replays the rest."""
+    log = open_log(tmp_path, **{"segment.bytes": "300"})
+    for seq in range(0, 4, 2):
+        log.append_as_leader(idem(11, 0, seq, n=2), 0)
+    storage = GatedStorageThread()
+    log.storage_executor = storage.executor
+    for seq in range(4, 14, 2):
+        log.append_as_leader(idem(11, 0, seq, n=2), 0)
+    assert log.producer_state.pending_snapshot_offsets
+    written = snapshot_files(log.directory)
+    # The crash: the pending writes never happen and the log is not closed.
+    log.producer_state.cancel_pending_snapshots()
+    storage.release()
+    assert snapshot_files(log.directory) == written
+    again = open_log(tmp_path, **{"segment.bytes": "300"})
+    dup = again.append_as_leader(idem(11, 0, 12, n=2), 0)
+    assert dup.duplicate and (dup.first_offset, dup.last_offset) == (12, 13)
+    with pytest.raises(OutOfOrderSequenceNumberError):
+        again.append_as_leader(idem(11, 0, 15), 0)
+    assert again.append_as_leader(idem(11, 0, 14), 0).first_offset == 14
+    again.close()
+
+
+def test_truncation_cancels_a_roll_snapshot_not_written_yet(tmp_path: str) -> None:
+    """A pending snapshot above a truncation point would describe records that are gone: never written."""
+    storage = GatedStorageThread()
+    log = open_log(tmp_path, **{"segment.bytes": "300"})
+    log.storage_executor = storage.executor
+    try:
+        for seq in range(0, 30, 2):
+            log.append_as_leader(idem(11, 0, seq, n=2), 0)
+        pending = log.producer_state.pending_snapshot_offsets
+        assert len(pending) >= 2
+        log.truncate_to(pending[0])
+        assert log.producer_state.pending_snapshot_offsets == [pending[0]]
+    finally:
+        storage.release()
+    assert snapshot_files(log.directory) == [f"{pending[0]:020d}.snapshot"]
+    assert log.producer_state.producers[11].last_offset == pending[0] - 1
+    log.close()
+
+
+def test_a_roll_snapshot_that_cannot_be_written_is_skipped(tmp_path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk on the storage thread costs the snapshot only: no temp file left, appends go on."""
+    import strom.storage.producer_state as producer_state
+
+    def open_on_a_full_disk(path: str, mode: str = "r") -> Any:
+        if path.endswith(".tmp"):
+            open(path, "wb").close()  # the file exists, its blocks could not be written
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return open(path, mode)
+
+    monkeypatch.setattr(producer_state, "open", open_on_a_full_disk, raising=False)
+    executor = ThreadPoolExecutor(max_workers=1)
+    log = open_log(tmp_path, **{"segment.bytes": "300"})
+    log.storage_executor = executor
+    for seq in range(0, 12, 2):
+        log.append_as_leader(idem(11, 0, seq, n=2), 0)
+    executor.shutdown(wait=True)
+    assert len(log.segments) > 1
+    assert snapshot_files(log.directory) == []
+    assert not [name for name in os.listdir(log.directory) if name.endswith(".tmp")]
+    assert log.producer_state.pending_snapshot_offsets == []
+    assert log.append_as_leader(idem(11, 0, 12), 0).first_offset == 12
+    monkeypatch.undo()
+    log.close()

@@ -23,6 +23,7 @@ import strom.storage.leader_epoch_cache as leader_epoch_cache
 from strom.broker.replica_manager import LeaderAndIsrPartition, ReplicaManager
 from strom.config import BrokerConfig
 from strom.metadata.store import PartitionState
+from strom.protocol.record_batch import build_batch
 from strom.server_common.purgatory import DelayedOperationPurgatory
 from strom.server_common.timing_wheel import Timer
 from strom.storage.log_manager import LogManager
@@ -51,8 +52,8 @@ def configs(_topic: str) -> dict[str, str]:
     return {}
 
 
-def test_leader_and_isr_lets_other_work_run_and_fsyncs_epochs_on_the_storage_thread(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def record_epoch_writers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads that write leader-epoch checkpoints from now on, in order."""
     writers: list[str] = []
     real_write = leader_epoch_cache.write_atomically
 
@@ -61,6 +62,12 @@ def test_leader_and_isr_lets_other_work_run_and_fsyncs_epochs_on_the_storage_thr
         real_write(path, data, fsync)
 
     monkeypatch.setattr(leader_epoch_cache, "write_atomically", recording_write)
+    return writers
+
+
+def test_leader_and_isr_lets_other_work_run_and_fsyncs_epochs_on_the_storage_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    writers = record_epoch_writers(monkeypatch)
     creators: list[str] = []
     real_ensure = replica_manager_module.ensure_topic_id
 
@@ -201,3 +208,26 @@ def test_new_leader_epochs_of_one_request_are_written_several_at_a_time(
 
     errors = asyncio.run(scenario())
     assert set(errors.values()) == {0} and calls == PARTITIONS
+
+
+def test_a_new_leaders_first_appends_write_no_epoch_checkpoint_on_the_loop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The epoch a LeaderAndIsr starts is on disk before the first produce of it: the append path
+    (on the loop) finds it assigned, whether the replica is new here or was a follower."""
+    writers = record_epoch_writers(monkeypatch)
+    batch = build_batch([(None, b"v", [], 1)])
+
+    async def scenario() -> None:
+        rm = replica_manager(tmp_path)
+        tid = uuid.uuid4()
+        for leader, epoch, is_new in ((1, 0, True), (2, 1, False), (1, 2, False)):
+            await settle(rm.become_leader_or_follower(1, leader_and_isr(tid, leader, epoch, is_new), configs))
+        loop_thread = threading.current_thread().name
+        writers.clear()
+        results, _ = rm.append_records({("t", p): batch for p in range(PARTITIONS)}, 1)
+        assert {res.error_code for res in results.values()} == {0}
+        assert loop_thread not in writers, "an append wrote the leader-epoch checkpoint on the loop"
+        assert all(rm.partitions[("t", p)].log.latest_epoch == 2 for p in range(PARTITIONS))
+        rm.log_manager.shutdown()
+
+    asyncio.run(scenario())

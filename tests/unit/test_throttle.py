@@ -53,7 +53,7 @@ def test_deferred_produce_answer_is_stamped_when_ready() -> None:
 @pytest.mark.parametrize("version", [4, 11, 12, 16])
 def test_fetch_stamp_lands_in_the_field(version: int) -> None:
     ctx = _ctx(ApiKey.FETCH, version, 4321)
-    raw = fetch._encode(version, 0, [], [], [])
+    raw = fetch._encode(version, 0, 0, [])
     stamped = with_throttle_time(ctx, raw)
     assert isinstance(stamped, RawResponse)
     body = b"".join(p for p in stamped.parts if isinstance(p, bytes))

@@ -42,6 +42,7 @@ class FollowerState:
     last_caught_up_ms: int = 0
     last_fetch_leo_ms: int = 0  # when the leader's LEO was last_fetch_leader_leo
     last_fetch_leader_leo: int = -1
+    log_start_offset: int = -1  # from its fetches: DeleteRecords waits until it passed the deleted offset
 
 
 # AlterPartition sender: (partition, proposed ISR) -> None; the answer comes back via on_isr_committed.
@@ -254,11 +255,11 @@ class Partition:
         if not self.is_leader:
             raise Errors.NotLeaderForPartitionError(f"broker {self.local_broker_id} is not the leader of "
                                                     f"{self.topic}-{self.index}")
-        min_isr = self.log.config.min_insync_replicas
-        if required_acks == -1 and len(self.isr) < min_isr:
-            raise Errors.NotEnoughReplicasError(
-                f"{self.topic}-{self.index} has {len(self.isr)} in-sync replicas, min.insync.replicas is {min_isr}"
-            )
+        if required_acks == -1:
+            min_isr = self.log.config.min_insync_replicas
+            if len(self.isr) < min_isr:
+                raise Errors.NotEnoughReplicasError(f"{self.topic}-{self.index} has {len(self.isr)} in-sync "
+                                                    f"replicas, min.insync.replicas is {min_isr}")
         info = self.log.append_as_leader(records, self.leader_epoch, origin=origin)
         self.maybe_increment_high_watermark()
         return info
@@ -289,6 +290,28 @@ class Partition:
         follower.log_end_offset = fetch_offset
         self._maybe_expand_isr(replica_id, fetch_offset)
         return self.maybe_increment_high_watermark()
+
+    def update_follower_log_start(self, replica_id: int, log_start_offset: int) -> bool:
+        """A follower's fetch names its log start offset; True if it moved (DeleteRecords may complete)."""
+        follower = self._followers.get(replica_id)
+        if follower is None or log_start_offset < 0 or follower.log_start_offset == log_start_offset:
+            return False
+        follower.log_start_offset = log_start_offset
+        return True
+
+    def low_watermark(self) -> int:
+        """The smallest log start offset among the ISR (Kafka's low watermark; -1 while a member's is unknown).
+
+        DeleteRecords answers once this passed the offset asked for: every in-sync copy dropped the records."""
+        if not self.is_leader:
+            raise Errors.NotLeaderForPartitionError(f"broker {self.local_broker_id} is not the leader of "
+                                                    f"{self.topic}-{self.index}")
+        low = self.log.log_start_offset
+        for b in self.isr:
+            if b != self.local_broker_id:
+                follower = self._followers.get(b)
+                low = min(low, follower.log_start_offset if follower is not None else -1)
+        return low
 
     def _maybe_expand_isr(self, replica_id: int, fetch_offset: int) -> None:
         """A follower rejoins the ISR once it has everything below the HW of the current epoch."""

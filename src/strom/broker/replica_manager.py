@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import kafka.errors as Errors
 
+from strom.broker.fetch_session import FetchManager, FetchSessionCache
 from strom.broker.handlers import error_code_of, error_message_of
 from strom.broker.partition import READ_COMMITTED, READ_UNCOMMITTED, IsrChangeSender, Partition
 from strom.config import BrokerConfig
@@ -52,6 +53,7 @@ class FetchPartitionRequest:
     fetch_offset: int
     max_bytes: int
     current_leader_epoch: int = -1  # Fetch v9+: fences a client with stale metadata; -1 checks nothing
+    log_start_offset: int = -1  # Fetch v5+: a follower's log start offset (DeleteRecords waits for it)
 
 
 @dataclass(slots=True)
@@ -213,6 +215,12 @@ class ReplicaManager:
         self.fetch_purgatory = fetch_purgatory
         # acks=all produces waiting for the ISR; on the fetch purgatory's timing wheel unless given its own.
         self.produce_purgatory = produce_purgatory or DelayedOperationPurgatory("Produce", fetch_purgatory.timer)
+        # DeleteRecords waiting for every ISR replica's log start offset (Kafka's DelayedDeleteRecords).
+        self.delete_records_purgatory = DelayedOperationPurgatory("DeleteRecords", fetch_purgatory.timer)
+        # Incremental fetch sessions (KIP-227) of consumers and followers fetching from here.
+        self.fetch_manager = FetchManager(FetchSessionCache(
+            config.get("max.incremental.fetch.session.cache.slots"),
+            config.get("min.incremental.fetch.session.eviction.ms")))
         self.partitions: dict[TopicPartition, Partition] = {}
         # Partitions whose log is in an offline log dir: they answer KAFKA_STORAGE_ERROR.
         self.offline_partitions: set[TopicPartition] = set()
@@ -435,6 +443,7 @@ class ReplicaManager:
                 followers[tp] = (st.leader, st.leader_epoch)
             self.fetch_purgatory.check_and_complete(tp)
             self.produce_purgatory.check_and_complete(tp)  # a resigned leader fails its parked acks=all
+            self.delete_records_purgatory.check_and_complete(tp)  # ... and its parked DeleteRecords
         if self.fetcher_manager is not None:
             self.fetcher_manager.remove_partitions(leaders)
             if followers:
@@ -835,11 +844,17 @@ class ReplicaManager:
                             f"broker {self.broker_id} is not the leader of {req.topic}-{req.partition}")
                     if record_follower and part.update_follower_fetch_state(params.replica_id, req.fetch_offset):
                         self._on_high_watermark_moved((req.topic, req.partition))
+                    if record_follower and part.update_follower_log_start(params.replica_id, req.log_start_offset):
+                        asyncio.get_running_loop().call_soon(self.delete_records_purgatory.check_and_complete,
+                                                             (req.topic, req.partition))
                 res.high_watermark = part.high_watermark
                 res.last_stable_offset = part.last_stable_offset
                 res.log_start_offset = part.log_start_offset
                 limit = min(req.max_bytes, remaining)
-                if limit > 0 or total == 0:
+                # At its limit (a caught-up follower, a consumer at the HW) a partition has nothing to read:
+                # idle partitions of a fetch session cost no log read.
+                caught_up = req.fetch_offset == part.fetch_offset_limit(params.isolation_level, params.replica_id)
+                if (limit > 0 or total == 0) and not caught_up:
                     data = part.read_records(req.fetch_offset, max(limit, 0), params.isolation_level,
                                              min_one_message=(total == 0), replica_id=params.replica_id)
                     res.records = data

@@ -125,6 +125,10 @@ _BROKER_DEFS: list[ConfigDef] = [
               "before sockets stop being read; -1 = unbounded. Kafka's default is -1; Strom bounds it at "
               "512 MiB by default because all connections share one process heap.", at_least(-1)),
     ConfigDef("fetch.max.bytes", T.INT, 57671680, "Largest Fetch response.", at_least(1024)),
+    ConfigDef("max.incremental.fetch.session.cache.slots", T.INT, 1000,
+              "Incremental fetch sessions (KIP-227) this broker keeps; 0 turns them off.", at_least(0)),
+    ConfigDef("min.incremental.fetch.session.eviction.ms", T.LONG, 120000,
+              "A fetch session unused this long may lose its slot to a new one.", at_least(0)),
     # replication
     ConfigDef("min.insync.replicas", T.INT, 1, "ISR size needed for acks=all.", at_least(1)),
     ConfigDef("unclean.leader.election.enable", T.BOOLEAN, False, "Allow an out-of-sync replica to become leader."),

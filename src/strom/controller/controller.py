@@ -23,7 +23,7 @@ import asyncio
 import functools
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -42,6 +42,7 @@ from strom.protocol.inter_broker import (
     StopReplicaRequest,
     UpdateMetadataRequest,
     build,
+    build_nested,
 )
 from strom.security.client_security import ClientSecurity
 from strom.server_common.types import TopicPartition
@@ -55,8 +56,9 @@ NO_LEADER = -1
 # Partition states per ZooKeeper multi-op: one round trip per batch instead of per partition, and far
 # below ZooKeeper's 1 MB request limit (jute.maxbuffer) at ~150 bytes of path and state per partition.
 ZK_STATE_BATCH = 500
-# Decisions between yields to the event loop when a failover walks thousands of partitions.
-DECIDE_CHUNK = 200
+# Partition states per LeaderAndIsr / UpdateMetadata request: encoding (here) and decoding (there) one of
+# 3,000 partitions held either event loop for ~0.3 s; several smaller requests, in order, say the same.
+CONTROL_REQUEST_PARTITIONS = 1000
 LEADER_DURING_DELETE = -2  # UpdateMetadata: the partition is being deleted
 PLAINTEXT = SECURITY_PROTOCOL_IDS["PLAINTEXT"]
 
@@ -64,6 +66,21 @@ T = TypeVar("T")
 # A new leader, ISR and whether the election is unclean; None: the partition needs no change.
 Decision = tuple[int, list[int], bool]
 Decide = Callable[[TopicPartition, "PartitionLeadership"], Awaitable[Decision | None]]
+# Partitions a controller pass (deciding elections, walking the context, building requests) handles
+# between two yields to the event loop, as the replica manager's STATE_CHANGE_CHUNK: the controller
+# shares the broker's loop, and a failover touches every partition.
+STATE_CHANGE_CHUNK = 128
+# Where a request's per-partition states sit; they are built one by one in those paced passes.
+_PARTITION_STATES = ("topic_states", "partition_states")
+
+
+async def paced(items: Iterable[T]) -> AsyncIterator[T]:
+    """``items`` one by one, letting other callbacks run every STATE_CHANGE_CHUNK of them: a pass over
+    10,000 partitions that writes nothing to ZooKeeper would otherwise hold the loop for all of them."""
+    for i, item in enumerate(items):
+        if i and i % STATE_CHANGE_CHUNK == 0:
+            await asyncio.sleep(0)
+        yield item
 
 
 @dataclass(slots=True)
@@ -305,15 +322,17 @@ class KafkaController:
             await self._zk(self.zk.watch_children, path, self._term_watch(name, handler))  # reads at once
         # Kafka's onBrokerFailure at failover: a replica whose broker is not registered is offline,
         # so it leaves every ISR now, not after the leaders' replica.lag.time.max.ms.
-        hosted = {b for pl in self.ctx.partitions.values() for b in (*pl.replicas, *pl.isr)}
+        hosted: set[int] = set()
+        async for pl in paced(list(self.ctx.partitions.values())):
+            hosted.update(pl.replicas, pl.isr)
         dead = hosted - set(self.ctx.live_brokers)
         if dead:
             log.info("controller: brokers %s are not registered; removing them from every ISR", sorted(dead))
             await self._on_brokers_failed(dead)
         await self._elect_offline_partitions(list(self.ctx.partitions))
         all_tps = list(self.ctx.partitions)
-        self._send_update_metadata(list(self.ctx.live_brokers), all_tps)
-        self._send_leader_and_isr(all_tps)
+        await self._send_update_metadata(list(self.ctx.live_brokers), all_tps)
+        await self._send_leader_and_isr(all_tps)
         if self.config.get("auto.leader.rebalance.enable"):
             self._rebalance_task = self._loop.create_task(self._auto_rebalance_loop(), name="leader-rebalance")
 
@@ -339,7 +358,7 @@ class KafkaController:
         # Partition states are only needed for partitions the controller does not know yet.
         states = await self._zk(self.zk.get_partition_states, topic) if added else {}
         new: list[TopicPartition] = []
-        for p, replicas in assignment.partitions.items():
+        async for p, replicas in paced(list(assignment.partitions.items())):
             tp = (topic, p)
             known = self.ctx.partitions.get(tp)
             if known is not None:
@@ -410,9 +429,7 @@ class KafkaController:
         changed under it (a leader's AlterPartition won the race); that batch is then written a partition
         at a time, re-deciding from the state read back, `attempts` times at most. Returns what changed."""
         decided: list[tuple[TopicPartition, PartitionLeadership, Decision]] = []
-        for n, tp in enumerate(tps):
-            if n and n % DECIDE_CHUNK == 0:
-                await asyncio.sleep(0)
+        async for tp in paced(tps):
             pl = self.ctx.partitions.get(tp)
             if pl is None or tp[0] in self.ctx.deleting:
                 continue
@@ -440,13 +457,17 @@ class KafkaController:
                         break
         return changed
 
-    async def _write_elections(self, batch: list[tuple[TopicPartition, PartitionLeadership, Decision]]) -> bool:
-        """One fenced multi-op for the batch's new states (leader epochs bumped); False if ZooKeeper refused it
-        because some state changed since it was read (nothing was written then)."""
+    async def _write_elections(self, batch: list[tuple[TopicPartition, PartitionLeadership, Decision]],
+                               bump_epoch: bool = True) -> bool:
+        """One fenced multi-op for the batch's new states (leader epochs bumped unless it is only an ISR change
+        a leader asked for); False if ZooKeeper refused it because some state changed since it was read
+        (nothing was written then)."""
         if not self._session_current():
             raise ControllerMoved(f"the ZooKeeper session that elected controller {self.broker_id} ended")
-        updates = [(tp[0], tp[1], zd.LeaderIsrAndControllerEpoch(leader, pl.leader_epoch + 1, list(isr), self.ctx.epoch),
-                    pl.zk_version) for tp, pl, (leader, isr, _) in batch]
+        bump = 1 if bump_epoch else 0
+        updates = [(tp[0], tp[1], zd.LeaderIsrAndControllerEpoch(leader, pl.leader_epoch + bump, list(isr),
+                                                                 self.ctx.epoch), pl.zk_version)
+                   for tp, pl, (leader, isr, _) in batch]
         try:
             versions = await self._zk(self.zk.update_partition_states, updates, self.ctx.epoch_zk_version)
         except (BadVersionError, ZNodeNotFoundError):
@@ -455,7 +476,7 @@ class KafkaController:
             if unclean:
                 log.error("unclean leader election for %s-%d: broker %d was not in the ISR %s; records "
                           "it lacks are lost", *tp, leader, pl.isr)
-            pl.leader, pl.leader_epoch, pl.isr = leader, pl.leader_epoch + 1, list(isr)
+            pl.leader, pl.leader_epoch, pl.isr = leader, pl.leader_epoch + bump, list(isr)
             pl.controller_epoch, pl.zk_version = self.ctx.epoch, versions[tp]
             if leader == NO_LEADER:
                 log.warning("partition %s-%d is offline: no live replica in its ISR %s", *tp, isr)
@@ -512,12 +533,11 @@ class KafkaController:
             changed |= set(await self._elect_offline_partitions(list(self.ctx.partitions)))
         live = list(self.ctx.live_brokers)
         if new:  # newcomers need the whole picture, and leadership of every replica they host
-            self._send_update_metadata(sorted(new), list(self.ctx.partitions))
-            hosted = [tp for tp, pl in self.ctx.partitions.items() if set(pl.replicas) & new]
-            self._send_leader_and_isr(hosted, only=new)
+            await self._send_update_metadata(sorted(new), list(self.ctx.partitions))
+            await self._send_leader_and_isr(list(self.ctx.partitions), only=new)
         if changed:
-            self._send_leader_and_isr(sorted(changed))
-        self._send_update_metadata([b for b in live if b not in new], sorted(changed))
+            await self._send_leader_and_isr(sorted(changed))
+        await self._send_update_metadata([b for b in live if b not in new], sorted(changed))
 
     async def _on_brokers_failed(self, dead: set[int]) -> list[TopicPartition]:
         """New leaders for what the dead brokers led; drop them from every ISR (leader epoch bumps)."""
@@ -563,8 +583,8 @@ class KafkaController:
         changed = await self._elect_offline_partitions(new_tps)
         log.info("controller: %d new partitions online", len(changed))
         # LeaderAndIsr first, as Kafka: a broker shows a leader to clients only after the leader was told.
-        self._send_leader_and_isr(changed, is_new=True)
-        self._send_update_metadata(list(self.ctx.live_brokers), changed)
+        await self._send_leader_and_isr(changed, is_new=True)
+        await self._send_update_metadata(list(self.ctx.live_brokers), changed)
 
     async def _on_config_change(self) -> None:
         """A config changed (Kafka's TopicConfigChange): a topic may now allow unclean election,
@@ -576,8 +596,8 @@ class KafkaController:
                    if pl.zk_version >= 0 and not self.ctx.is_live(pl.leader)]
         changed = await self._elect_offline_partitions(offline)
         if changed:
-            self._send_leader_and_isr(changed)
-            self._send_update_metadata(list(self.ctx.live_brokers), changed)
+            await self._send_leader_and_isr(changed)
+            await self._send_update_metadata(list(self.ctx.live_brokers), changed)
 
     async def _on_topic_deletion(self) -> None:
         if not self.active:
@@ -587,11 +607,11 @@ class KafkaController:
             tps = self.ctx.partitions_of(topic)
             self.ctx.deleting.add(topic)
             if tps:
-                self._send_stop_replica(tps, delete=True)
+                await self._send_stop_replica(tps, delete=True)
             await self._zk(self.zk.delete_topic_znodes, topic, self.ctx.epoch_zk_version)
             await self._zk(self.zk.remove_topic_deletion, topic, self.ctx.epoch_zk_version)
             if tps:  # after ZooKeeper: a broker that shows the topic gone lets a client create it again
-                self._send_update_metadata(list(self.ctx.live_brokers), tps, deleting=True)
+                await self._send_update_metadata(list(self.ctx.live_brokers), tps, deleting=True)
             for tp in tps:
                 self.ctx.partitions.pop(tp, None)
             self.ctx.topic_ids.pop(topic, None)
@@ -615,9 +635,8 @@ class KafkaController:
         log.info("controller: log dir failure reported by brokers %s", brokers)
         for broker in brokers:
             if broker in self.ctx.live_brokers:
-                hosted = sorted(tp for tp, pl in self.ctx.partitions.items()
-                                if broker in pl.replicas and tp[0] not in self.ctx.deleting)
-                self._send_leader_and_isr(hosted, only={broker})
+                hosted = [tp for tp in sorted(self.ctx.partitions) if tp[0] not in self.ctx.deleting]
+                await self._send_leader_and_isr(hosted, only={broker})
         await self._zk(self.zk.delete_log_dir_events, list(events), self.ctx.epoch_zk_version)
 
     def _offline_replicas_of(self, tp: TopicPartition) -> set[int]:
@@ -680,9 +699,9 @@ class KafkaController:
             log.warning("controller: %d replicas of broker %d are in an offline log dir; %d partitions changed "
                         "leader or ISR", len(fresh), broker_id, len(changed))
         if changed:
-            self._send_leader_and_isr(changed, only={b for b in self.ctx.live_brokers if b != broker_id})
+            await self._send_leader_and_isr(changed, only={b for b in self.ctx.live_brokers if b != broker_id})
         if changed or fresh:
-            self._send_update_metadata(list(self.ctx.live_brokers), sorted(set(changed) | set(fresh)))
+            await self._send_update_metadata(list(self.ctx.live_brokers), sorted(set(changed) | set(fresh)))
 
     async def _on_replicas_online(self, broker_id: int, tps: list[TopicPartition]) -> None:
         """The broker brought a failed log dir back: its replicas may lead and rejoin ISRs again."""
@@ -695,8 +714,8 @@ class KafkaController:
             log.info("controller: %d replicas of broker %d are online again", len(back), broker_id)
             changed = await self._elect_offline_partitions(back)  # those it alone could lead
             if changed:
-                self._send_leader_and_isr(changed)
-            self._send_update_metadata(list(self.ctx.live_brokers), back)
+                await self._send_leader_and_isr(changed)
+            await self._send_update_metadata(list(self.ctx.live_brokers), back)
 
     # -- requests from brokers -----------------------------------------------------------------------
     def alter_partition(self, broker_id: int, changes: list[tuple[TopicPartition, int, list[int], int]]
@@ -709,16 +728,14 @@ class KafkaController:
             result: dict[TopicPartition, tuple[int, PartitionLeadership | None]] = {}
             updated: list[TopicPartition] = []
             try:
-                for tp, leader_epoch, new_isr, partition_epoch in changes:
-                    result[tp] = await self._alter_one(broker_id, tp, leader_epoch, new_isr, partition_epoch)
-                    if result[tp][0] == 0:
-                        updated.append(tp)
+                result = await self._alter_partitions(broker_id, changes)
+                updated = [tp for tp, (code, _) in result.items() if code == 0]
             except (ControllerMoved, KafkaZkError):
                 future.set_exception(Errors.NotControllerError(f"broker {self.broker_id} is no longer the controller"))
                 raise
             finally:
                 if updated:
-                    self._send_update_metadata(list(self.ctx.live_brokers), updated)
+                    await self._send_update_metadata(list(self.ctx.live_brokers), updated)
                 if not future.done():
                     future.set_result(result)
 
@@ -728,27 +745,66 @@ class KafkaController:
             self._events.put_nowait(ControllerEvent("alter-partition", handle, future))
         return future
 
-    async def _alter_one(self, broker_id: int, tp: TopicPartition, leader_epoch: int, new_isr: list[int],
-                         partition_epoch: int) -> tuple[int, PartitionLeadership | None]:
+    async def _alter_partitions(self, broker_id: int, changes: list[tuple[TopicPartition, int, list[int], int]]
+                                ) -> dict[TopicPartition, tuple[int, PartitionLeadership | None]]:
+        """Check every ISR change, then write the accepted ones in fenced multi-ops (a follower that comes back
+        rejoins hundreds of ISRs at once); a batch that meets a state changed under it is done one by one."""
+        result: dict[TopicPartition, tuple[int, PartitionLeadership | None]] = {}
+        accepted: list[tuple[TopicPartition, PartitionLeadership, Decision]] = []
+        asked = {tp: (leader_epoch, partition_epoch) for tp, leader_epoch, _, partition_epoch in changes}
+        async for tp, leader_epoch, new_isr, partition_epoch in paced(changes):
+            refused = self._check_alter(broker_id, tp, leader_epoch, new_isr, partition_epoch)
+            pl = self.ctx.partitions.get(tp)
+            if refused is not None or pl is None:
+                result[tp] = (refused or Errors.UnknownTopicOrPartitionError.errno, None)
+            elif sorted(new_isr) == sorted(pl.isr):
+                result[tp] = (0, pl)
+            else:
+                accepted.append((tp, pl, (pl.leader, list(new_isr), False)))
+        for i in range(0, len(accepted), ZK_STATE_BATCH):
+            chunk = accepted[i:i + ZK_STATE_BATCH]
+            if await self._write_elections(chunk, bump_epoch=False):
+                for tp, pl, _ in chunk:
+                    log.info("controller: ISR of %s-%d is now %s (partition epoch %d)", *tp, pl.isr, pl.zk_version)
+                    result[tp] = (0, pl)
+                continue
+            for tp, _, (_, isr, _) in chunk:
+                result[tp] = await self._alter_one(broker_id, tp, asked[tp][0], isr, asked[tp][1])
+        return {tp: result[tp] for tp, _, _, _ in changes}
+
+    def _check_alter(self, broker_id: int, tp: TopicPartition, leader_epoch: int, new_isr: list[int],
+                     partition_epoch: int) -> int | None:
+        """Why an AlterPartition entry is refused (an error code), or None if it may be written."""
         pl = self.ctx.partitions.get(tp)
         if pl is None or tp[0] in self.ctx.deleting:
-            return Errors.UnknownTopicOrPartitionError.errno, None
+            return Errors.UnknownTopicOrPartitionError.errno
         if pl.leader != broker_id:
-            return Errors.NotLeaderForPartitionError.errno, None
+            return Errors.NotLeaderForPartitionError.errno
         if leader_epoch < pl.leader_epoch:
-            return Errors.FencedLeaderEpochError.errno, None
+            return Errors.FencedLeaderEpochError.errno
         if leader_epoch > pl.leader_epoch:
-            return Errors.NotControllerError.errno, None  # the requester knows more than we do
+            return Errors.NotControllerError.errno  # the requester knows more than we do
         if partition_epoch != pl.zk_version:
-            return Errors.InvalidUpdateVersionError.errno, None
+            return Errors.InvalidUpdateVersionError.errno
         if sorted(new_isr) == sorted(pl.isr):
-            return 0, pl
+            return None
         if broker_id not in new_isr or not set(new_isr) <= set(pl.replicas) or len(set(new_isr)) < len(new_isr):
-            return Errors.InvalidRequestError.errno, None
+            return Errors.InvalidRequestError.errno
         joining = [b for b in new_isr if b not in pl.isr and (not self.ctx.is_live(b)
                                                                 or b in self._offline_replicas_of(tp))]
         if joining:
-            return Errors.IneligibleReplicaError.errno, None
+            return Errors.IneligibleReplicaError.errno
+        return None
+
+    async def _alter_one(self, broker_id: int, tp: TopicPartition, leader_epoch: int, new_isr: list[int],
+                         partition_epoch: int) -> tuple[int, PartitionLeadership | None]:
+        """One ISR change, checked against the state as it is now (after a batch was refused)."""
+        refused = self._check_alter(broker_id, tp, leader_epoch, new_isr, partition_epoch)
+        if refused is not None:
+            return refused, None
+        pl = self.ctx.partitions[tp]
+        if sorted(new_isr) == sorted(pl.isr):
+            return 0, pl
         if not await self._write_state(tp, pl, pl.leader, new_isr, bump_epoch=False):
             return Errors.InvalidUpdateVersionError.errno, None
         log.info("controller: ISR of %s-%d is now %s (partition epoch %d)", *tp, pl.isr, pl.zk_version)
@@ -812,10 +868,10 @@ class KafkaController:
         changed = await self._decide_and_write(sorted(self.ctx.partitions), decide, attempts=1)
         stop_followers = [tp for tp in changed if tp in followed and self.ctx.partitions[tp].leader != broker_id]
         if changed:
-            self._send_leader_and_isr(changed)
-            self._send_update_metadata(list(self.ctx.live_brokers), changed)
+            await self._send_leader_and_isr(changed)
+            await self._send_update_metadata(list(self.ctx.live_brokers), changed)
         if stop_followers:
-            self._send_stop_replica(stop_followers, delete=False, only={broker_id})
+            await self._send_stop_replica(stop_followers, delete=False, only={broker_id})
         return sorted(tp for tp, pl in self.ctx.partitions.items()
                       if pl.leader == broker_id and len(pl.replicas) > 1)
 
@@ -831,7 +887,7 @@ class KafkaController:
             return
         threshold = self.config.get("leader.imbalance.per.broker.percentage")
         by_preferred: dict[int, list[TopicPartition]] = {}
-        for tp, pl in self.ctx.partitions.items():
+        async for tp, pl in paced(list(self.ctx.partitions.items())):
             if pl.replicas:
                 by_preferred.setdefault(pl.replicas[0], []).append(tp)
         moves: list[TopicPartition] = []
@@ -879,7 +935,7 @@ class KafkaController:
         """ElectLeaders' loop: choose gives an error code or (leader, isr, unclean); tell brokers once."""
         results: dict[TopicPartition, int] = {}
         changed = []
-        for tp in tps:
+        async for tp in paced(list(tps)):
             pl = self.ctx.partitions.get(tp)
             choice = Errors.UnknownTopicOrPartitionError.errno if pl is None else choose(pl)
             if isinstance(choice, int):
@@ -893,8 +949,8 @@ class KafkaController:
             else:
                 results[tp] = lost_race
         if changed:
-            self._send_leader_and_isr(changed)
-            self._send_update_metadata(list(self.ctx.live_brokers), changed)
+            await self._send_leader_and_isr(changed)
+            await self._send_update_metadata(list(self.ctx.live_brokers), changed)
         return results
 
     def elect_leaders(self, tps: list[TopicPartition] | None, unclean: bool
@@ -912,51 +968,58 @@ class KafkaController:
         return next((name for name, tid in self.ctx.topic_ids.items() if tid == topic_id), None)
 
     # -- requests to brokers ---------------------------------------------------------------------------
-    def _send_leader_and_isr(self, tps: Iterable[TopicPartition], only: set[int] | None = None,
-                             is_new: bool = False) -> None:
-        per_broker: dict[int, dict[str, list[dict[str, Any]]]] = {}
-        for tp in tps:
+    async def _send_leader_and_isr(self, tps: Iterable[TopicPartition], only: set[int] | None = None,
+                                   is_new: bool = False) -> None:
+        """One LeaderAndIsr per live replica broker (``only``: these brokers) with the states of ``tps`` it hosts."""
+        per_broker: dict[int, dict[str, list[Any]]] = {}
+        async for tp in paced(tps):
             pl = self.ctx.partitions.get(tp)
             if pl is None or pl.zk_version < 0:
                 continue
-            state = {"partition_index": tp[1], "controller_epoch": pl.controller_epoch, "leader": pl.leader,
-                     "leader_epoch": pl.leader_epoch, "isr": list(pl.isr), "partition_epoch": pl.zk_version,
-                     "replicas": list(pl.replicas), "adding_replicas": [], "removing_replicas": [],
-                     "is_new": is_new, "leader_recovery_state": 0}
+            state = build_nested(
+                LeaderAndIsrRequest, _PARTITION_STATES,
+                partition_index=tp[1], controller_epoch=pl.controller_epoch, leader=pl.leader,
+                leader_epoch=pl.leader_epoch, isr=list(pl.isr), partition_epoch=pl.zk_version,
+                replicas=list(pl.replicas), adding_replicas=[], removing_replicas=[], is_new=is_new,
+                leader_recovery_state=0)
             for b in pl.replicas:
                 if b in self.ctx.live_brokers and (only is None or b in only):
                     per_broker.setdefault(b, {}).setdefault(tp[0], []).append(state)
         assert self.channel is not None
-        for b, topics in per_broker.items():
-            leaders = {self.ctx.partitions[(t, s["partition_index"])].leader
-                       for t, states in topics.items() for s in states}
-            live_leaders = []
-            for leader in sorted(leaders):
-                reg = self.ctx.live_brokers.get(leader)
-                if reg is not None:
-                    host, port = self._address(reg)
-                    live_leaders.append({"broker_id": leader, "host_name": host, "port": port})
-            request = build(LeaderAndIsrRequest,
-                controller_id=self.broker_id, is_k_raft_controller=False, controller_epoch=self.ctx.epoch,
-                broker_epoch=self.ctx.live_brokers[b].epoch, request_type=0, ungrouped_partition_states=[],
-                topic_states=[{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, uuid.UUID(int=0)),
-                               "partition_states": states} for t, states in topics.items()],
-                live_leaders=live_leaders)
-            self.channel.send(b, request, LEADER_AND_ISR_VERSION, self._on_leader_and_isr_response(b))
+        for b, all_topics in per_broker.items():
+            for topics in _in_parts(all_topics, split_topics=True):
+                leaders = {s.leader for states in topics.values() for s in states}
+                live_leaders = []
+                for leader in sorted(leaders):
+                    reg = self.ctx.live_brokers.get(leader)
+                    if reg is not None:
+                        host, port = self._address(reg)
+                        live_leaders.append({"broker_id": leader, "host_name": host, "port": port})
+                request = build(LeaderAndIsrRequest,
+                    controller_id=self.broker_id, is_k_raft_controller=False, controller_epoch=self.ctx.epoch,
+                    broker_epoch=self.ctx.live_brokers[b].epoch, request_type=0, ungrouped_partition_states=[],
+                    topic_states=[{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, uuid.UUID(int=0)),
+                                   "partition_states": states} for t, states in topics.items()],
+                    live_leaders=live_leaders)
+                self.channel.send(b, request, LEADER_AND_ISR_VERSION, self._on_leader_and_isr_response(b))
 
-    def _send_update_metadata(self, brokers: Iterable[int], tps: Iterable[TopicPartition],
-                              deleting: bool = False) -> None:
-        topics: dict[str, list[dict[str, Any]]] = {}
-        for tp in tps:
+    async def _send_update_metadata(self, brokers: Iterable[int], tps: Iterable[TopicPartition],
+                                    deleting: bool = False) -> None:
+        """UpdateMetadata with the states of ``tps`` to each broker: in requests of at most
+        CONTROL_REQUEST_PARTITIONS partitions, but a topic's partitions always in one request, so a broker
+        never shows half of a topic (a client would take it for a partition count that shrank)."""
+        topics: dict[str, list[Any]] = {}
+        async for tp in paced(tps):
             pl = self.ctx.partitions.get(tp)
             if pl is None:
                 continue
-            topics.setdefault(tp[0], []).append({
-                "partition_index": tp[1], "controller_epoch": pl.controller_epoch,
-                "leader": LEADER_DURING_DELETE if deleting else pl.leader, "leader_epoch": pl.leader_epoch,
-                "isr": list(pl.isr), "zk_version": pl.zk_version, "replicas": list(pl.replicas),
-                "offline_replicas": [b for b in pl.replicas if b not in self.ctx.live_brokers
-                                     or tp in self.ctx.offline_replicas.get(b, ())]})
+            topics.setdefault(tp[0], []).append(build_nested(
+                UpdateMetadataRequest, _PARTITION_STATES,
+                partition_index=tp[1], controller_epoch=pl.controller_epoch,
+                leader=LEADER_DURING_DELETE if deleting else pl.leader, leader_epoch=pl.leader_epoch,
+                isr=list(pl.isr), zk_version=pl.zk_version, replicas=list(pl.replicas),
+                offline_replicas=[b for b in pl.replicas if b not in self.ctx.live_brokers
+                                  or tp in self.ctx.offline_replicas.get(b, ())]))
         live = []
         for reg in self.ctx.live_brokers.values():
             endpoints = []
@@ -968,21 +1031,24 @@ class KafkaController:
                                   "security_protocol": SECURITY_PROTOCOL_IDS.get(protocol, PLAINTEXT)})
             live.append({"id": reg.id, "endpoints": endpoints, "rack": reg.rack})
         assert self.channel is not None
+        parts = list(_in_parts(topics, split_topics=False)) or [{}]  # none: still one request (live brokers)
         for b in brokers:
             target = self.ctx.live_brokers.get(b)
             if target is None:
                 continue
-            request = build(UpdateMetadataRequest,
-                controller_id=self.broker_id, is_k_raft_controller=False, request_type=0,
-                controller_epoch=self.ctx.epoch, broker_epoch=target.epoch, ungrouped_partition_states=[],
-                topic_states=[{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, uuid.UUID(int=0)),
-                               "partition_states": states} for t, states in topics.items()],
-                live_brokers=live)
-            self.channel.send(b, request, UPDATE_METADATA_VERSION)
+            for part in parts:
+                request = build(UpdateMetadataRequest,
+                    controller_id=self.broker_id, is_k_raft_controller=False, request_type=0,
+                    controller_epoch=self.ctx.epoch, broker_epoch=target.epoch, ungrouped_partition_states=[],
+                    topic_states=[{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, uuid.UUID(int=0)),
+                                   "partition_states": states} for t, states in part.items()],
+                    live_brokers=live)
+                self.channel.send(b, request, UPDATE_METADATA_VERSION)
 
-    def _send_stop_replica(self, tps: Iterable[TopicPartition], delete: bool, only: set[int] | None = None) -> None:
+    async def _send_stop_replica(self, tps: Iterable[TopicPartition], delete: bool,
+                                 only: set[int] | None = None) -> None:
         per_broker: dict[int, dict[str, list[dict[str, Any]]]] = {}
-        for tp in tps:
+        async for tp in paced(tps):
             pl = self.ctx.partitions.get(tp)
             if pl is None:
                 continue
@@ -998,3 +1064,31 @@ class KafkaController:
                 broker_epoch=self.ctx.live_brokers[b].epoch, ungrouped_partitions=[], topics=[],
                 topic_states=[{"topic_name": t, "partition_states": states} for t, states in topics.items()])
             self.channel.send(b, request, STOP_REPLICA_VERSION)
+
+
+def _in_parts(topics: dict[str, list[Any]], split_topics: bool, size: int = CONTROL_REQUEST_PARTITIONS
+              ) -> Iterator[dict[str, list[Any]]]:
+    """Topic -> partition states, cut into pieces of at most ``size`` partitions. With ``split_topics`` a
+    topic may span pieces (LeaderAndIsr: each partition stands alone); without, a topic larger than
+    ``size`` is a piece of its own (UpdateMetadata: a topic is shown whole or not at all)."""
+    part: dict[str, list[Any]] = {}
+    count = 0
+    for topic, states in topics.items():
+        if not split_topics:
+            if count and count + len(states) > size:
+                yield part
+                part, count = {}, 0
+            part[topic] = list(states)
+            count += len(states)
+            continue
+        i = 0
+        while i < len(states):
+            piece = states[i:i + size - count]
+            part.setdefault(topic, []).extend(piece)
+            count += len(piece)
+            i += len(piece)
+            if count == size:
+                yield part
+                part, count = {}, 0
+    if part:
+        yield part

@@ -78,6 +78,8 @@ class Snapshot:
     offline_replicas: int = 0
     isr_shrinks: int = 0
     isr_expands: int = 0
+    # incremental fetch sessions (FetchSessionCache): sessions, partitions cached, evictions since start
+    fetch_sessions: tuple[int, int, int] = (0, 0, 0)
     controller: bool = False
     offline_partitions: int = 0
     global_partitions: int | None = None
@@ -136,10 +138,12 @@ class BrokerCollector:
     def _replica_manager(snap: Snapshot, rm: Any) -> None:
         if rm.topic_stats is not None:
             snap.topics, snap.replication_bytes_in, snap.replication_bytes_out = rm.topic_stats.snapshot()
-        for purgatory in (rm.produce_purgatory, rm.fetch_purgatory):
+        for purgatory in (rm.produce_purgatory, rm.fetch_purgatory, rm.delete_records_purgatory):
             snap.purgatories[purgatory.name] = (purgatory.watched(), purgatory.pending())
         snap.offline_replicas = len(rm.offline_partitions)
         snap.isr_shrinks, snap.isr_expands = rm.isr_shrinks, rm.isr_expands
+        cache = rm.fetch_manager.cache
+        snap.fetch_sessions = (len(cache.sessions), cache.num_partitions, cache.evictions)
         for (topic, index), part in list(rm.partitions.items()):
             snap.partitions.append(PartitionSnapshot(
                 topic, index, part.size_in_bytes, part.num_log_segments, part.log_start_offset, part.log_end_offset,
@@ -332,6 +336,14 @@ def _replica_families(snap: Snapshot) -> list[Metric]:
                             "ISR shrinks this broker made as leader (IsrShrinksPerSec).", value=snap.isr_shrinks),
         CounterMetricFamily("kafka_server_replicamanager_isrexpands_total",
                             "ISR expansions this broker made as leader (IsrExpandsPerSec).", value=snap.isr_expands),
+        _gauge("kafka_server_fetchsessioncache_numincrementalfetchsessions",
+               "Incremental fetch sessions cached here (NumIncrementalFetchSessions).", snap.fetch_sessions[0]),
+        _gauge("kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+               "Partitions held by the cached fetch sessions (NumIncrementalFetchPartitionsCached).",
+               snap.fetch_sessions[1]),
+        CounterMetricFamily("kafka_server_fetchsessioncache_incrementalfetchsessionevictions_total",
+                            "Fetch sessions evicted to make room (IncrementalFetchSessionEvictionsPerSec).",
+                            value=snap.fetch_sessions[2]),
         _labelled("kafka_cluster_partition_underreplicated", "1 when a partition led here is under-replicated.",
                   ["topic", "partition"], (([p.topic, str(p.partition)], 1 if p.isr < p.replicas else 0)
                                            for p in led)),

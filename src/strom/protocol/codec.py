@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +55,7 @@ def response_class(api_key: int) -> type[ApiMessage]:
 
 def is_flexible(api_key: int, version: int) -> bool:
     cls = _REQUESTS.get(api_key)
-    return bool(cls and cls.flexible_version_q(version))
+    return cls is not None and cls.flexible_version_q(version)  # not `cls and`: a message class has a len()
 
 
 def skip_tagged_fields(frame: memoryview, pos: int) -> int:
@@ -105,18 +106,45 @@ def parse_request_header(frame: memoryview) -> tuple[RequestHeader, int]:
 
 
 def decode_request(header: RequestHeader, body: memoryview) -> Any:
-    cls = _REQUESTS[header.api_key]
+    key = (header.api_key, header.api_version)
+    decoder = _decoders.get(key) or _request_decoder(*key)
     try:
-        request = cls.decode(body, version=header.api_version)
+        request, _ = decoder.decode(body, 0)
     except Exception as exc:  # the codec raises many types on garbage
-        raise MalformedRequest(f"cannot decode {cls.__name__} v{header.api_version}: {exc!r}") from exc
-    _reject_nulls(request, header.api_version, cls.__name__)
+        raise MalformedRequest(f"cannot decode {decoder.name} v{header.api_version}: {exc!r}") from exc
+    _reject_nulls(request, decoder.null_plan, decoder.name)
     return request
 
 
-# Per (schema, version): fields that must not be null, and struct fields to descend into.
+@dataclass(frozen=True, slots=True)
+class _RequestDecoder:
+    """What decoding one request version takes, looked up once: ``ApiMessage.decode`` would find the
+    class, its flexibility and its compiled decoder again for every request."""
+
+    decode: Callable[[memoryview, int], tuple[Any, int]]  # the library's compiled decoder
+    null_plan: _NullPlan
+    name: str
+
+
+_decoders: dict[tuple[int, int], _RequestDecoder] = {}
+
+
+def _request_decoder(api_key: int, version: int) -> _RequestDecoder:
+    cls = _REQUESTS[api_key]
+    if not 0 <= version <= cls.max_version:
+        raise MalformedRequest(f"cannot decode {cls.__name__} v{version}: no such version")
+    flexible = cls.flexible_version_q(version)
+    decode = cls._struct.compiled_decode_from(version, compact=flexible, tagged=flexible, data_class=cls[None])
+    decoder = _decoders[(api_key, version)] = _RequestDecoder(decode, _null_plan(cls._struct, version),
+                                                              cls.__name__)
+    return decoder
+
+
+# Per (schema, version): fields that must not be null, and struct fields to descend into (those with
+# something to check: a produce request with many partitions costs no more to check than one).
 _NullPlan = tuple[tuple[str, ...], tuple[tuple[str, bool, "_NullPlan"], ...]]
 _null_plans: dict[tuple[int, int], _NullPlan] = {}
+_NOTHING_TO_CHECK: _NullPlan = ((), ())
 
 
 def _null_plan(struct: Any, version: int) -> _NullPlan:
@@ -133,22 +161,20 @@ def _null_plan(struct: Any, version: int) -> _NullPlan:
                     and not nullable:
                 required.append(field.name)
             if field.is_struct_array() or field.is_struct():
-                nested.append((field.name, field.is_struct_array(), _null_plan(field, version)))
+                sub = _null_plan(field, version)
+                if sub != _NOTHING_TO_CHECK:  # e.g. Produce's partitions: no need to visit each one
+                    nested.append((field.name, field.is_struct_array(), sub))
         plan = (tuple(required), tuple(nested))
         _null_plans[key] = plan
     return plan
 
 
-def _reject_nulls(obj: Any, version: int, path: str) -> None:
+def _reject_nulls(obj: Any, plan: _NullPlan, path: str) -> None:
     """A null where the schema forbids one is a malformed request (Kafka fails the parse too).
 
     The decoder accepts a -1 length for any array or string; after this check handlers may
     rely on the schema. The per-version plan keeps it to a few attribute reads per request.
     """
-    _check(obj, _null_plan(obj._struct, version), path)
-
-
-def _check(obj: Any, plan: _NullPlan, path: str) -> None:
     required, nested = plan
     for name in required:
         if getattr(obj, name) is None:
@@ -159,7 +185,7 @@ def _check(obj: Any, plan: _NullPlan, path: str) -> None:
             continue
         try:
             for item in value if is_array else (value,):
-                _check(item, sub, name)
+                _reject_nulls(item, sub, name)
         except MalformedRequest as exc:  # the path is spelled out only on failure: this runs per request
             raise MalformedRequest(f"{path}.{exc}") from None
 

@@ -68,6 +68,17 @@ def build(message_cls: Any, **fields: Any) -> Any:
     return _build_struct(message_cls, message_cls._struct, fields)
 
 
+def build_nested(message_cls: Any, path: tuple[str, ...], **fields: Any) -> Any:
+    """One nested struct of a message, e.g. a LeaderAndIsr partition state at path
+    ``("topic_states", "partition_states")``; ``build`` takes it as it is. Lets a message of thousands
+    of partitions be assembled a piece at a time (and a piece shared by several brokers' requests)."""
+    cls, struct = message_cls, message_cls._struct
+    for name in path:
+        field = next(f for f in struct._fields if f.name == name)
+        cls, struct = field.data_class or getattr(cls, field.type_str.removeprefix("[]")), field
+    return _build_struct(cls, struct, fields)
+
+
 def _build_struct(cls: Any, struct: Any, fields: dict[str, Any]) -> Any:
     by_name = {f.name: f for f in struct._fields}
     out: dict[str, Any] = {}

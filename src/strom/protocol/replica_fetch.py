@@ -53,9 +53,14 @@ class FetchedPartition(NamedTuple):
 
 
 def encode_request(replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes: int,
-                   topics: dict[str, list[FetchPartition]], isolation_level: int = 0) -> bytes:
-    """A full (sessionless) Fetch v12 request body; replica_id -1 for a consumer."""
-    out = bytearray(_REQUEST_HEAD.pack(replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, 0, -1))
+                   topics: dict[str, list[FetchPartition]], isolation_level: int = 0,
+                   session_id: int = 0, session_epoch: int = -1,
+                   forgotten: dict[str, list[int]] | None = None) -> bytes:
+    """A Fetch v12 request body; replica_id -1 for a consumer. Without session fields it is a full,
+    sessionless fetch; with them (KIP-227) ``topics`` holds only what changed and ``forgotten`` what
+    leaves the session."""
+    out = bytearray(_REQUEST_HEAD.pack(replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level,
+                                       session_id, session_epoch))
     out += uvarint(len(topics) + 1)
     for topic, partitions in topics.items():
         name = topic.encode()
@@ -66,7 +71,15 @@ def encode_request(replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes:
             out += _REQUEST_PARTITION.pack(*p)
             out += b"\x00"  # partition tagged fields
         out += b"\x00"  # topic tagged fields
-    out += b"\x01"  # forgotten_topics_data: empty
+    out += uvarint(len(forgotten) + 1 if forgotten else 1)  # forgotten_topics_data
+    for topic, indexes in (forgotten or {}).items():
+        name = topic.encode()
+        out += uvarint(len(name) + 1)
+        out += name
+        out += uvarint(len(indexes) + 1)
+        for index in indexes:
+            out += _INT32.pack(index)
+        out += b"\x00"  # forgotten topic tagged fields
     out += b"\x01"  # rack_id: ""
     out += b"\x00"  # tagged fields
     return bytes(out)
@@ -75,6 +88,13 @@ def encode_request(replica_id: int, max_wait_ms: int, min_bytes: int, max_bytes:
 def decode_response(body: bytes | bytearray | memoryview,
                     keep_aborted: bool = False) -> tuple[int, list[FetchedPartition]]:
     """(top-level error code, partitions) of a Fetch v12 response body (after the response header)."""
+    error_code, _, partitions = decode_session_response(body, keep_aborted)
+    return error_code, partitions
+
+
+def decode_session_response(body: bytes | bytearray | memoryview,
+                            keep_aborted: bool = False) -> tuple[int, int, list[FetchedPartition]]:
+    """(top-level error code, session id, partitions) of a Fetch v12 response body."""
     view = body if isinstance(body, memoryview) else memoryview(body)
     try:
         return _decode(view, keep_aborted)
@@ -82,8 +102,8 @@ def decode_response(body: bytes | bytearray | memoryview,
         raise MalformedRequest(f"cannot decode a Fetch v12 response: {exc!r}") from exc
 
 
-def _decode(view: memoryview, keep_aborted: bool) -> tuple[int, list[FetchedPartition]]:
-    _, error_code, _ = _RESPONSE_HEAD.unpack_from(view, 0)
+def _decode(view: memoryview, keep_aborted: bool) -> tuple[int, int, list[FetchedPartition]]:
+    _, error_code, session_id = _RESPONSE_HEAD.unpack_from(view, 0)
     pos = _RESPONSE_HEAD.size
     out: list[FetchedPartition] = []
     n_topics, pos = read_uvarint(view, pos)
@@ -113,4 +133,4 @@ def _decode(view: memoryview, keep_aborted: bool) -> tuple[int, list[FetchedPart
             pos = skip_tagged_fields(view, pos)
             out.append(FetchedPartition(topic, partition, err, hw, log_start, records, lso, aborted))
         pos = skip_tagged_fields(view, pos)
-    return error_code, out
+    return error_code, session_id, out

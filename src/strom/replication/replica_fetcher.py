@@ -24,6 +24,7 @@ from strom.protocol.api_keys import ApiKey
 from strom.protocol.inter_broker import build
 from strom.protocol.record_batch import new_epoch_starts
 from strom.protocol.replica_fetch import FetchPartition
+from strom.replication.fetch_session_handler import FetchSessionHandler
 from strom.security.client_security import ClientSecurity
 from strom.server_common.types import TopicPartition
 
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 RETRY_BACKOFF_S = 0.5
 UNDEFINED_EPOCH = -1
+# Top-level Fetch errors that only mean the leader no longer holds our session as we think.
+SESSION_ERRORS = frozenset((Errors.FetchSessionIdNotFoundError.errno, Errors.InvalidFetchSessionEpochError.errno,
+                            Errors.FetchSessionTopicIdError.errno))
 
 # broker id -> (host, port) of a live broker, or None while unknown
 EndpointLookup = Callable[[int], tuple[str, int] | None]
@@ -70,6 +74,8 @@ class ReplicaFetcher:
         # times out: after a heal the old connection may stay silent for a retransmission back-off.
         self._dead_peer_timeout_s = min(DEAD_PEER_TIMEOUT_S, self._request_timeout_ms / 1000)
         self._task: asyncio.Task[None] | None = None
+        # Incremental fetch session with the leader (KIP-227): an idle fetch names no partitions.
+        self.session = FetchSessionHandler()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"replica-fetcher-{self.source_id}")
@@ -122,9 +128,11 @@ class ReplicaFetcher:
             except asyncio.CancelledError:
                 raise
             except (TimeoutError, ConnectionError, OSError) as exc:
+                self.session.reset()  # the leader may or may not have seen the lost fetch
                 log.info("fetching from broker %d failed: %s; retrying", self.source_id, exc or type(exc).__name__)
                 await asyncio.sleep(RETRY_BACKOFF_S)
             except Exception:
+                self.session.reset()
                 log.exception("replica fetcher for broker %d failed; retrying", self.source_id)
                 await asyncio.sleep(RETRY_BACKOFF_S)
 
@@ -203,23 +211,28 @@ class ReplicaFetcher:
     # -- fetch ---------------------------------------------------------------------------------------
     async def _fetch(self, client: BrokerClient) -> None:
         now = asyncio.get_running_loop().time()
-        by_topic: dict[str, list[FetchPartition]] = {}
+        wanted: dict[TopicPartition, FetchPartition] = {}
         for tp, st in self.partitions.items():
             part = self.replica_manager.partitions.get(tp)
             if st.truncating or st.delayed_until > now or part is None:
                 continue
             epoch = part.latest_epoch
-            by_topic.setdefault(tp[0], []).append(FetchPartition(
-                tp[1], st.leader_epoch, part.log_end_offset, epoch if epoch is not None else -1,
-                part.log_start_offset, self._partition_max_bytes))
-        if not by_topic:
+            wanted[tp] = FetchPartition(tp[1], st.leader_epoch, part.log_end_offset, epoch if epoch is not None else -1,
+                                        part.log_start_offset, self._partition_max_bytes)
+        if not wanted:
             await asyncio.sleep(RETRY_BACKOFF_S / 5)
             return
+        session_id, session_epoch, by_topic, forgotten = self.session.build(wanted)
         request = replica_fetch.encode_request(self.broker_id, self._max_wait_ms, self._min_bytes, 0x7FFFFFFF,
-                                               by_topic)
-        error_code, partitions = replica_fetch.decode_response(
+                                               by_topic, session_id=session_id, session_epoch=session_epoch,
+                                               forgotten=forgotten)
+        error_code, answered_session, partitions = replica_fetch.decode_session_response(
             await client.send_raw(ApiKey.FETCH, replica_fetch.FETCH_VERSION, request))
-        if error_code:
+        if not self.session.handle_response(error_code, answered_session):
+            if error_code in SESSION_ERRORS:
+                log.info("fetch session with broker %d lost (error %d); starting a new one", self.source_id,
+                         error_code)
+                return  # the next fetch is a full one
             raise ConnectionError(f"fetch refused with error {error_code}")
         for p in partitions:
             tp = (p.topic, p.partition)

@@ -54,6 +54,7 @@ class AbstractIndex:
         self.base_offset = base_offset
         self._entry_size = self.ENTRY.size
         self.max_index_size = max(self._entry_size * 2, max_index_size - max_index_size % self._entry_size)
+        self.max_entries = self.max_index_size // self._entry_size  # asked on every append (is_full)
         self._buf: bytearray | None = None  # None until loaded
         self._entries = 0
         self._written = -1  # entries known to be in the file as a prefix; -1: the file needs a full rewrite
@@ -121,12 +122,9 @@ class AbstractIndex:
 
     @property
     def entries(self) -> int:
-        self._data()
+        if self._buf is None:  # asked on every append (is_full): no call once loaded
+            self._data()
         return self._entries
-
-    @property
-    def max_entries(self) -> int:
-        return self.max_index_size // self._entry_size
 
     @property
     def size_in_bytes(self) -> int:

@@ -126,7 +126,9 @@ class LocalLog:
         self.lock = lock
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
-        self._end_offset = end_offset
+        # The log end offset: the offset the next appended batch gets. A plain attribute like the
+        # recovery point (read on every append and fetch); only this class changes it.
+        self.end_offset = end_offset
         self.recovery_point = recovery_point  # every offset below it is fsynced
         self.closed = False
         self._last_flush_ms = now_ms if now_ms is not None else time_ms()
@@ -137,11 +139,6 @@ class LocalLog:
         self._removed_lock = threading.Lock()
 
     # -- the segment list ----------------------------------------------------------------------------
-
-    @property
-    def end_offset(self) -> int:
-        """The log end offset: the offset the next appended batch gets."""
-        return self._end_offset
 
     @property
     def first_base_offset(self) -> int:
@@ -176,25 +173,25 @@ class LocalLog:
     def roll_reason(self, incoming: int, max_ts: int, max_offset: int, now: int) -> str | None:
         """Why the active segment cannot take ``incoming`` more bytes (segment.bytes, segment.ms, index
         full, offset overflow); None if it can."""
-        return self.active_segment.should_roll(self.config, incoming, max_ts, max_offset, now)
+        return self._segments[-1].should_roll(self.config, incoming, max_ts, max_offset, now)
 
     def append(self, buffers: Sequence[Buffer], batches: Sequence[tuple[int, int, int]], next_offset: int) -> None:
         """Write whole batches at the end of the active segment; ``next_offset`` becomes the log end offset.
 
         ``batches`` holds (last offset, max timestamp, size) per batch for the indexes."""
         self._segments[-1].append(buffers, batches)
-        self._end_offset = next_offset
+        self.end_offset = next_offset
 
     @property
     def active_is_empty_at_end(self) -> bool:
         """Whether rolling now would change nothing: the active segment is empty and starts at the end."""
         active = self._segments[-1]
-        return active.base_offset == self._end_offset and active.size == 0
+        return active.base_offset == self.end_offset and active.size == 0
 
     def roll(self, now_ms: int | None = None) -> LogSegment:
         """Start a new active segment at the log end offset (no-op if the active one is empty and already there)."""
         active = self._segments[-1]
-        new_base = self._end_offset
+        new_base = self.end_offset
         if active.base_offset == new_base and active.size == 0:
             return active
         self.delete_removed_segments()  # their names must be free before new files appear
@@ -275,13 +272,13 @@ class LocalLog:
         with self.lock:
             if self.closed:
                 return
-            target = self._end_offset if offset is None else min(offset, self._end_offset)
+            target = self.end_offset if offset is None else min(offset, self.end_offset)
             self._last_flush_ms = now_ms if now_ms is not None else time_ms()
             if target <= self.recovery_point and not self._rolled_since_flush:
                 return
             to_flush = []
             for i, seg in enumerate(self._segments):
-                upper = self._bases[i + 1] if i + 1 < len(self._segments) else self._end_offset + 1
+                upper = self._bases[i + 1] if i + 1 < len(self._segments) else self.end_offset + 1
                 if seg.base_offset < target and upper > self.recovery_point:
                     to_flush.append(seg)
             rolled = self._rolled_since_flush
@@ -303,7 +300,7 @@ class LocalLog:
             return False
         if self._rolled_since_flush:
             return True
-        return self._end_offset > self.recovery_point and now_ms - self._last_flush_ms >= self.config.flush_ms
+        return self.end_offset > self.recovery_point and now_ms - self._last_flush_ms >= self.config.flush_ms
 
     # -- removing segments ---------------------------------------------------------------------------
 
@@ -348,8 +345,8 @@ class LocalLog:
             self.delete_segment_files(seg)
         active = self._segments[-1]
         active.truncate_to(offset)
-        self._end_offset = active.next_offset()
-        self.recovery_point = min(self.recovery_point, self._end_offset)
+        self.end_offset = active.next_offset()
+        self.recovery_point = min(self.recovery_point, self.end_offset)
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
         """Delete every segment; the local log restarts with one empty segment at ``new_offset``."""
@@ -358,7 +355,7 @@ class LocalLog:
         seg = LogSegment(self.directory, new_offset, self.config, None, active=True)
         self._segments = [seg]
         self._bases = [new_offset]
-        self._end_offset = new_offset
+        self.end_offset = new_offset
         self.recovery_point = min(self.recovery_point, new_offset)
 
     # -- the cleaner's swap --------------------------------------------------------------------------
@@ -442,5 +439,5 @@ class LocalLog:
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def __repr__(self) -> str:
-        return (f"LocalLog({self.topic}-{self.partition}, first={self._bases[0]}, end={self._end_offset}, "
+        return (f"LocalLog({self.topic}-{self.partition}, first={self._bases[0]}, end={self.end_offset}, "
                 f"recovery_point={self.recovery_point}, segments={len(self._segments)})")

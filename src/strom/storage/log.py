@@ -235,7 +235,8 @@ class Log:
         idempotent retry returns the original offsets with ``duplicate=True``.
         """
         now = now_ms if now_ms is not None else time_ms()
-        config = self.config
+        local = self._local
+        config = local.config
         view = records if isinstance(records, memoryview) else memoryview(records)
         from_client = origin is AppendOrigin.CLIENT
         result = LogValidator.validate(view, config, now, from_client)
@@ -260,7 +261,6 @@ class Log:
                     max_timestamp=dup.timestamp,
                     duplicate=True,
                 )
-            local = self._local
             first_offset = offset = local.end_offset
             if leader_epoch != self.leader_epoch_cache.latest_epoch and leader_epoch >= 0:
                 self.leader_epoch_cache.assign(leader_epoch, first_offset)  # before the data: never behind it
@@ -390,7 +390,10 @@ class Log:
             if local.active_is_empty_at_end:
                 return local.active_segment
             self._rename_doomed()  # their names must be free before new files appear
-            self.producer_state.take_snapshot(local.end_offset)
+            if self.storage_executor is not None:  # written and fsynced on the dir's thread, off the append path
+                self.producer_state.snapshot_later(local.end_offset, self.storage_executor)
+            else:
+                self.producer_state.take_snapshot(local.end_offset)
             return local.roll(now_ms)
 
     def remove_expired_producers(self, now_ms: int, expiration_ms: int) -> int:
@@ -627,6 +630,9 @@ class Log:
                 except OSError as exc:
                     ok = False
                     log.warning("could not snapshot producer state of %s-%d: %s", self.topic, self.partition, exc)
+            # A closed log's dir may be renamed, deleted or opened by a new Log: a deferred roll snapshot
+            # must not land there later (the snapshot at the LEO below supersedes it anyway).
+            self.producer_state.cancel_pending_snapshots()
             closed_cleanly = self._local.close(for_deletion=not snapshot)
             return ok and closed_cleanly
 

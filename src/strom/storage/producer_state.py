@@ -20,15 +20,21 @@ coordinator epoch is TRANSACTION_COORDINATOR_FENCED.
 
 State is persisted as ``<20-digit offset>.snapshot`` files (own format, CRC-32C)
 at roll and close; recovery loads the newest snapshot <= the log end and replays
-batch headers after it.
+batch headers after it. A roll takes the snapshot's content at once but writes and fsyncs
+the file later on the log dir's storage thread (``snapshot_later``, as Kafka since
+KAFKA-15046), so the append path does no file work for it; a snapshot lost to a crash
+meanwhile only makes recovery start from the previous one.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
+import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 import crc32c
@@ -40,7 +46,9 @@ from kafka.errors import (
 )
 
 from strom.protocol.record_batch import CONTROL_ABORT, NO_SEQUENCE, RecordBatchHeader
-from strom.storage.checkpoints import write_atomically
+from strom.storage.checkpoints import fsync_dir, write_atomically
+
+log = logging.getLogger(__name__)
 
 SNAPSHOT_SUFFIX = ".snapshot"
 NUM_BATCHES_TO_RETAIN = 5
@@ -51,6 +59,7 @@ _SNAP_MAGIC = b"SPS1"
 _SNAP_HEAD = struct.Struct(">4shIi")  # magic, version, crc(body), entry count
 _SNAP_ENTRY = struct.Struct(">qhiqqb")  # pid, epoch, coordinator epoch, last ts, txn first offset, n
 _SNAP_BATCH = struct.Struct(">iiqqq")  # first seq, last seq, first offset, last offset, timestamp
+_PENDING_TMP = ".pending.tmp"  # a deferred snapshot's temp file (the loader deletes leftover ``.tmp`` files)
 
 
 class CorruptSnapshotError(Exception):
@@ -118,6 +127,11 @@ class ProducerStateManager:
         self.map_end_offset = 0  # state reflects every batch below this offset
         self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self.unreplicated: list[CompletedTxn] = []  # closed, but the marker is not below the HW yet
+        # Deferred snapshots (``snapshot_later``) not renamed into place yet: offset -> the write's token.
+        # Deleting snapshots cancels them here. The lock is held for a check and one rename, never
+        # across the write or an fsync, so the event loop may take it.
+        self._pending: dict[int, object] = {}
+        self._pending_lock = threading.Lock()
 
     # -- validation (before anything is written) ---------------------------------------------------
 
@@ -284,6 +298,77 @@ class ProducerStateManager:
     def take_snapshot(self, offset: int | None = None, fsync: bool = False) -> str:
         """Write state as of ``offset`` (default: map end) atomically; returns the path."""
         offset = self.map_end_offset if offset is None else offset
+        path = self.snapshot_path(offset)
+        write_atomically(path, self._snapshot_bytes(), fsync=fsync)
+        return path
+
+    def snapshot_later(self, offset: int, executor: Executor) -> None:
+        """Take the state as of ``offset`` now; write and fsync its file on ``executor`` (the dir's thread).
+
+        Called at a roll under the log's lock, on the append path: only the encoding runs here.
+        Until the file is in place recovery starts from an older snapshot (or the first segment)
+        and replays more headers, which yields the same state. Truncation and retention cancel
+        a pending write whose offset they delete (``delete_snapshots_after`` / ``_before``).
+        """
+        data = self._snapshot_bytes()
+        token = object()
+        with self._pending_lock:
+            self._pending[offset] = token
+        try:
+            executor.submit(self._write_pending, offset, data, token)
+        except RuntimeError:  # the executor is shut down (the broker is stopping): write it here
+            self._write_pending(offset, data, token)
+
+    def _write_pending(self, offset: int, data: bytes, token: object) -> None:
+        """Write a deferred snapshot: temp file + fsync, rename if still wanted, fsync the dir.
+
+        A failure is logged, not raised: the snapshot is an optimisation of recovery."""
+        path = self.snapshot_path(offset)
+        tmp = path + _PENDING_TMP
+        try:
+            with self._pending_lock:
+                if self._pending.get(offset) is not token:
+                    return
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            with self._pending_lock:
+                wanted = self._pending.get(offset) is token
+                if wanted:
+                    del self._pending[offset]
+                    os.replace(tmp, path)
+            if not wanted:
+                os.unlink(tmp)
+                return
+            fsync_dir(self.directory)
+        except OSError as exc:
+            with self._pending_lock:
+                wanted = self._pending.get(offset) is token
+                if wanted:
+                    del self._pending[offset]
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            if wanted:  # a cancelled write failing (its dir renamed away meanwhile) is no news
+                log.warning("could not write producer snapshot %s (recovery starts from an older one): %s",
+                            path, exc)
+
+    def cancel_pending_snapshots(self, keep: Callable[[int], bool] = lambda _offset: False) -> None:
+        """Forget deferred snapshots whose offset ``keep`` rejects: their files are never written."""
+        with self._pending_lock:
+            for offset in [o for o in self._pending if not keep(o)]:
+                del self._pending[offset]
+
+    @property
+    def pending_snapshot_offsets(self) -> list[int]:
+        """Offsets of deferred snapshots not written yet."""
+        with self._pending_lock:
+            return sorted(self._pending)
+
+    def _snapshot_bytes(self) -> bytes:
+        """The state encoded as a snapshot file's content."""
         parts: list[bytes] = []
         for e in self.producers.values():
             parts.append(
@@ -301,10 +386,7 @@ class ProducerStateManager:
                     _SNAP_BATCH.pack(b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp)
                 )
         body = b"".join(parts)
-        data = _SNAP_HEAD.pack(_SNAP_MAGIC, 1, crc32c.crc32c(body), len(self.producers)) + body
-        path = self.snapshot_path(offset)
-        write_atomically(path, data, fsync=fsync)
-        return path
+        return _SNAP_HEAD.pack(_SNAP_MAGIC, 1, crc32c.crc32c(body), len(self.producers)) + body
 
     @staticmethod
     def read_snapshot(path: str) -> dict[int, ProducerStateEntry]:
@@ -348,11 +430,13 @@ class ProducerStateManager:
         return None
 
     def delete_snapshots_after(self, offset: int) -> None:
+        self.cancel_pending_snapshots(keep=lambda snap: snap <= offset)
         for snap in self.snapshot_offsets():
             if snap > offset:
                 self._unlink(snap)
 
     def delete_snapshots_before(self, offset: int) -> None:
+        self.cancel_pending_snapshots(keep=lambda snap: snap >= offset)
         for snap in self.snapshot_offsets():
             if snap < offset:
                 self._unlink(snap)

@@ -260,7 +260,7 @@ class LogSegment:
         try:
             for i in range(0, len(buffers), _IOV_MAX):
                 group = list(buffers[i : i + _IOV_MAX])
-                want = sum(len(b) for b in group)
+                want = sum(map(len, group))
                 written = os.pwritev(self._fd, group, pos)
                 if written != want:  # rare: partial write, finish it piece by piece
                     self._finish_partial_write(group, written, pos)

@@ -17,6 +17,7 @@ from typing import Any
 
 import kafka.errors as Errors
 
+from strom.broker.fetch_session import CachedPartition, PartitionKey
 from strom.broker.partition import NO_LEADER_EPOCH, READ_UNCOMMITTED
 from strom.broker.replica_manager import FetchParams, FetchPartitionRequest, FetchPartitionResult
 from strom.broker.request import FileRegion, RawResponse, RequestContext
@@ -34,14 +35,16 @@ TOPIC_AUTHORIZATION_FAILED = Errors.TopicAuthorizationFailedError.errno
 
 async def handle(ctx: RequestContext, request: Any) -> RawResponse:
     version = ctx.version
-    top_error = 0
-    if version >= 7 and request.session_id != 0:
-        # We never hand out sessions (session_id 0 in every response), so any id is unknown.
-        top_error = Errors.FetchSessionIdNotFoundError.errno
     params = FetchParams(max_wait_ms=request.max_wait_ms, min_bytes=request.min_bytes,
                          max_bytes=request.max_bytes if version >= 3 else 0x7FFFFFFF,
                          isolation_level=request.isolation_level if version >= 4 else READ_UNCOMMITTED,
                          replica_id=replica_id_of(version, request))
+    fetch_manager = ctx.replica_manager.fetch_manager
+    context = fetch_manager.new_context(
+        version, request.session_id if version >= 7 else 0, request.session_epoch if version >= 7 else -1,
+        params.is_from_follower, _fetch_data(ctx, version, request), _forgotten(version, request))
+    if context.error_code:  # an unknown session or a wrong epoch: the fetcher starts over with a full fetch
+        return _encode(version, context.error_code, 0, [])
     quotas = ctx.services.quotas
     fetch_quota = quotas.fetch if quotas is not None and quotas.fetch.enabled and params.replica_id < 0 else None
     if fetch_quota is not None:
@@ -49,34 +52,35 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
         window_bytes = fetch_quota.max_value_in_window(user, client_id)
         if window_bytes is not None:
             params.max_bytes = min(params.max_bytes, max(int(window_bytes), 1))
-    # (topic key as sent, name or None if unknown id, [partition indexes])
-    layout: list[tuple[Any, str | None, list[int]]] = []
-    failed: list[tuple[Any, list[int], int]] = []  # (topic key, partitions, error): unknown id or not authorized
+    # One result per partition of the context: an error settled here, or what the replica manager reads.
+    slots: list[FetchPartitionResult | None] = []
     authorizer = ctx.services.authorizer
     # A follower needs ClusterAction on the cluster; a consumer Read on each topic (Kafka's KafkaApis).
     replica_denied = authorizer is not None and params.replica_id >= 0 and \
         not ctx.authorize_cluster(AclOperation.CLUSTER_ACTION)
-    for t in request.topics if not top_error else []:
-        if version >= TOPIC_IDS_FROM:
-            meta = ctx.metadata.topic_by_id(t.topic_id)
-            name = meta.name if meta else None
-            key: Any = t.topic_id
-        else:
-            name = t.topic
-            key = t.topic
+    allowed: dict[str, bool] = {}
+    for cp in context.partitions:
+        if cp.topic is None and cp.topic_id is not None:  # an id unknown when it was sent may be known now
+            meta = ctx.metadata.topic_by_id(cp.topic_id)
+            cp.topic = meta.name if meta else None
+        name = cp.topic
         if name is None:
-            failed.append((key, [p.partition for p in t.partitions], Errors.UnknownTopicIdError.errno))
+            slots.append(FetchPartitionResult(error_code=Errors.UnknownTopicIdError.errno))
             continue
-        if authorizer is not None and (replica_denied or params.replica_id < 0 and not ctx.authorize(
-                AclOperation.READ, ResourceType.TOPIC, name)):
-            failed.append((key, [p.partition for p in t.partitions], TOPIC_AUTHORIZATION_FAILED))
-            continue
-        for p in t.partitions:
-            params.partitions.append(FetchPartitionRequest(
-                name, p.partition, p.fetch_offset, p.partition_max_bytes,
-                p.current_leader_epoch if version >= CURRENT_LEADER_EPOCH_FROM else NO_LEADER_EPOCH))
-        layout.append((key, name, [p.partition for p in t.partitions]))
+        if authorizer is not None:
+            ok = allowed.get(name)
+            if ok is None:
+                ok = allowed[name] = not replica_denied and (params.replica_id >= 0 or ctx.authorize(
+                    AclOperation.READ, ResourceType.TOPIC, name))
+            if not ok:
+                slots.append(FetchPartitionResult(error_code=TOPIC_AUTHORIZATION_FAILED))
+                continue
+        params.partitions.append(FetchPartitionRequest(name, cp.partition, cp.fetch_offset, cp.max_bytes,
+                                                       cp.current_leader_epoch, cp.log_start_offset))
+        slots.append(None)
     results = await ctx.replica_manager.fetch_messages(params) if params.partitions else []
+    it = iter(results)
+    merged = [slot if slot is not None else next(it) for slot in slots]
     response = None
     if fetch_quota is not None:
         size = sum(r.size for r in results if r.records is not None)
@@ -84,12 +88,41 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
         if throttle:
             fetch_quota.unrecord(user, client_id, size)
             ctx.throttle_time_ms = throttle
-            response = _encode(version, top_error, [], [], [])
+            response = _encode(version, 0, fetch_manager.throttled_session_id(context), [])
     if response is None:
-        response = _encode(version, top_error, layout, failed, results)
+        session_id, answered = fetch_manager.answer(context, merged)
+        response = _encode(version, 0, session_id,
+                           [(cp.topic_id if context.uses_topic_ids else cp.topic, cp.partition, r)
+                            for cp, r in answered])
     response.remote_time_s = params.waited_s  # the long poll's wait is remote time, not local work
     response.from_follower = params.is_from_follower  # metrics: FetchFollower or FetchConsumer
     return response
+
+
+def _fetch_data(ctx: RequestContext, version: int, request: Any) -> list[CachedPartition]:
+    """The request's partitions: all of them (a full fetch) or those whose fetch state changed."""
+    out: list[CachedPartition] = []
+    for t in request.topics:
+        if version >= TOPIC_IDS_FROM:
+            topic_id = t.topic_id
+            meta = ctx.metadata.topic_by_id(topic_id)
+            name = meta.name if meta else None
+        else:
+            topic_id, name = None, t.topic
+        for p in t.partitions:
+            out.append(CachedPartition(
+                name, topic_id, p.partition, p.fetch_offset, p.partition_max_bytes,
+                p.current_leader_epoch if version >= CURRENT_LEADER_EPOCH_FROM else NO_LEADER_EPOCH,
+                p.log_start_offset if version >= 5 else -1))
+    return out
+
+
+def _forgotten(version: int, request: Any) -> list[PartitionKey]:
+    """Partitions an incremental fetch drops from its session (v7+; by topic id from v13)."""
+    if version < 7:
+        return []
+    return [(t.topic_id if version >= TOPIC_IDS_FROM else t.topic, p)
+            for t in request.forgotten_topics_data or [] for p in t.partitions]
 
 
 def with_throttle_time(response: RawResponse, ms: int) -> RawResponse:
@@ -108,47 +141,46 @@ def replica_id_of(version: int, request: Any) -> int:
     return request.replica_id
 
 
-def _encode(version: int, top_error: int, layout: list[tuple[Any, str | None, list[int]]],
-            failed: list[tuple[Any, list[int], int]], results: list[FetchPartitionResult]) -> RawResponse:
+def _encode(version: int, top_error: int, session_id: int,
+            answered: list[tuple[Any, int, FetchPartitionResult]]) -> RawResponse:
+    """The response body; ``answered`` is (topic key as sent, partition, result), a topic's partitions
+    adjacent (a topic that comes back after another is written again, as Kafka does)."""
     flexible = version >= FLEXIBLE_FROM
     parts: list[bytes | FileRegion] = []
     buf = bytearray()
     buf += struct.pack(">i", 0)  # throttle_time_ms (v1+; we start at v4)
     if version >= 7:
-        buf += struct.pack(">hi", top_error, 0)  # error_code, session_id 0 = no session
-    buf += array_len(len(layout) + len(failed), flexible)
+        buf += struct.pack(">hi", top_error, session_id)
+    groups: list[tuple[Any, list[tuple[int, FetchPartitionResult]]]] = []
+    for key, index, r in answered:
+        if not groups or groups[-1][0] != key:
+            groups.append((key, []))
+        groups[-1][1].append((index, r))
+    buf += array_len(len(groups), flexible)
 
     def topic_key(key: Any) -> bytes:
         if version >= TOPIC_IDS_FROM:
             return uuid.UUID(str(key)).bytes
         return string(key, flexible)
 
-    def partition_head(index: int, err: int, r: FetchPartitionResult | None) -> None:
-        hw = r.high_watermark if r else -1
-        lso = r.last_stable_offset if r else -1
-        lso_start = r.log_start_offset if r else -1
-        buf.extend(struct.pack(">ihqq", index, err, hw, lso))
-        if version >= 5:
-            buf.extend(struct.pack(">q", lso_start))
-        aborted = r.aborted_transactions if r else None
-        if aborted is None:
-            buf.extend(array_len(-1, flexible))  # null: not read_committed, or nothing read
-        else:
-            buf.extend(array_len(len(aborted), flexible))
-            for txn in aborted:
-                buf.extend(_ABORTED.pack(txn.producer_id, txn.first_offset))
-                if flexible:
-                    buf.extend(b"\x00")
-        if version >= 11:
-            buf.extend(struct.pack(">i", -1))  # preferred_read_replica
-
-    it = iter(results)
-    for key, _name, indexes in layout:
+    for key, entries in groups:
         buf += topic_key(key)
-        buf += array_len(len(indexes), flexible)
-        for index in indexes:
-            r = next(it)
-            partition_head(index, r.error_code, r)
+        buf += array_len(len(entries), flexible)
+        for index, r in entries:
+            buf += struct.pack(">ihqq", index, r.error_code, r.high_watermark, r.last_stable_offset)
+            if version >= 5:
+                buf += struct.pack(">q", r.log_start_offset)
+            aborted = r.aborted_transactions
+            if aborted is None:
+                buf += array_len(-1, flexible)  # null: not read_committed, or nothing read
+            else:
+                buf += array_len(len(aborted), flexible)
+                for txn in aborted:
+                    buf += _ABORTED.pack(txn.producer_id, txn.first_offset)
+                    if flexible:
+                        buf += b"\x00"
+            if version >= 11:
+                buf += struct.pack(">i", -1)  # preferred_read_replica
             data = r.records
             size = r.size if data is not None else 0
             buf += uvarint(size + 1) if flexible else struct.pack(">i", size)
@@ -161,16 +193,6 @@ def _encode(version: int, top_error: int, layout: list[tuple[Any, str | None, li
                 buf += b"\x00"  # partition tagged fields
         if flexible:
             buf += b"\x00"  # topic tagged fields
-    for key, indexes, error in failed:
-        buf += topic_key(key)
-        buf += array_len(len(indexes), flexible)
-        for index in indexes:
-            partition_head(index, error, None)
-            buf += uvarint(1) if flexible else struct.pack(">i", 0)
-            if flexible:
-                buf += b"\x00"
-        if flexible:
-            buf += b"\x00"
     if flexible:
         buf += b"\x00"  # top-level tagged fields
     parts.append(bytes(buf))

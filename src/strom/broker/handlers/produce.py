@@ -14,7 +14,7 @@ import asyncio
 import logging
 import struct
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kafka.errors as Errors
 
@@ -26,6 +26,10 @@ from strom.protocol.api_keys import ApiKey
 from strom.protocol.primitives import array_len, nullable_string, string
 from strom.security.acl import AclOperation, ResourceType
 from strom.storage.recompression import convert_for_append, needs_recompression
+
+if TYPE_CHECKING:
+    from strom.broker.partition import Partition
+    from strom.storage.log_config import LogConfig
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +62,10 @@ async def handle(ctx: RequestContext, request: Any) -> bytes | DeferredResponse 
                 entries[(name, pd.index)] = pd.records
         for tp in denied:
             del entries[tp]
-    todo = _to_recompress(ctx, entries)
+    replica_manager = ctx.replica_manager
+    todo = _to_recompress(replica_manager.partitions, entries)
     refused = await _recompress_off_loop(todo, entries) if todo else None
-    results, done = ctx.replica_manager.append_records(entries, acks, request.timeout_ms)
+    results, done = replica_manager.append_records(entries, acks, request.timeout_ms)
     for tp in denied:
         results[tp] = PartitionResult(tp[1], TOPIC_AUTHORIZATION_FAILED)
     if refused:
@@ -92,20 +97,21 @@ async def handle(ctx: RequestContext, request: Any) -> bytes | DeferredResponse 
     return DeferredResponse([], ready)
 
 
-def _to_recompress(ctx: RequestContext, entries: dict[TopicPartition, Any]) -> list[tuple[TopicPartition, Any]]:
+def _to_recompress(partitions: dict[TopicPartition, Partition], entries: dict[TopicPartition, Any]
+                   ) -> list[tuple[TopicPartition, LogConfig]]:
     """Partitions led here whose topic's compression.type names a codec some batch is not in."""
     todo = []
-    partitions = ctx.replica_manager.partitions
     for tp, records in entries.items():
         part = partitions.get(tp)
-        if part is None or records is None or part.log_config.compression_type == "producer" or not part.is_leader:
+        if part is None or records is None:
             continue
-        if needs_recompression(records, part.log_config):
-            todo.append((tp, part.log_config))
+        config = part.log_config
+        if config.compression_type != "producer" and part.is_leader and needs_recompression(records, config):
+            todo.append((tp, config))
     return todo
 
 
-async def _recompress_off_loop(todo: list[tuple[TopicPartition, Any]], entries: dict[TopicPartition, Any]
+async def _recompress_off_loop(todo: list[tuple[TopicPartition, LogConfig]], entries: dict[TopicPartition, Any]
                                ) -> ProduceResults:
     """Convert those batches in a worker thread (inflating and recompressing can take seconds); the
     log then finds them in its codec. Partitions whose conversion fails are taken out of

@@ -68,8 +68,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.session = Session.for_connection(endpoint, "unknown")
         self._pool = socket_server.memory_pool
         self._receiver = FrameReceiver(self, self._pool, socket_server.max_request_bytes)
+        kafka_server = socket_server.kafka_server
+        self._apis = kafka_server.apis
+        self._services = kafka_server.services
         # APIs whose answers may be gathered into one write (their handlers answer at once, or defer)
-        self._gathered_apis = socket_server.kafka_server.apis.gathered_apis
+        self._gathered_apis = kafka_server.apis.gathered_apis
         self._auth_deadline: asyncio.TimerHandle | None = None
         # Fetch answers go out with sendfile (zero copy) in plaintext; TLS must encrypt them, so they are copied.
         self._zero_copy = not endpoint.uses_tls
@@ -175,22 +178,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return self._closed
 
     def frame_received(self, frame: bytes | bytearray, charged: int) -> None:
+        size = len(frame)
+        if self._closed:
+            if charged:
+                self._pool.give_back(charged)
+            return
         if charged:
             self._held += charged  # the pool charge of a large frame moves with it
-        self._enqueue(frame, charge=not charged)
-
-    def _enqueue(self, frame: bytes | bytearray, charge: bool) -> None:
-        if self._closed:
-            if not charge:
-                self._pool.give_back(len(frame))
-            return
-        if charge:
-            self._pool.take(len(frame))
-            self._held += len(frame)
+        else:
+            self._pool.take(size)
+            self._held += size
         self._frames.append(frame)
         if self._metrics is not None:
             self._received.append(self._last_active)  # set when these bytes arrived
-        self._queued_bytes += len(frame)
+        self._queued_bytes += size
         if self._queued_bytes > MAX_QUEUED_BYTES or len(self._frames) > MAX_QUEUED_FRAMES:
             self._queue_paused = True
             self._update_reading()
@@ -327,9 +328,19 @@ class KafkaConnection(asyncio.BufferedProtocol):
         metrics = self._metrics
         started = time.monotonic() if metrics is not None else 0.0
         try:
-            response = await self._dispatch(header, view[body_pos:])
+            ctx = self._request_context(header)
+            response = await self._apis.handle(ctx, view[body_pos:])
+        except codec.MalformedRequest as exc:
+            log.warning("closing connection from %s: %s", self.client_host, exc)
+            raise _Close from exc
+        except CloseConnection as exc:
+            raise _Close from exc
         finally:
             self._release(len(frame))  # handled: its bytes no longer count against the broker budget
+        if header.api_key in _SASL_APIS and self.session.authenticator is not None:
+            await self._after_sasl_request(response)
+        if ctx.throttle_time_ms:
+            self._throttle(ctx.throttle_time_ms)
         local_done = 0.0
         if metrics is not None:
             local_done = time.monotonic()
@@ -406,29 +417,24 @@ class KafkaConnection(asyncio.BufferedProtocol):
             log.warning("closing connection from %s: %s", self.client_host, exc)
             raise _Close from exc
 
-    async def _dispatch(self, header: codec.RequestHeader, body: memoryview) -> bytes | RawResponse | None:
-        server = self._socket_server.kafka_server
+    def _request_context(self, header: codec.RequestHeader) -> RequestContext:
+        """What a handler gets with its request, once the session may send it."""
         session = self.session
         if not session.authenticated or session.expires_at:
             self._check_session(header)
-        ctx = RequestContext(header, server.services, self.client_host, session)
-        try:
-            response = await server.apis.handle(ctx, body)
-        except codec.MalformedRequest as exc:
-            log.warning("closing connection from %s: %s", self.client_host, exc)
-            raise _Close from exc
-        except CloseConnection as exc:
-            raise _Close from exc
-        if header.api_key in _SASL_APIS and session.authenticator is not None:
-            self._count_sasl_outcome()
-            self._after_sasl_step()
-            if session.authenticator.must_close:
-                if response is not None and not isinstance(response, RawResponse):
-                    await self._write([response])  # the failure reaches the client, then the connection closes
-                raise _Close
-        if ctx.throttle_time_ms:
-            self._throttle(ctx.throttle_time_ms)
-        return response
+        return RequestContext(header, self._services, self.client_host, session)
+
+    async def _after_sasl_request(self, response: bytes | RawResponse | None) -> None:
+        """Count the outcome of a SaslHandshake/SaslAuthenticate; a failed authentication closes the
+        connection once its answer has gone out."""
+        authenticator = self.session.authenticator
+        assert authenticator is not None
+        self._count_sasl_outcome()
+        self._after_sasl_step()
+        if authenticator.must_close:
+            if response is not None and not isinstance(response, RawResponse):
+                await self._write([response])  # the failure reaches the client, then the connection closes
+            raise _Close
 
     def _check_session(self, header: codec.RequestHeader) -> None:
         """A SASL connection before authentication, or with an expired session (rare path)."""

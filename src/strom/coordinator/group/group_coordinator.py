@@ -701,9 +701,9 @@ class GroupCoordinator:
             elif not group.is_in(GroupState.EMPTY):
                 results[group_id] = NON_EMPTY_GROUP
             else:
-                group.transition_to(GroupState.DEAD)
-                results[group_id] = await self.manager.delete_group(group)
-                log.info("deleted group %s", group_id)
+                results[group_id] = await self.manager.delete_group(group)  # dead once the tombstones commit
+                if results[group_id] == NONE:
+                    log.info("deleted group %s", group_id)
         return results
 
     # -- partition ownership (strom.coordinator.common.PartitionedCoordinator) ------

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
 
@@ -276,9 +277,15 @@ class GroupMetadata:
         return [(m.member_id, m.group_instance_id, m.metadata(self.protocol_name)) for m in self.members.values()]
 
     # -- offsets ---------------------------------------------------------------
-    def has_offsets(self) -> bool:
-        return bool(self.offsets) or bool(self.pending_offset_commits) \
-            or bool(self.pending_transactional_offset_commits)
+    def has_offsets(self, besides: Collection[TopicPartition] = ()) -> bool:
+        """Whether any offset is committed, in flight or pending in a transaction; ``besides``: other
+        than those of these partitions (about to be removed with ``remove_offsets``)."""
+        if not besides:
+            return bool(self.offsets) or bool(self.pending_offset_commits) \
+                or bool(self.pending_transactional_offset_commits)
+        gone = set(besides)
+        return any(tp not in gone for tp in self.offsets) or bool(self.pending_offset_commits) \
+            or any(tp not in gone for pending in self.pending_transactional_offset_commits.values() for tp in pending)
 
     def has_pending_offset_commits_for(self, tp: TopicPartition) -> bool:
         """A commit of this partition is in flight or waits for its transaction (UNSTABLE_OFFSET_COMMIT)."""
@@ -350,8 +357,8 @@ class GroupMetadata:
                     del self.pending_transactional_offset_commits[pid]
         return removed
 
-    def remove_expired_offsets(self, now: int, retention_ms: int) -> dict[TopicPartition, OffsetAndMetadata]:
-        """Offsets to drop per KIP-211.
+    def expired_offsets(self, now: int, retention_ms: int) -> list[TopicPartition]:
+        """Offsets to drop per KIP-211 (nothing is changed: expiry tombstones them first).
 
         Empty groups lose all offsets ``retention_ms`` after they became empty (or after
         the commit, for groups that never had members); active consumer groups lose only
@@ -377,7 +384,7 @@ class GroupMetadata:
             for tp, off in self.offsets.items():
                 if tp[0] not in self.subscribed_topics and expired(tp, off, off.commit_timestamp):
                     victims.append(tp)
-        return self.remove_offsets(victims)
+        return victims
 
     def __repr__(self) -> str:
         return (f"GroupMetadata({self.group_id!r}, state={self.state}, generation={self.generation_id}, "

@@ -11,6 +11,7 @@ group. Becoming leader of a partition means replaying it to rebuild the cache
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
@@ -174,18 +175,31 @@ class GroupMetadataManager:
         return NONE
 
     async def delete_group(self, group: GroupMetadata) -> int:
-        """Tombstone a dead group's metadata and all its offsets, then forget it."""
+        """DeleteGroups: tombstone an empty group's metadata and all its offsets, then forget it.
+
+        Written, then applied (as every state change on the runtime): the group and its offsets
+        stay until the tombstones are committed, and a failed append leaves them as they are,
+        which is what the log still says. The reply (the caller's return) waits for the commit."""
+        offsets = list(group.offsets)
         records: list[tuple[bytes, bytes | None]] = [
-            (offset_commit_key(group.group_id, *tp), None) for tp in group.offsets]
+            (offset_commit_key(group.group_id, *tp), None) for tp in offsets]
         records.append((group_metadata_key(group.group_id), None))
-        group.offsets.clear()
-        self.remove_group(group)
         try:
-            await self.write(group.group_id, records)
+            await self.write(group.group_id, records, functools.partial(self._apply_tombstones, group, offsets, True))
         except Exception as exc:  # noqa: BLE001
             log.warning("tombstoning group %s failed: %s", group.group_id, exc)
             return map_append_error(exc, for_offsets=False)
         return NONE
+
+    def _apply_tombstones(self, group: GroupMetadata, offsets: list[TopicPartition], group_deleted: bool,
+                          _base_offset: int) -> None:
+        """Once the tombstones are committed: drop the offsets they cover; with the group's metadata
+        tombstoned too, the group dies unless it came back to life meanwhile (a member joined, or a
+        commit appended before the tombstones left an offset the log keeps)."""
+        group.remove_offsets(offsets)
+        if group_deleted and group.is_in(GroupState.EMPTY) and not group.has_offsets():
+            group.transition_to(GroupState.DEAD)
+            self.remove_group(group)
 
     # -- loading -----------------------------------------------------------------
     def read_partition(self, partition: int) -> list[LogRecord]:
@@ -321,25 +335,30 @@ class GroupMetadataManager:
 
     # -- expiry ------------------------------------------------------------------
     async def cleanup_group_metadata(self, now: int | None = None) -> int:
-        """Expire offsets per offsets.retention.minutes; empty groups without offsets die."""
+        """Expire offsets per offsets.retention.minutes; empty groups without offsets die.
+
+        Written, then applied: the expired offsets (and a group that dies with them) are removed
+        from memory only once their tombstones are committed; a failed append keeps them."""
         now = self.clock.wall_ms() if now is None else now
         removed = 0
         for group in list(self.groups.values()):
             if not self.is_group_local(group.group_id):
                 continue
-            expired = group.remove_expired_offsets(now, self.retention_ms)
+            expired = group.expired_offsets(now, self.retention_ms)
             records: list[tuple[bytes, bytes | None]] = [
                 (offset_commit_key(group.group_id, *tp), None) for tp in expired]
-            if group.is_in(GroupState.EMPTY) and not group.has_offsets():
-                group.transition_to(GroupState.DEAD)
-                self.remove_group(group)
+            dies = group.is_in(GroupState.EMPTY) and not group.has_offsets(besides=expired)
+            if dies:
                 records.append((group_metadata_key(group.group_id), None))
-            if records:
-                removed += len(expired)
-                try:
-                    await self.write(group.group_id, records, timestamp=now)
-                except Exception as exc:  # noqa: BLE001
-                    log.warning("expiring offsets of group %s failed: %s", group.group_id, exc)
+            if not records:
+                continue
+            try:
+                await self.write(group.group_id, records,
+                                 functools.partial(self._apply_tombstones, group, expired, dies), timestamp=now)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("expiring offsets of group %s failed: %s", group.group_id, exc)
+                continue
+            removed += len(expired)
         if removed:
             log.info("removed %d expired offsets", removed)
         return removed
