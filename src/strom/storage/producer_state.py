@@ -25,6 +25,7 @@ batch headers after it.
 
 from __future__ import annotations
 
+import bisect
 import os
 import struct
 from collections import deque
@@ -118,6 +119,12 @@ class ProducerStateManager:
         self.map_end_offset = 0  # state reflects every batch below this offset
         self.ongoing: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self.unreplicated: list[CompletedTxn] = []  # closed, but the marker is not below the HW yet
+        # Snapshot file offsets, listed once and kept up to date by take_snapshot and _unlink (start-up
+        # looks them up several times per partition; a listdir each is a syscall per partition each).
+        self._snapshots: list[int] | None = None
+        # (offset, durable) of the snapshot file holding exactly the state in memory; None once the state
+        # changed. A clean shutdown skips writing that snapshot again.
+        self._current_snapshot: tuple[int, bool] | None = None
 
     # -- validation (before anything is written) ---------------------------------------------------
 
@@ -192,6 +199,7 @@ class ProducerStateManager:
 
         A control batch needs its ``marker``; the transaction it closes is returned."""
         pid = h.producer_id
+        self._current_snapshot = None
         if h.next_offset > self.map_end_offset:
             self.map_end_offset = h.next_offset
         if pid < 0:
@@ -254,9 +262,12 @@ class ProducerStateManager:
         ]
         for pid in expired:
             del self.producers[pid]
+        if expired:
+            self._current_snapshot = None
         return len(expired)
 
     def reset(self, offset: int = 0) -> None:
+        self._current_snapshot = None
         self.producers.clear()
         self.ongoing.clear()
         self.unreplicated.clear()
@@ -272,14 +283,29 @@ class ProducerStateManager:
     def snapshot_path(self, offset: int) -> str:
         return os.path.join(self.directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
 
-    def snapshot_offsets(self) -> list[int]:
-        offsets = []
-        for name in os.listdir(self.directory):
-            if name.endswith(SNAPSHOT_SUFFIX):
-                stem = name[: -len(SNAPSHOT_SUFFIX)]
-                if stem.isdigit():
-                    offsets.append(int(stem))
-        return sorted(offsets)
+    def snapshot_offsets(self, names: Iterable[str] | None = None) -> list[int]:
+        """Offsets of the snapshot files, sorted; ``names`` (the directory's listing, if the caller has
+        it) spares the first listdir."""
+        if self._snapshots is None:
+            offsets = []
+            for name in os.listdir(self.directory) if names is None else names:
+                if name.endswith(SNAPSHOT_SUFFIX):
+                    stem = name[: -len(SNAPSHOT_SUFFIX)]
+                    if stem.isdigit():
+                        offsets.append(int(stem))
+            self._snapshots = sorted(offsets)
+        return list(self._snapshots)
+
+    def snapshot_is_current(self, offset: int, durable: bool) -> bool:
+        """Whether the snapshot file at ``offset`` holds the state in memory (and was fsynced, or read
+        back after a clean shutdown, if ``durable``): then writing it again would change nothing."""
+        current = self._current_snapshot
+        return current is not None and current[0] == offset == self.map_end_offset and (current[1] or not durable)
+
+    def snapshot_loaded_after_clean_shutdown(self) -> None:
+        """The snapshot just loaded was vouched for by the clean-shutdown marker: it is durable."""
+        if self._current_snapshot is not None:
+            self._current_snapshot = (self._current_snapshot[0], True)
 
     def take_snapshot(self, offset: int | None = None, fsync: bool = False) -> str:
         """Write state as of ``offset`` (default: map end) atomically; returns the path."""
@@ -303,7 +329,12 @@ class ProducerStateManager:
         body = b"".join(parts)
         data = _SNAP_HEAD.pack(_SNAP_MAGIC, 1, crc32c.crc32c(body), len(self.producers)) + body
         path = self.snapshot_path(offset)
+        self._current_snapshot = None
         write_atomically(path, data, fsync=fsync)
+        if self._snapshots is not None and offset not in self._snapshots:
+            bisect.insort(self._snapshots, offset)
+        if offset == self.map_end_offset:
+            self._current_snapshot = (offset, fsync)
         return path
 
     @staticmethod
@@ -343,6 +374,7 @@ class ProducerStateManager:
                 continue
             self._reindex_ongoing()
             self.map_end_offset = offset
+            self._current_snapshot = (offset, False)
             return offset
         self.reset()
         return None
@@ -358,6 +390,10 @@ class ProducerStateManager:
                 self._unlink(snap)
 
     def _unlink(self, offset: int) -> None:
+        if self._current_snapshot is not None and self._current_snapshot[0] == offset:
+            self._current_snapshot = None
+        if self._snapshots is not None and offset in self._snapshots:
+            self._snapshots.remove(offset)
         try:
             os.unlink(self.snapshot_path(offset))
         except FileNotFoundError:
