@@ -165,3 +165,54 @@ def test_loading_a_partition_lists_its_directory_once(tmp_path: Path, count_call
     assert len(mgr.all_logs()) == PARTITIONS
     assert calls["listdir"] <= PARTITIONS + 2, calls  # + the log dir itself
     mgr.shutdown()
+
+
+def crashed(path: Path) -> LogManager:
+    """Load ``path`` as after a kill -9: the running manager's files stay as they are, no shutdown."""
+    assert not (path / CLEAN_SHUTDOWN_FILE).exists()
+    return loaded(path)
+
+
+def test_crash_after_a_clean_start_recovers_only_what_was_written_since(tmp_path: Path) -> None:
+    mgr = loaded(tmp_path)
+    fill(mgr)
+    mgr.shutdown()
+    mgr = assert_all_records_back(tmp_path)
+    mgr.checkpoint()  # recovery points as of the clean load, as the periodic checkpoint writes them
+    written = mgr.get_log("t", 1)
+    torn = mgr.get_log("t", 2)
+    assert written is not None and torn is not None
+    written.append_as_leader(build_batch([(b"k", b"after", [], 9_000)]), 0)
+    torn.append_as_leader(build_batch([(b"k", b"torn", [], 9_000)]), 0)
+    with open(torn.active_segment.log_path, "r+b") as f:
+        f.truncate(os.path.getsize(torn.active_segment.log_path) - 3)
+
+    mgr = crashed(tmp_path)
+    recovered = {tp: lg.recovered_segments for tp, lg in mgr.all_logs().items() if lg.recovered_segments}
+    assert recovered == {("t", 1): 1, ("t", 2): 1}  # not the partitions nothing was written to
+    assert mgr.get_log("t", 1).log_end_offset == RECORDS + 1  # type: ignore[union-attr]
+    assert mgr.get_log("t", 2).log_end_offset == RECORDS  # type: ignore[union-attr]
+    lg = mgr.get_log("t", 0)
+    assert lg is not None and lg.log_end_offset == RECORDS
+    assert lg.fetch_offset_by_timestamp(1_000 + RECORDS - 1) == (RECORDS - 1, 1_000 + RECORDS - 1)
+    mgr.shutdown()
+
+
+def test_crash_after_a_flush_keeps_the_largest_timestamp_of_unindexed_batches(tmp_path: Path) -> None:
+    """Batches after the last index entry are not in the time index until the segment closes: a
+    segment left unrecovered (all below the recovery point) still knows its largest timestamp."""
+    mgr = loaded(tmp_path)
+    lg = mgr.get_or_create_log("t", 0)
+    for i in range(40):  # several index entries (4 KB apart), then a few batches after the last one
+        lg.append_as_leader(build_batch([(b"k", b"x" * 500, [], 1_000 + i)]), 0)
+    lg.flush()
+    mgr.checkpoint()
+    assert lg.recovery_point == 40
+
+    mgr = crashed(tmp_path)
+    lg = mgr.get_log("t", 0)
+    assert lg is not None and lg.recovered_segments == 0
+    assert lg.log_end_offset == 40
+    assert lg.fetch_offset_by_timestamp(1_039) == (39, 1_039)
+    assert lg.active_segment.max_timestamp_so_far == 1_039
+    mgr.shutdown()

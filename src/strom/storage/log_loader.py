@@ -5,7 +5,8 @@ Steps (following Kafka's LogLoader):
    and index files whose ``.log`` is gone;
 2. open every segment without reading its indexes (they load lazily on first use);
 3. after an unclean shutdown, recover every segment from the one holding the
-   recovery point on (length + CRC validation, index rebuild): expected, so not warned
+   recovery point on (length + CRC validation, index rebuild), except that one if all its
+   batches lie below the recovery point (fsynced with their indexes): expected, so not warned
    about per segment (LogManager logs one summary per start); empty segments have
    nothing to recover, and their index files may be absent (an empty log's indexes are
    empty); any other segment whose index file is missing or torn was damaged (a clean
@@ -149,8 +150,13 @@ class LogLoader:
             for i, seg in enumerate(segments):
                 if seg.base_offset <= self.recovery_point:
                     start = i
-            # An empty segment has nothing to validate or index.
-            recovered.update(seg.base_offset for seg in segments[start:] if seg.size)
+            # An empty segment has nothing to validate or index; nor has the one holding the recovery
+            # point if all its batches lie below it (a crash after a clean start that wrote nothing).
+            unflushed = [seg for seg in segments[start:] if seg.size]
+            if unflushed and unflushed[0].base_offset <= self.recovery_point \
+                    and unflushed[0].holds_only_below(self.recovery_point):
+                unflushed.pop(0)
+            recovered.update(seg.base_offset for seg in unflushed)
         for seg in segments:
             # A clean shutdown or a flush wrote these files (if the log has data): missing or torn is damage.
             if seg.base_offset not in recovered and not seg.index_files_usable():
