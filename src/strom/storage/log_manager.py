@@ -48,7 +48,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-# Threads flushing and closing logs at shutdown: they wait on fsync, not on the CPU.
+# Threads flushing and closing logs at shutdown: they wait on the file system (file creation, and
+# fsync where syncfs is not used), not on the CPU.
 SHUTDOWN_FLUSH_THREADS = 8
 DELETE_DIR_SUFFIX = "-delete"
 STRAY_DIR_SUFFIX = "-stray"
