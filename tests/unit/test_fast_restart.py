@@ -1,33 +1,25 @@
 """Clean shutdown and start-up cost with many partitions: calls counted, never timed.
 
-A clean shutdown makes every log durable with one syncfs per file system (where the kernel reports
-write-back errors through it), not an fsync per file, and writes the clean-shutdown marker only
-after that sync succeeded. Without syncfs, a log nothing was written to since it was loaded costs
-no fsync. Loading a partition lists its directory once.
+A clean shutdown fsyncs only what was written since the last flush or clean load: a log nothing was
+written to costs no fsync. Loading a partition lists its directory once. After a crash, a segment
+whose batches all lie below the recovery point is not recovered.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from strom.protocol.record_batch import build_batch
-from strom.storage import fs_sync
 from strom.storage.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpointFile
-from strom.storage.fs_sync import FileSystemSync
 from strom.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
 
 PARTITIONS = 30
 RECORDS = 5
-
-needs_syncfs = pytest.mark.skipif(FileSystemSync.open(["."]) is None,
-                                  reason="syncfs reports write-back errors on Linux 5.8+ only")
-
 
 def loaded(path: Path) -> LogManager:
     mgr = LogManager([str(path)])
@@ -70,66 +62,14 @@ def count_calls(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Counter[str]
     return install
 
 
-@pytest.fixture
-def without_syncfs(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The per-file fsync path (other systems, kernels before 5.8)."""
-    monkeypatch.setattr(FileSystemSync, "open", classmethod(lambda cls, dirs: None))
-    yield
-
-
-@needs_syncfs
-def test_clean_shutdown_does_not_fsync_per_partition(tmp_path: Path, count_calls) -> None:  # noqa: ANN001
-    mgr = loaded(tmp_path)
-    fill(mgr)
-    calls = count_calls("fsync")
-    mgr.shutdown()
-    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
-    # Three checkpoint files (file and directory each) and the marker; not 5 per partition.
-    assert calls["fsync"] <= 8, calls
-    mgr = assert_all_records_back(tmp_path)
-    assert all(lg.recovered_segments == 0 for lg in mgr.all_logs().values())
-    recovery_points = OffsetCheckpointFile(str(tmp_path / RECOVERY_POINT_CHECKPOINT)).read()
-    mgr.shutdown()
-    assert recovery_points == {("t", p): RECORDS for p in range(PARTITIONS)}  # the sync advanced them
-
-
-@needs_syncfs
-def test_marker_only_after_a_successful_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    mgr = loaded(tmp_path)
-    fill(mgr)
-    real = fs_sync.syncfs
-    seen: list[bool] = []
-
-    def failing_syncfs(fd: int) -> None:
-        real(fd)
-        # Everything the marker vouches for is written before the sync: the sync is what makes it durable.
-        seen.append((tmp_path / CLEAN_SHUTDOWN_FILE).exists())
-        for p in range(PARTITIONS):
-            names = os.listdir(tmp_path / f"t-{p}")
-            assert f"{RECORDS:020d}.snapshot" in names and "00000000000000000000.index" in names, names
-        raise OSError(errno.EIO, "write-back failed")
-
-    monkeypatch.setattr(fs_sync, "syncfs", failing_syncfs)
-    mgr.shutdown()
-    assert seen == [False]
-    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()  # the next start recovers
-    checkpoint = tmp_path / RECOVERY_POINT_CHECKPOINT
-    assert set(OffsetCheckpointFile(str(checkpoint)).read().values()) <= {0}  # nothing vouched as flushed
-    monkeypatch.setattr(fs_sync, "syncfs", real)
-    mgr = assert_all_records_back(tmp_path)
-    assert sum(lg.recovered_segments for lg in mgr.all_logs().values()) == PARTITIONS
-    mgr.shutdown()
-    assert (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
-
-
 def test_second_clean_shutdown_without_writes_fsyncs_nothing_per_partition(
-    tmp_path: Path, without_syncfs: None, count_calls  # noqa: ANN001
+    tmp_path: Path, count_calls  # noqa: ANN001
 ) -> None:
     mgr = loaded(tmp_path)
     fill(mgr)
     calls = count_calls("fsync")
     mgr.shutdown()
-    assert calls["fsync"] >= 3 * PARTITIONS  # per file: this is the path that needs syncfs's absence
+    assert calls["fsync"] >= 3 * PARTITIONS  # the first one flushes what was written: per file
     mgr = assert_all_records_back(tmp_path)
     calls.clear()
     mgr.shutdown()  # nothing was written since the load: segments, indexes and snapshots are durable
@@ -138,7 +78,7 @@ def test_second_clean_shutdown_without_writes_fsyncs_nothing_per_partition(
     assert_all_records_back(tmp_path).shutdown()
 
 
-def test_a_write_after_a_clean_load_is_made_durable_again(tmp_path: Path, without_syncfs: None) -> None:
+def test_a_write_after_a_clean_load_is_made_durable_again(tmp_path: Path) -> None:
     """Skipping unchanged logs must not skip a changed one: its new snapshot and records are flushed."""
     mgr = loaded(tmp_path)
     fill(mgr)

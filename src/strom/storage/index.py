@@ -67,11 +67,6 @@ class AbstractIndex:
     def loaded(self) -> bool:
         return self._buf is not None
 
-    @property
-    def in_file(self) -> bool:
-        """Every entry in memory is written to the file (nothing loaded counts: the file is the index)."""
-        return self._buf is None or self._written == self._entries
-
     def _data(self) -> bytearray:
         buf = self._buf
         if buf is None:
@@ -216,15 +211,14 @@ class AbstractIndex:
 
     # -- file --------------------------------------------------------------------------------------
 
-    def write_file(self, fsync: bool = False, create: bool = False) -> None:
-        """Write entries not yet in the file (a rewrite after truncation); optionally fsync, or ``create``
-        the file even if it holds no entry (a flush whose sync comes later, from syncfs).
+    def write_file(self, fsync: bool = False) -> None:
+        """Write entries not yet in the file (a rewrite after truncation); optionally fsync.
 
         On failure (a full disk) the file is removed rather than left stale, so the next
         load rebuilds it from the log; the error propagates.
         """
         with self._file_lock:
-            if self._buf is None or (self._written == self._entries and not fsync and not create):
+            if self._buf is None or (self._written == self._entries and not fsync):
                 return
             entries = self._entries
             start = 0 if self._written < 0 else self._written * self._entry_size
@@ -251,8 +245,8 @@ class AbstractIndex:
                 raise
             self._written = entries
 
-    def flush(self, fsync: bool = True) -> None:
-        self.write_file(fsync=fsync, create=True)
+    def flush(self) -> None:
+        self.write_file(fsync=True)
 
     def persist(self) -> None:
         """Write what is not in the file yet; a failure is logged (the next load rebuilds the index)."""

@@ -268,18 +268,15 @@ class LocalLog:
 
     # -- durability ----------------------------------------------------------------------------------
 
-    def flush(self, offset: int | None = None, now_ms: int | None = None, fsync: bool = True) -> None:
+    def flush(self, offset: int | None = None, now_ms: int | None = None) -> None:
         """fsync segments holding offsets in [recovery_point, offset) and advance the recovery point.
 
-        ``fsync=False`` (shutdown, before one syncfs) only writes those segments' indexes out and leaves
-        the recovery point where it is. Takes the lock to pick the segments and to move the recovery
-        point, not for the fsyncs."""
+        Takes the lock to pick the segments and to move the recovery point, not for the fsyncs."""
         with self.lock:
             if self.closed:
                 return
             target = self._end_offset if offset is None else min(offset, self._end_offset)
-            if fsync:
-                self._last_flush_ms = now_ms if now_ms is not None else time_ms()
+            self._last_flush_ms = now_ms if now_ms is not None else time_ms()
             if target <= self.recovery_point and not self._rolled_since_flush:
                 return
             to_flush = []
@@ -288,16 +285,13 @@ class LocalLog:
                 if seg.base_offset < target and upper > self.recovery_point:
                     to_flush.append(seg)
             rolled = self._rolled_since_flush
-            if fsync:
-                self._rolled_since_flush = False
+            self._rolled_since_flush = False
         for seg in to_flush:
             try:
-                seg.flush(fsync)
+                seg.flush()
             except (OSError, ValueError):
                 if not seg.deleted:
                     raise
-        if not fsync:
-            return
         if rolled:
             fsync_dir(self.directory)
         with self.lock:
@@ -435,9 +429,6 @@ class LocalLog:
             except OSError as exc:
                 ok = False
                 log.warning("error closing segment %s: %s", seg.log_path, exc)
-            else:
-                # Closing writes the indexes out; a failure is logged there and only means a rebuild.
-                ok = ok and (for_deletion or (seg.offset_index.in_file and seg.time_index.in_file))
         self.closed = True
         return ok
 

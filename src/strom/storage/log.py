@@ -595,21 +595,19 @@ class Log:
 
     # -- durability & lifecycle ---------------------------------------------------------------------
 
-    def flush(self, offset: int | None = None, now_ms: int | None = None, fsync: bool = True) -> None:
-        """fsync segments holding offsets in [recovery_point, offset) and advance the recovery point
-        (``fsync=False``: write their indexes out only, for a syncfs that follows; see LocalLog.flush)."""
-        self._local.flush(offset, now_ms, fsync)
+    def flush(self, offset: int | None = None, now_ms: int | None = None) -> None:
+        """fsync segments holding offsets in [recovery_point, offset) and advance the recovery point."""
+        self._local.flush(offset, now_ms)
 
     def needs_flush(self, now_ms: int) -> bool:
         """flush.ms elapsed with unflushed data, or a segment was rolled (Kafka flushes those async)."""
         return self._local.needs_flush(now_ms)
 
-    def close(self, snapshot: bool = True, fsync: bool = True) -> bool:
-        """Snapshot producer state at the LEO, trim indexes, close files.
+    def close(self, snapshot: bool = True) -> bool:
+        """Snapshot producer state at the LEO, trim indexes, close files (no fsync: see LogManager).
 
-        ``fsync=False`` leaves the snapshot to a file-system sync that follows (LogManager.shutdown);
-        otherwise it is fsynced. I/O errors (a full disk) are logged, not raised: the files are closed
-        regardless. Returns False if something was not persisted, so the caller knows recovery is needed.
+        I/O errors (a full disk) are logged, not raised: the files are closed regardless.
+        Returns False if something was not persisted, so the caller knows recovery is needed.
         """
         with self._lock:
             if self.closed:
@@ -625,19 +623,14 @@ class Log:
             # a log whose snapshot at the LEO already holds its producer state (nothing written since).
             end = self._local.end_offset
             empty = not self.producer_state.producers and end == self._local.first_base_offset
-            if snapshot and not empty and not self.producer_state.snapshot_is_current(end, durable=fsync):
+            if snapshot and not empty and not self.producer_state.snapshot_is_current(end, durable=True):
                 try:
-                    self.producer_state.take_snapshot(end, fsync=fsync)
+                    self.producer_state.take_snapshot(end, fsync=True)
                 except OSError as exc:
                     ok = False
                     log.warning("could not snapshot producer state of %s-%d: %s", self.topic, self.partition, exc)
             closed_cleanly = self._local.close(for_deletion=not snapshot)
             return ok and closed_cleanly
-
-    def mark_durable(self) -> None:
-        """Everything written is durable (a file-system sync covered it): the recovery point moves to the LEO."""
-        with self._lock:
-            self._local.recovery_point = max(self._local.recovery_point, self._local.end_offset)
 
     def delete(self) -> None:
         """Close and remove the whole partition directory."""

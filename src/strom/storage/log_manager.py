@@ -38,7 +38,6 @@ from strom.storage.checkpoints import (
     TopicPartition,
     fsync_dir,
 )
-from strom.storage.fs_sync import FileSystemSync
 from strom.storage.log import Log, parse_topic_partition, time_ms
 from strom.storage.log_config import LogConfig
 from strom.storage.partition_metadata import encode_topic_id, read_topic_id
@@ -48,8 +47,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-# Threads flushing and closing logs at shutdown: they wait on the file system (file creation, and
-# fsync where syncfs is not used), not on the CPU.
+# Threads flushing and closing logs at shutdown: they wait on fsync, not on the CPU.
 SHUTDOWN_FLUSH_THREADS = 8
 DELETE_DIR_SUFFIX = "-delete"
 STRAY_DIR_SUFFIX = "-stray"
@@ -132,8 +130,6 @@ class LogManager:
         # The subset that failed while serving (take_offline): locked and loaded once, so they may come back.
         self._failed_while_serving: set[str] = set()
         self._executors: dict[str, ThreadPoolExecutor] = {}
-        # Descriptors on the log dirs' file systems, opened at load, for one syncfs each at shutdown.
-        self._fs_sync: FileSystemSync | None = None
 
     # -- storage executors --------------------------------------------------------------------------
 
@@ -179,13 +175,6 @@ class LogManager:
                 self._load_logs_in([log_dir], topic_configs, now_ms, expected)
             except OSError as exc:
                 self._take_offline(log_dir, exc)
-        self._open_fs_sync()
-
-    def _open_fs_sync(self) -> None:
-        """Open the descriptors syncfs needs now: a write-back error while serving then fails the sync."""
-        with self._lock:
-            if self._fs_sync is None:
-                self._fs_sync = FileSystemSync.open(d for d in self.log_dirs if d not in self.offline_log_dirs)
 
     def _load_logs_in(
         self,
@@ -561,41 +550,25 @@ class LogManager:
             self._shutdown = True
             logs = dict(self._logs)
         self.close_executors()  # file mutations already queued finish before the logs close
-        online = [d for d in self.log_dirs if d not in self.offline_log_dirs]
-        if self._fs_sync is None and online:
-            self._open_fs_sync()
-        fs_sync, self._fs_sync = self._fs_sync, None
-        # Logs are independent: several in flight overlap their file work (and, without syncfs, their
-        # fsyncs: segment, indexes, producer snapshot), instead of one partition after another.
+        # Logs are independent and their shutdown is fsyncs (segment, indexes, producer snapshot):
+        # several in flight wait on the disk together instead of one partition after another.
+        # A log nothing was written to since its last flush (or since a clean load) costs no fsync: its
+        # segments are at the recovery point and its producer snapshot already holds its state.
         started = time.monotonic()
         workers = max(1, min(SHUTDOWN_FLUSH_THREADS, len(logs)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-shutdown") as pool:
-            if fs_sync is None:
-                closed = list(pool.map(_flush_and_close, logs.values()))
-            else:
-                closed = list(pool.map(_close_for_sync, logs.values()))
+            closed = list(pool.map(_flush_and_close, logs.values()))
         closed_at = time.monotonic()
-        if fs_sync is not None:
-            # One syncfs per file system makes every file written above durable, directory entries
-            # included; only then may the recovery points (and the marker) vouch for them.
-            failed = fs_sync.sync()
-            fs_sync.close()
-            if failed:
-                closed.append(False)
-            else:
-                for lg in logs.values():
-                    lg.mark_durable()
-        synced_at = time.monotonic()
         clean = self.checkpoint() and all(closed)
-        log.info("closed %d logs in %.2f s (%s) and wrote checkpoints in %.2f s", len(logs),
-                 closed_at - started,
-                 "per-file fsync" if fs_sync is None else f"then one syncfs per file system: {synced_at - closed_at:.2f} s",
-                 time.monotonic() - synced_at)
+        log.info("closed %d logs in %.2f s and wrote checkpoints in %.2f s", len(logs), closed_at - started,
+                 time.monotonic() - closed_at)
         if not clean:
             log.warning("shutdown was incomplete (see above): not writing %s, the next start runs recovery",
                         CLEAN_SHUTDOWN_FILE)
             return
-        for log_dir in online:
+        for log_dir in self.log_dirs:
+            if log_dir in self.offline_log_dirs:
+                continue
             marker = os.path.join(log_dir, CLEAN_SHUTDOWN_FILE)
             try:
                 with open(marker, "wb") as f:
@@ -604,22 +577,6 @@ class LogManager:
             except OSError as exc:
                 log.warning("could not write %s: %s", marker, exc)
                 _unlink_quietly(marker)
-
-
-def _close_for_sync(lg: Log) -> bool:
-    """Close one log at shutdown leaving its files in the page cache: a syncfs follows (False if it failed)."""
-    ok = True
-    try:
-        lg.flush(fsync=False)
-    except Exception as exc:
-        ok = False
-        log.error("could not write out %r at shutdown: %s", lg, exc)
-    try:
-        ok = lg.close(fsync=False) and ok
-    except Exception as exc:
-        ok = False
-        log.error("could not close %r at shutdown: %s", lg, exc)
-    return ok
 
 
 def _flush_and_close(lg: Log) -> bool:

@@ -572,14 +572,11 @@ class LogSegment:
         self.offset_index.persist()
         self.time_index.persist()
 
-    def flush(self, fsync: bool = True) -> None:
-        """fsync the log and its indexes; ``fsync=False`` only writes the indexes out (a syncfs follows)."""
-        if fsync:
-            os.fsync(self._fd)
-        self.offset_index.flush(fsync)
-        self.time_index.flush(fsync)
-        if fsync:
-            self.txn_index.flush()
+    def flush(self) -> None:
+        os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         if self._file.closed:
