@@ -61,9 +61,17 @@ def recovery_log_lines(b: BrokerProcess, since: int) -> dict[str, int]:
 
 def timed_stop(b: BrokerProcess) -> float:
     """Seconds from SIGTERM until the process has exited (flush, checkpoints, clean-shutdown marker)."""
+    since = b.log_path.stat().st_size
     started = time.monotonic()
     b.stop(timeout=300)
-    return round(time.monotonic() - started, 2)
+    elapsed = round(time.monotonic() - started, 2)
+    with open(b.log_path, "rb") as f:
+        f.seek(since)
+        # The log manager's own account of its shutdown (closing logs, syncing), where it gives one.
+        for line in f.read().decode(errors="replace").splitlines():
+            if "strom.storage.log_manager: closed " in line:
+                progress(line.split("log_manager: ", 1)[1])
+    return elapsed
 
 
 def timed_start(b: BrokerProcess) -> dict[str, float]:
@@ -93,55 +101,63 @@ def main() -> None:
     env = {"PYTHONPATH": str(Path(args.src).resolve())} if args.src else {}
     with tempfile.TemporaryDirectory(prefix="strom-restart-bench-") as tmp:
         b = BrokerProcess(tmp, env=env)
-        b.start(timeout=120)
-        per_topic = args.partitions // args.topics
-        admin = AdminClient({"bootstrap.servers": b.bootstrap})
-        topics = [f"restart-{i}" for i in range(args.topics)]
-        for name, fut in admin.create_topics([NewTopic(t, per_topic, 1) for t in topics],
-                                             request_timeout=300).items():
-            fut.result(timeout=300)
-            progress(f"created {name}")
-        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 1_000_000})
-        value = b"x" * args.record_size
-        for t in topics:
-            for part in range(per_topic):
-                for _ in range(args.records_per_partition):
-                    p.produce(t, value, partition=part)
-            p.poll(0)
-        assert p.flush(120) == 0
-        # A group commit creates __consumer_offsets: its mostly empty partitions restart too.
-        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "restart-bench", "enable.auto.commit": False})
-        c.commit(offsets=[TopicPartition(topics[0], 0, 1)], asynchronous=False)
-        c.close()
-        del p, admin, c  # no client reconnect noise while the broker restarts
-        progress(f"produced {args.records_per_partition} records to each of {args.partitions} partitions")
-        result: dict[str, object] = {"partitions": args.partitions,
-                                     "records_per_partition": args.records_per_partition,
-                                     "src": args.src or "this checkout"}
-        assert b.pid is not None
-        result["running"] = {"rss_mb": rss_mb(b.pid), "descriptors": descriptors(b.pid)}
-        if args.crash_first:
-            # A crash before any clean shutdown: no index file of the segments written so far exists.
-            b.kill9()
-            result["after_kill9"] = timed_start(b)
-            progress(f"after kill -9: {result['after_kill9']}")
-            result["sigterm_s"] = timed_stop(b)
-            result["after_sigterm"] = timed_start(b)
-            progress(f"after SIGTERM: {result['after_sigterm']}")
-            b.stop(timeout=300)
-        else:
-            # Clean first: the segments written since the broker started (most of them empty) are closed
-            # by a shutdown for the first time, which is what a clean restart must find complete.
-            result["sigterm_s"] = timed_stop(b)
-            progress(f"SIGTERM took {result['sigterm_s']} s")
-            result["after_sigterm"] = timed_start(b)
-            progress(f"after SIGTERM: {result['after_sigterm']}")
-            b.kill9()
-            result["after_kill9"] = timed_start(b)
-            progress(f"after kill -9: {result['after_kill9']}")
-            result["sigterm_after_recovery_s"] = timed_stop(b)
-        b.close()
+        try:
+            result = run(b, args)
+        finally:
+            b.close()  # also when a step fails: no broker left running
     print(json.dumps(result, indent=2))
+
+
+def run(b: BrokerProcess, args: argparse.Namespace) -> dict[str, object]:
+    b.start(timeout=120)
+    per_topic = args.partitions // args.topics
+    # Creating thousands of partitions can take longer than librdkafka's default 60 s request timeout.
+    admin = AdminClient({"bootstrap.servers": b.bootstrap, "socket.timeout.ms": 300_000})
+    topics = [f"restart-{i}" for i in range(args.topics)]
+    for name, fut in admin.create_topics([NewTopic(t, per_topic, 1) for t in topics],
+                                         request_timeout=300).items():
+        fut.result(timeout=300)
+        progress(f"created {name}")
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 1_000_000})
+    value = b"x" * args.record_size
+    for t in topics:
+        for part in range(per_topic):
+            for _ in range(args.records_per_partition):
+                p.produce(t, value, partition=part)
+        p.poll(0)
+    assert p.flush(120) == 0
+    # A group commit creates __consumer_offsets: its mostly empty partitions restart too.
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "restart-bench", "enable.auto.commit": False})
+    c.commit(offsets=[TopicPartition(topics[0], 0, 1)], asynchronous=False)
+    c.close()
+    del p, admin, c  # no client reconnect noise while the broker restarts
+    progress(f"produced {args.records_per_partition} records to each of {args.partitions} partitions")
+    result: dict[str, object] = {"partitions": args.partitions,
+                                 "records_per_partition": args.records_per_partition,
+                                 "src": args.src or "this checkout"}
+    assert b.pid is not None
+    result["running"] = {"rss_mb": rss_mb(b.pid), "descriptors": descriptors(b.pid)}
+    if args.crash_first:
+        # A crash before any clean shutdown: no index file of the segments written so far exists.
+        b.kill9()
+        result["after_kill9"] = timed_start(b)
+        progress(f"after kill -9: {result['after_kill9']}")
+        result["sigterm_s"] = timed_stop(b)
+        result["after_sigterm"] = timed_start(b)
+        progress(f"after SIGTERM: {result['after_sigterm']}")
+        b.stop(timeout=300)
+    else:
+        # Clean first: the segments written since the broker started (most of them empty) are closed
+        # by a shutdown for the first time, which is what a clean restart must find complete.
+        result["sigterm_s"] = timed_stop(b)
+        progress(f"SIGTERM took {result['sigterm_s']} s")
+        result["after_sigterm"] = timed_start(b)
+        progress(f"after SIGTERM: {result['after_sigterm']}")
+        b.kill9()
+        result["after_kill9"] = timed_start(b)
+        progress(f"after kill -9: {result['after_kill9']}")
+        result["sigterm_after_recovery_s"] = timed_stop(b)
+    return result
 
 
 if __name__ == "__main__":

@@ -622,11 +622,13 @@ class Log:
                 ok = False
                 log.warning("could not delete old segments of %s-%d: %s", self.topic, self.partition, exc)
             # A log holding no batches and no producers restarts to the same empty state without a
-            # snapshot; skipping it spares a file and two fsyncs per empty partition at shutdown.
-            empty = not self.producer_state.producers and self._local.end_offset == self._local.first_base_offset
-            if snapshot and not empty:
+            # snapshot; skipping it spares a file and two fsyncs per empty partition at shutdown. So does
+            # a log whose snapshot at the LEO already holds its producer state (nothing written since).
+            end = self._local.end_offset
+            empty = not self.producer_state.producers and end == self._local.first_base_offset
+            if snapshot and not empty and not self.producer_state.snapshot_is_current(end, durable=True):
                 try:
-                    self.producer_state.take_snapshot(self._local.end_offset, fsync=True)
+                    self.producer_state.take_snapshot(end, fsync=True)
                 except OSError as exc:
                     ok = False
                     log.warning("could not snapshot producer state of %s-%d: %s", self.topic, self.partition, exc)

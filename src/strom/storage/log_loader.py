@@ -5,7 +5,8 @@ Steps (following Kafka's LogLoader):
    and index files whose ``.log`` is gone;
 2. open every segment without reading its indexes (they load lazily on first use);
 3. after an unclean shutdown, recover every segment from the one holding the
-   recovery point on (length + CRC validation, index rebuild): expected, so not warned
+   recovery point on (length + CRC validation, index rebuild), except that one if all its
+   batches lie below the recovery point (fsynced with their indexes): expected, so not warned
    about per segment (LogManager logs one summary per start); empty segments have
    nothing to recover, and their index files may be absent (an empty log's indexes are
    empty); any other segment whose index file is missing or torn was damaged (a clean
@@ -139,7 +140,7 @@ class LogLoader:
 
     def load(self) -> LoadedLog:
         os.makedirs(self.directory, exist_ok=True)
-        bases = self._clean_directory()
+        bases, names = self._clean_directory()
         segments = [LogSegment(self.directory, base, self.config, self.now_ms, active=False) for base in bases]
         recovered: set[int] = set()
         if not self.clean_shutdown:
@@ -149,8 +150,13 @@ class LogLoader:
             for i, seg in enumerate(segments):
                 if seg.base_offset <= self.recovery_point:
                     start = i
-            # An empty segment has nothing to validate or index.
-            recovered.update(seg.base_offset for seg in segments[start:] if seg.size)
+            # An empty segment has nothing to validate or index; nor has the one holding the recovery
+            # point if all its batches lie below it (a crash after a clean start that wrote nothing).
+            unflushed = [seg for seg in segments[start:] if seg.size]
+            if unflushed and unflushed[0].base_offset <= self.recovery_point \
+                    and unflushed[0].holds_only_below(self.recovery_point):
+                unflushed.pop(0)
+            recovered.update(seg.base_offset for seg in unflushed)
         for seg in segments:
             # A clean shutdown or a flush wrote these files (if the log has data): missing or torn is damage.
             if seg.base_offset not in recovered and not seg.index_files_usable():
@@ -173,34 +179,44 @@ class LogLoader:
         log_start_offset = min(max(self.log_start_offset, segments[0].base_offset), log_end_offset)
         recovery_point = log_end_offset if self.clean_shutdown else min(self.recovery_point, log_end_offset)
         producer_state = ProducerStateManager(self.directory)
+        producer_state.snapshot_offsets(names)  # from the listing above, not another listdir
         rebuild_producer_state(producer_state, segments, log_end_offset, reindex=recovered)
+        if self.clean_shutdown:
+            producer_state.snapshot_loaded_after_clean_shutdown()
         producer_state.delete_snapshots_before(segments[0].base_offset)
         epochs = load_leader_epoch_cache(self.directory, segments, log_start_offset, log_end_offset)
         return LoadedLog(segments, log_start_offset, log_end_offset, recovery_point, producer_state, epochs,
                          recovered_segments=len(recovered))
 
-    def _clean_directory(self) -> list[int]:
-        names = os.listdir(self.directory)
+    def _clean_directory(self) -> tuple[list[int], list[str]]:
+        """Delete leftovers and orphaned indexes; returns the segments' base offsets and the names left
+        (one listdir per partition: start-up with thousands of partitions pays per syscall)."""
+        names: list[str] = []
         bases: list[int] = []
-        for name in names:
-            path = os.path.join(self.directory, name)
+        for name in os.listdir(self.directory):
             if name.endswith(_LEFTOVER_SUFFIXES):
+                path = os.path.join(self.directory, name)
                 log.info("deleting leftover file %s", path)
                 _unlink(path)
                 continue
+            names.append(name)
             if name.endswith(LOG_SUFFIX):
                 stem = name[: -len(LOG_SUFFIX)]
                 if stem.isdigit():
                     bases.append(int(stem))
         present = set(bases)
-        for name in os.listdir(self.directory):
+        kept: list[str] = []
+        for name in names:
             for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                 if name.endswith(suffix):
                     stem = name[: -len(suffix)]
                     if stem.isdigit() and int(stem) not in present:
                         log.info("deleting orphaned index %s", name)
                         _unlink(os.path.join(self.directory, name))
-        return sorted(bases)
+                        break
+            else:
+                kept.append(name)
+        return sorted(bases), kept
 
     def _recover_segment(self, seg: LogSegment, nxt: LogSegment | None) -> None:
         """Validate every batch of ``seg``, rebuild its indexes, cut it at the first bad batch."""

@@ -28,6 +28,7 @@ meanwhile only makes recovery start from the previous one.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import struct
@@ -129,9 +130,17 @@ class ProducerStateManager:
         self.unreplicated: list[CompletedTxn] = []  # closed, but the marker is not below the HW yet
         # Deferred snapshots (``snapshot_later``) not renamed into place yet: offset -> the write's token.
         # Deleting snapshots cancels them here. The lock is held for a check and one rename, never
-        # across the write or an fsync, so the event loop may take it.
+        # across the write or an fsync, so the event loop may take it. It also guards ``_snapshots``,
+        # which a deferred write updates from the storage thread.
         self._pending: dict[int, object] = {}
         self._pending_lock = threading.Lock()
+        # Snapshot file offsets, listed once and kept up to date by every write and _unlink (start-up
+        # looks them up several times per partition; a listdir each is a syscall per partition each).
+        self._snapshots: list[int] | None = None
+        # (offset, durable) of the snapshot file holding exactly the state in memory; None once the state
+        # changed. A clean shutdown skips writing that snapshot again. Deferred (roll) snapshots never
+        # set it: the state may have moved on by the time their file lands.
+        self._current_snapshot: tuple[int, bool] | None = None
 
     # -- validation (before anything is written) ---------------------------------------------------
 
@@ -206,6 +215,7 @@ class ProducerStateManager:
 
         A control batch needs its ``marker``; the transaction it closes is returned."""
         pid = h.producer_id
+        self._current_snapshot = None
         if h.next_offset > self.map_end_offset:
             self.map_end_offset = h.next_offset
         if pid < 0:
@@ -268,9 +278,12 @@ class ProducerStateManager:
         ]
         for pid in expired:
             del self.producers[pid]
+        if expired:
+            self._current_snapshot = None
         return len(expired)
 
     def reset(self, offset: int = 0) -> None:
+        self._current_snapshot = None
         self.producers.clear()
         self.ongoing.clear()
         self.unreplicated.clear()
@@ -286,21 +299,49 @@ class ProducerStateManager:
     def snapshot_path(self, offset: int) -> str:
         return os.path.join(self.directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
 
-    def snapshot_offsets(self) -> list[int]:
+    def snapshot_offsets(self, names: Iterable[str] | None = None) -> list[int]:
+        """Offsets of the snapshot files, sorted; ``names`` (the directory's listing, if the caller has
+        it) spares the first listdir."""
+        with self._pending_lock:
+            if self._snapshots is not None:
+                return list(self._snapshots)
         offsets = []
-        for name in os.listdir(self.directory):
+        for name in os.listdir(self.directory) if names is None else names:
             if name.endswith(SNAPSHOT_SUFFIX):
                 stem = name[: -len(SNAPSHOT_SUFFIX)]
                 if stem.isdigit():
                     offsets.append(int(stem))
-        return sorted(offsets)
+        with self._pending_lock:
+            if self._snapshots is None:
+                self._snapshots = sorted(offsets)
+            return list(self._snapshots)
+
+    def snapshot_is_current(self, offset: int, durable: bool) -> bool:
+        """Whether the snapshot file at ``offset`` holds the state in memory (and was fsynced, or read
+        back after a clean shutdown, if ``durable``): then writing it again would change nothing."""
+        current = self._current_snapshot
+        return current is not None and current[0] == offset == self.map_end_offset and (current[1] or not durable)
+
+    def snapshot_loaded_after_clean_shutdown(self) -> None:
+        """The snapshot just loaded was vouched for by the clean-shutdown marker: it is durable."""
+        if self._current_snapshot is not None:
+            self._current_snapshot = (self._current_snapshot[0], True)
 
     def take_snapshot(self, offset: int | None = None, fsync: bool = False) -> str:
         """Write state as of ``offset`` (default: map end) atomically; returns the path."""
         offset = self.map_end_offset if offset is None else offset
         path = self.snapshot_path(offset)
+        self._current_snapshot = None
         write_atomically(path, self._snapshot_bytes(), fsync=fsync)
+        self._note_snapshot_file(offset)
+        if offset == self.map_end_offset:
+            self._current_snapshot = (offset, fsync)
         return path
+
+    def _note_snapshot_file(self, offset: int) -> None:
+        with self._pending_lock:
+            if self._snapshots is not None and offset not in self._snapshots:
+                bisect.insort(self._snapshots, offset)
 
     def snapshot_later(self, offset: int, executor: Executor) -> None:
         """Take the state as of ``offset`` now; write and fsync its file on ``executor`` (the dir's thread).
@@ -338,6 +379,8 @@ class ProducerStateManager:
                 if wanted:
                     del self._pending[offset]
                     os.replace(tmp, path)
+                    if self._snapshots is not None and offset not in self._snapshots:
+                        bisect.insort(self._snapshots, offset)
             if not wanted:
                 os.unlink(tmp)
                 return
@@ -425,6 +468,7 @@ class ProducerStateManager:
                 continue
             self._reindex_ongoing()
             self.map_end_offset = offset
+            self._current_snapshot = (offset, False)
             return offset
         self.reset()
         return None
@@ -442,6 +486,11 @@ class ProducerStateManager:
                 self._unlink(snap)
 
     def _unlink(self, offset: int) -> None:
+        if self._current_snapshot is not None and self._current_snapshot[0] == offset:
+            self._current_snapshot = None
+        with self._pending_lock:
+            if self._snapshots is not None and offset in self._snapshots:
+                self._snapshots.remove(offset)
         try:
             os.unlink(self.snapshot_path(offset))
         except FileNotFoundError:

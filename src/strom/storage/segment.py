@@ -486,6 +486,39 @@ class LogSegment:
         return (self.offset_index.file_size_ok(missing_ok) and self.time_index.file_size_ok(missing_ok)
                 and self.txn_index.file_size_ok())
 
+    def holds_only_below(self, offset: int) -> bool:
+        """Whether every batch ends below ``offset`` (a recovery point: the batches below it and their
+        index entries were fsynced before it moved), so a crash left nothing here to validate.
+
+        Reads the index files' last entries and the batches after them (at most an index interval in
+        the common case), checking their CRCs as recovery would: the recovery point is only as fresh as
+        its last checkpoint, and a truncation since may have rewritten them. The scan must end exactly
+        at the end of the file (a torn tail does not). Learns the next offset and the largest timestamp
+        on the way: the batches after the last index entry are not in the time index yet.
+        """
+        if not self.index_files_usable():
+            return False
+        try:
+            _, pos = self.offset_index.last_entry
+            max_ts, offset_of_max_ts = self.time_index.last_entry
+            nxt, end = None, pos
+            for header in self._scan(pos):
+                if header.next_offset > offset:
+                    return False
+                data = os.pread(self._fd, header.size, header.position)
+                if len(data) != header.size or compute_crc(data, 0, header.size) != header.crc:
+                    return False
+                if header.max_timestamp > max_ts:
+                    max_ts, offset_of_max_ts = header.max_timestamp, header.last_offset
+                nxt, end = header.next_offset, header.end
+        except (CorruptRecordError, OSError):
+            return False
+        if nxt is None or end != self._size:
+            return False
+        self._next_offset = nxt
+        self._max_timestamp_so_far, self._offset_of_max_timestamp = max_ts, offset_of_max_ts
+        return True
+
     def _rebuild_index(self, index: AbstractIndex, exc: CorruptIndexError) -> None:
         """A lazily loaded index failed its sanity check: rebuild it from batch headers.
 
