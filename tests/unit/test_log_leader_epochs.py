@@ -195,3 +195,32 @@ def test_stale_entries_past_the_leo_are_dropped_at_load(tmp_path: str) -> None:
     again = open_log(log.directory, clean=True)
     assert entries(again) == [(0, 0), (2, 3), (5, 5)]
     again.close()
+
+
+def test_a_new_empty_log_records_its_first_epoch_without_fsync(tmp_path: str, monkeypatch) -> None:
+    """Creating a partition writes its first epoch without fsyncs (a lost file is rebuilt from the batches,
+    which are none); an epoch over data, or a second one, is fsynced before anything depends on it."""
+    import strom.storage.leader_epoch_cache as cache_module
+
+    fsyncs: list[bool] = []
+    real = cache_module.write_atomically
+
+    def recording(path: str, data: bytes, fsync: bool = True) -> None:
+        fsyncs.append(fsync)
+        real(path, data, fsync)
+
+    monkeypatch.setattr(cache_module, "write_atomically", recording)
+    log = open_log(str(tmp_path / "t-0"))
+    log.assign_epoch_start_offset(0)
+    assert entries(log) == [(0, 0)] and fsyncs == [False] and os.path.exists(checkpoint(log))
+    log.assign_epoch_start_offset(1)  # a second epoch: the file now tells which one starts where
+    assert fsyncs == [False, True]
+    other = open_log(str(tmp_path / "t-1"))
+    other.append_as_leader(batch(3), 0)  # data written in epoch 0 (epoch recorded with the append)
+    fsyncs.clear()
+    other.assign_epoch_start_offset(1)
+    assert entries(other) == [(0, 0), (1, 3)] and fsyncs == [True]
+    os.remove(checkpoint(log))  # a crash lost the unsynced file of an empty log: nothing is lost with it
+    log.close()
+    reopened = open_log(str(tmp_path / "t-0"))
+    assert entries(reopened) == [] and reopened.end_offset_for_epoch(0) == UNDEFINED

@@ -118,9 +118,9 @@ class LeaderEpochFileCache:
         """The entries ``assign`` would write, or None if nothing changes; writes nothing."""
         return self._with(epoch, start_offset)
 
-    def write(self, entries: list[EpochEntry]) -> None:
-        """Write and fsync ``entries`` without adopting them (raises OSError); see ``adopt``."""
-        self._write_file(entries, fsync=True)
+    def write(self, entries: list[EpochEntry], fsync: bool = True) -> None:
+        """Write (and fsync) ``entries`` without adopting them (raises OSError); see ``adopt``."""
+        self._write_file(entries, fsync=fsync)
 
     def adopt(self, entries: list[EpochEntry]) -> None:
         """Take ``entries`` just written by ``write`` as the cache's entries."""

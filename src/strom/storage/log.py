@@ -165,20 +165,26 @@ class Log:
         first append), so followers asking OffsetForLeaderEpoch learn the divergence point at once.
 
         ``start_offset`` None: the LEO. Run on the dir's storage thread (see ``assign_epoch_starts``).
+        A brand-new log (no batch, no epoch yet: a partition just created) writes the checkpoint
+        without fsyncs: if a crash loses or tears it, the load rebuilds it from the batches, which
+        are none, and the next LeaderAndIsr assigns the epoch again. This halves the fsyncs of
+        creating a partition.
         """
         with self._lock:
             if leader_epoch < 0 or leader_epoch == self.leader_epoch_cache.latest_epoch:
                 return
             start = self._local.end_offset if start_offset is None else start_offset
-        self.assign_epoch_starts([(leader_epoch, start)])
+            fresh = self.leader_epoch_cache.latest_epoch is None and self._local.end_offset == 0
+        self.assign_epoch_starts([(leader_epoch, start)], durable=not fresh)
 
-    def assign_epoch_starts(self, starts: list[tuple[int, int]]) -> None:
+    def assign_epoch_starts(self, starts: list[tuple[int, int]], durable: bool = True) -> None:
         """Record where leader epochs start before the data that needs them is appended.
 
         Run on the dir's storage thread: the fsynced checkpoint write happens outside ``_lock``,
         which the event loop takes for every append; only deciding and adopting the new entries
         hold it. An append that later meets these epochs finds them assigned and writes nothing.
-        Raises OSError if the write fails.
+        Raises OSError if the write fails. ``durable`` False skips the fsyncs: only for a log that
+        holds no batch, whose file, if a crash loses or tears it, is rebuilt from the (no) batches.
         """
         cache = self.leader_epoch_cache
         with self._lock:
@@ -186,7 +192,7 @@ class Log:
             entries = cache.prepare_assign_all(starts)
         if entries is None:
             return
-        cache.write(entries)
+        cache.write(entries, fsync=durable)
         with self._lock:
             if cache.version == version:
                 cache.adopt(entries)
