@@ -20,7 +20,8 @@ import pytest
 from tests.support.fake_zk import FakeZkClient, InMemoryZooKeeper, RecordingChannel
 
 from strom.config import BrokerConfig
-from strom.controller.controller import STATE_CHANGE_CHUNK, KafkaController
+from strom.controller.controller import KafkaController
+from strom.controller.pacing import STATE_CHANGE_CHUNK
 from strom.metadata.zk import zk_data as zd
 from strom.protocol.inter_broker import LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest
 
@@ -766,7 +767,8 @@ def count_state_writes(c: Cluster) -> dict[str, int]:
 async def test_a_broker_failure_over_many_partitions_is_written_in_a_few_multi_ops(c: Cluster) -> None:
     """1,200 partitions lose broker 3 from their ISR (and 400 their leader): ZooKeeper gets a few batches
     of ZK_STATE_BATCH states, not 1,200 round trips, and every broker hears of each change."""
-    from strom.controller.controller import CONTROL_REQUEST_PARTITIONS, ZK_STATE_BATCH
+    from strom.controller.broker_requests import CONTROL_REQUEST_PARTITIONS
+    from strom.controller.controller import ZK_STATE_BATCH
 
     rotations = ([1, 2, 3], [2, 3, 1], [3, 1, 2])
     c.create_topic("many", {p: rotations[p % 3] for p in range(1200)})
@@ -790,7 +792,7 @@ async def test_a_broker_failure_over_many_partitions_is_written_in_a_few_multi_o
 
 
 def test_update_metadata_parts_keep_each_topic_whole() -> None:
-    from strom.controller.controller import _in_parts
+    from strom.controller.broker_requests import _in_parts
 
     topics = {"a": list(range(600)), "b": list(range(600)), "c": list(range(1500)), "d": list(range(10))}
     whole = [{t: len(v) for t, v in part.items()} for part in _in_parts(topics, split_topics=False, size=1000)]

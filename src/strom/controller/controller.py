@@ -23,7 +23,7 @@ import asyncio
 import functools
 import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -31,58 +31,27 @@ from typing import Any, TypeVar
 import kafka.errors as Errors
 
 from strom.config import BrokerConfig
-from strom.config.listeners import SECURITY_PROTOCOL_IDS
+from strom.controller.broker_requests import BrokerRequests
 from strom.controller.controller_channel import ControllerChannelManager
 from strom.controller.controller_zk import ControllerZk
+from strom.controller.pacing import paced
 from strom.metadata.zk import zk_data as zd
 from strom.metadata.zk.errors import BadVersionError, ControllerMovedError, KafkaZkError, ZNodeNotFoundError
 from strom.metadata.zk.kafka_zk_client import SessionState
-from strom.protocol.inter_broker import (
-    LeaderAndIsrRequest,
-    StopReplicaRequest,
-    UpdateMetadataRequest,
-    build,
-    build_nested,
-)
 from strom.security.client_security import ClientSecurity
 from strom.server_common.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
-LEADER_AND_ISR_VERSION = 6
-UPDATE_METADATA_VERSION = 7
-STOP_REPLICA_VERSION = 3
 NO_LEADER = -1
 # Partition states per ZooKeeper multi-op: one round trip per batch instead of per partition, and far
 # below ZooKeeper's 1 MB request limit (jute.maxbuffer) at ~150 bytes of path and state per partition.
 ZK_STATE_BATCH = 500
-# Partition states per LeaderAndIsr / UpdateMetadata request: encoding (here) and decoding (there) one of
-# 3,000 partitions held either event loop for ~0.3 s; several smaller requests, in order, say the same.
-CONTROL_REQUEST_PARTITIONS = 1000
-LEADER_DURING_DELETE = -2  # UpdateMetadata: the partition is being deleted
-PLAINTEXT = SECURITY_PROTOCOL_IDS["PLAINTEXT"]
 
 T = TypeVar("T")
 # A new leader, ISR and whether the election is unclean; None: the partition needs no change.
 Decision = tuple[int, list[int], bool]
 Decide = Callable[[TopicPartition, "PartitionLeadership"], Awaitable[Decision | None]]
-# Partitions a controller pass (deciding elections, walking the context, building requests) handles
-# between two yields to the event loop, as the replica manager's STATE_CHANGE_CHUNK: the controller
-# shares the broker's loop, and a failover touches every partition.
-STATE_CHANGE_CHUNK = 128
-# Where a request's per-partition states sit; they are built one by one in those paced passes.
-_PARTITION_STATES = ("topic_states", "partition_states")
-
-
-async def paced(items: Iterable[T]) -> AsyncIterator[T]:
-    """``items`` one by one, letting other callbacks run every STATE_CHANGE_CHUNK of them: a pass over
-    10,000 partitions that writes nothing to ZooKeeper would otherwise hold the loop for all of them."""
-    for i, item in enumerate(items):
-        if i and i % STATE_CHANGE_CHUNK == 0:
-            await asyncio.sleep(0)
-        yield item
-
-
 @dataclass(slots=True)
 class PartitionLeadership:
     """A partition as the controller knows it: assignment plus the state znode (and its version)."""
@@ -145,6 +114,7 @@ class KafkaController:
         self.ctx = ControllerContext()
         self.active = False
         self.channel: ControllerChannelManager | None = None
+        self._requests: BrokerRequests | None = None  # this term's requests to brokers (context + channel)
         self._events: asyncio.Queue[ControllerEvent] = asyncio.Queue()
         self._loop = asyncio.get_running_loop()
         # The controller's own ZooKeeper thread (Kafka's controller calls ZooKeeper from its event thread):
@@ -301,12 +271,15 @@ class KafkaController:
         if self.channel is not None:
             await self.channel.close()
             self.channel = None
+            self._requests = None
         log.info("broker %d resigned as controller", self.broker_id)
 
     async def _on_controller_failover(self) -> None:
         """Load the cluster from ZooKeeper, bring every partition online, tell every broker."""
         self.channel = self._channel_factory(self.broker_id, self.config.get("controller.socket.timeout.ms"),
                                              self.security)
+        self._requests = BrokerRequests(self.broker_id, self.ctx, self.channel, self._address,
+                                        self._on_leader_and_isr_response)
         brokers = await self._zk(self.zk.get_all_brokers)
         for b in brokers.values():
             self._add_live_broker(b)
@@ -331,8 +304,8 @@ class KafkaController:
             await self._on_brokers_failed(dead)
         await self._elect_offline_partitions(list(self.ctx.partitions))
         all_tps = list(self.ctx.partitions)
-        await self._send_update_metadata(list(self.ctx.live_brokers), all_tps)
-        await self._send_leader_and_isr(all_tps)
+        await self.requests.update_metadata(list(self.ctx.live_brokers), all_tps)
+        await self.requests.leader_and_isr(all_tps)
         if self.config.get("auto.leader.rebalance.enable"):
             self._rebalance_task = self._loop.create_task(self._auto_rebalance_loop(), name="leader-rebalance")
 
@@ -342,6 +315,13 @@ class KafkaController:
         host, port = self._address(reg)
         assert self.channel is not None
         self.channel.add_broker(reg.id, host, port)
+
+    @property
+    def requests(self) -> BrokerRequests:
+        """Requests to brokers, for the controller's current term (set up at failover)."""
+        if self._requests is None:
+            raise ControllerMoved(f"broker {self.broker_id} is not acting as controller")
+        return self._requests
 
     def _address(self, reg: zd.BrokerRegistration) -> tuple[str, int]:
         listener = self.config.inter_broker_listener_name()
@@ -533,11 +513,11 @@ class KafkaController:
             changed |= set(await self._elect_offline_partitions(list(self.ctx.partitions)))
         live = list(self.ctx.live_brokers)
         if new:  # newcomers need the whole picture, and leadership of every replica they host
-            await self._send_update_metadata(sorted(new), list(self.ctx.partitions))
-            await self._send_leader_and_isr(list(self.ctx.partitions), only=new)
+            await self.requests.update_metadata(sorted(new), list(self.ctx.partitions))
+            await self.requests.leader_and_isr(list(self.ctx.partitions), only=new)
         if changed:
-            await self._send_leader_and_isr(sorted(changed))
-        await self._send_update_metadata([b for b in live if b not in new], sorted(changed))
+            await self.requests.leader_and_isr(sorted(changed))
+        await self.requests.update_metadata([b for b in live if b not in new], sorted(changed))
 
     async def _on_brokers_failed(self, dead: set[int]) -> list[TopicPartition]:
         """New leaders for what the dead brokers led; drop them from every ISR (leader epoch bumps)."""
@@ -583,8 +563,8 @@ class KafkaController:
         changed = await self._elect_offline_partitions(new_tps)
         log.info("controller: %d new partitions online", len(changed))
         # LeaderAndIsr first, as Kafka: a broker shows a leader to clients only after the leader was told.
-        await self._send_leader_and_isr(changed, is_new=True)
-        await self._send_update_metadata(list(self.ctx.live_brokers), changed)
+        await self.requests.leader_and_isr(changed, is_new=True)
+        await self.requests.update_metadata(list(self.ctx.live_brokers), changed)
 
     async def _on_config_change(self) -> None:
         """A config changed (Kafka's TopicConfigChange): a topic may now allow unclean election,
@@ -596,8 +576,8 @@ class KafkaController:
                    if pl.zk_version >= 0 and not self.ctx.is_live(pl.leader)]
         changed = await self._elect_offline_partitions(offline)
         if changed:
-            await self._send_leader_and_isr(changed)
-            await self._send_update_metadata(list(self.ctx.live_brokers), changed)
+            await self.requests.leader_and_isr(changed)
+            await self.requests.update_metadata(list(self.ctx.live_brokers), changed)
 
     async def _on_topic_deletion(self) -> None:
         if not self.active:
@@ -607,11 +587,11 @@ class KafkaController:
             tps = self.ctx.partitions_of(topic)
             self.ctx.deleting.add(topic)
             if tps:
-                await self._send_stop_replica(tps, delete=True)
+                await self.requests.stop_replica(tps, delete=True)
             await self._zk(self.zk.delete_topic_znodes, topic, self.ctx.epoch_zk_version)
             await self._zk(self.zk.remove_topic_deletion, topic, self.ctx.epoch_zk_version)
             if tps:  # after ZooKeeper: a broker that shows the topic gone lets a client create it again
-                await self._send_update_metadata(list(self.ctx.live_brokers), tps, deleting=True)
+                await self.requests.update_metadata(list(self.ctx.live_brokers), tps, deleting=True)
             for tp in tps:
                 self.ctx.partitions.pop(tp, None)
             self.ctx.topic_ids.pop(topic, None)
@@ -636,7 +616,7 @@ class KafkaController:
         for broker in brokers:
             if broker in self.ctx.live_brokers:
                 hosted = [tp for tp in sorted(self.ctx.partitions) if tp[0] not in self.ctx.deleting]
-                await self._send_leader_and_isr(hosted, only={broker})
+                await self.requests.leader_and_isr(hosted, only={broker})
         await self._zk(self.zk.delete_log_dir_events, list(events), self.ctx.epoch_zk_version)
 
     def _offline_replicas_of(self, tp: TopicPartition) -> set[int]:
@@ -699,9 +679,9 @@ class KafkaController:
             log.warning("controller: %d replicas of broker %d are in an offline log dir; %d partitions changed "
                         "leader or ISR", len(fresh), broker_id, len(changed))
         if changed:
-            await self._send_leader_and_isr(changed, only={b for b in self.ctx.live_brokers if b != broker_id})
+            await self.requests.leader_and_isr(changed, only={b for b in self.ctx.live_brokers if b != broker_id})
         if changed or fresh:
-            await self._send_update_metadata(list(self.ctx.live_brokers), sorted(set(changed) | set(fresh)))
+            await self.requests.update_metadata(list(self.ctx.live_brokers), sorted(set(changed) | set(fresh)))
 
     async def _on_replicas_online(self, broker_id: int, tps: list[TopicPartition]) -> None:
         """The broker brought a failed log dir back: its replicas may lead and rejoin ISRs again."""
@@ -714,8 +694,8 @@ class KafkaController:
             log.info("controller: %d replicas of broker %d are online again", len(back), broker_id)
             changed = await self._elect_offline_partitions(back)  # those it alone could lead
             if changed:
-                await self._send_leader_and_isr(changed)
-            await self._send_update_metadata(list(self.ctx.live_brokers), back)
+                await self.requests.leader_and_isr(changed)
+            await self.requests.update_metadata(list(self.ctx.live_brokers), back)
 
     # -- requests from brokers -----------------------------------------------------------------------
     def alter_partition(self, broker_id: int, changes: list[tuple[TopicPartition, int, list[int], int]]
@@ -735,7 +715,7 @@ class KafkaController:
                 raise
             finally:
                 if updated:
-                    await self._send_update_metadata(list(self.ctx.live_brokers), updated)
+                    await self.requests.update_metadata(list(self.ctx.live_brokers), updated)
                 if not future.done():
                     future.set_result(result)
 
@@ -868,10 +848,10 @@ class KafkaController:
         changed = await self._decide_and_write(sorted(self.ctx.partitions), decide, attempts=1)
         stop_followers = [tp for tp in changed if tp in followed and self.ctx.partitions[tp].leader != broker_id]
         if changed:
-            await self._send_leader_and_isr(changed)
-            await self._send_update_metadata(list(self.ctx.live_brokers), changed)
+            await self.requests.leader_and_isr(changed)
+            await self.requests.update_metadata(list(self.ctx.live_brokers), changed)
         if stop_followers:
-            await self._send_stop_replica(stop_followers, delete=False, only={broker_id})
+            await self.requests.stop_replica(stop_followers, delete=False, only={broker_id})
         return sorted(tp for tp, pl in self.ctx.partitions.items()
                       if pl.leader == broker_id and len(pl.replicas) > 1)
 
@@ -949,8 +929,8 @@ class KafkaController:
             else:
                 results[tp] = lost_race
         if changed:
-            await self._send_leader_and_isr(changed)
-            await self._send_update_metadata(list(self.ctx.live_brokers), changed)
+            await self.requests.leader_and_isr(changed)
+            await self.requests.update_metadata(list(self.ctx.live_brokers), changed)
         return results
 
     def elect_leaders(self, tps: list[TopicPartition] | None, unclean: bool
@@ -966,129 +946,3 @@ class KafkaController:
     def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
         """AlterPartition names topics by id (v2+); the controller's own view, not the broker cache."""
         return next((name for name, tid in self.ctx.topic_ids.items() if tid == topic_id), None)
-
-    # -- requests to brokers ---------------------------------------------------------------------------
-    async def _send_leader_and_isr(self, tps: Iterable[TopicPartition], only: set[int] | None = None,
-                                   is_new: bool = False) -> None:
-        """One LeaderAndIsr per live replica broker (``only``: these brokers) with the states of ``tps`` it hosts."""
-        per_broker: dict[int, dict[str, list[Any]]] = {}
-        async for tp in paced(tps):
-            pl = self.ctx.partitions.get(tp)
-            if pl is None or pl.zk_version < 0:
-                continue
-            state = build_nested(
-                LeaderAndIsrRequest, _PARTITION_STATES,
-                partition_index=tp[1], controller_epoch=pl.controller_epoch, leader=pl.leader,
-                leader_epoch=pl.leader_epoch, isr=list(pl.isr), partition_epoch=pl.zk_version,
-                replicas=list(pl.replicas), adding_replicas=[], removing_replicas=[], is_new=is_new,
-                leader_recovery_state=0)
-            for b in pl.replicas:
-                if b in self.ctx.live_brokers and (only is None or b in only):
-                    per_broker.setdefault(b, {}).setdefault(tp[0], []).append(state)
-        assert self.channel is not None
-        for b, all_topics in per_broker.items():
-            for topics in _in_parts(all_topics, split_topics=True):
-                leaders = {s.leader for states in topics.values() for s in states}
-                live_leaders = []
-                for leader in sorted(leaders):
-                    reg = self.ctx.live_brokers.get(leader)
-                    if reg is not None:
-                        host, port = self._address(reg)
-                        live_leaders.append({"broker_id": leader, "host_name": host, "port": port})
-                request = build(LeaderAndIsrRequest,
-                    controller_id=self.broker_id, is_k_raft_controller=False, controller_epoch=self.ctx.epoch,
-                    broker_epoch=self.ctx.live_brokers[b].epoch, request_type=0, ungrouped_partition_states=[],
-                    topic_states=[{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, uuid.UUID(int=0)),
-                                   "partition_states": states} for t, states in topics.items()],
-                    live_leaders=live_leaders)
-                self.channel.send(b, request, LEADER_AND_ISR_VERSION, self._on_leader_and_isr_response(b))
-
-    async def _send_update_metadata(self, brokers: Iterable[int], tps: Iterable[TopicPartition],
-                                    deleting: bool = False) -> None:
-        """UpdateMetadata with the states of ``tps`` to each broker: in requests of at most
-        CONTROL_REQUEST_PARTITIONS partitions, but a topic's partitions always in one request, so a broker
-        never shows half of a topic (a client would take it for a partition count that shrank)."""
-        topics: dict[str, list[Any]] = {}
-        async for tp in paced(tps):
-            pl = self.ctx.partitions.get(tp)
-            if pl is None:
-                continue
-            topics.setdefault(tp[0], []).append(build_nested(
-                UpdateMetadataRequest, _PARTITION_STATES,
-                partition_index=tp[1], controller_epoch=pl.controller_epoch,
-                leader=LEADER_DURING_DELETE if deleting else pl.leader, leader_epoch=pl.leader_epoch,
-                isr=list(pl.isr), zk_version=pl.zk_version, replicas=list(pl.replicas),
-                offline_replicas=[b for b in pl.replicas if b not in self.ctx.live_brokers
-                                  or tp in self.ctx.offline_replicas.get(b, ())]))
-        live = []
-        for reg in self.ctx.live_brokers.values():
-            endpoints = []
-            for ep in reg.endpoints:
-                name, _, address = ep.partition("://")
-                host, _, port = address.rpartition(":")
-                protocol = reg.listener_security_protocol_map.get(name, name)
-                endpoints.append({"port": int(port), "host": host.strip("[]"), "listener": name,
-                                  "security_protocol": SECURITY_PROTOCOL_IDS.get(protocol, PLAINTEXT)})
-            live.append({"id": reg.id, "endpoints": endpoints, "rack": reg.rack})
-        assert self.channel is not None
-        parts = list(_in_parts(topics, split_topics=False)) or [{}]  # none: still one request (live brokers)
-        for b in brokers:
-            target = self.ctx.live_brokers.get(b)
-            if target is None:
-                continue
-            for part in parts:
-                request = build(UpdateMetadataRequest,
-                    controller_id=self.broker_id, is_k_raft_controller=False, request_type=0,
-                    controller_epoch=self.ctx.epoch, broker_epoch=target.epoch, ungrouped_partition_states=[],
-                    topic_states=[{"topic_name": t, "topic_id": self.ctx.topic_ids.get(t, uuid.UUID(int=0)),
-                                   "partition_states": states} for t, states in part.items()],
-                    live_brokers=live)
-                self.channel.send(b, request, UPDATE_METADATA_VERSION)
-
-    async def _send_stop_replica(self, tps: Iterable[TopicPartition], delete: bool,
-                                 only: set[int] | None = None) -> None:
-        per_broker: dict[int, dict[str, list[dict[str, Any]]]] = {}
-        async for tp in paced(tps):
-            pl = self.ctx.partitions.get(tp)
-            if pl is None:
-                continue
-            for b in pl.replicas:
-                if b in self.ctx.live_brokers and (only is None or b in only):
-                    per_broker.setdefault(b, {}).setdefault(tp[0], []).append(
-                        {"partition_index": tp[1], "leader_epoch": -2 if delete else pl.leader_epoch,
-                         "delete_partition": delete})
-        assert self.channel is not None
-        for b, topics in per_broker.items():
-            request = build(StopReplicaRequest,
-                controller_id=self.broker_id, is_k_raft_controller=False, controller_epoch=self.ctx.epoch,
-                broker_epoch=self.ctx.live_brokers[b].epoch, ungrouped_partitions=[], topics=[],
-                topic_states=[{"topic_name": t, "partition_states": states} for t, states in topics.items()])
-            self.channel.send(b, request, STOP_REPLICA_VERSION)
-
-
-def _in_parts(topics: dict[str, list[Any]], split_topics: bool, size: int = CONTROL_REQUEST_PARTITIONS
-              ) -> Iterator[dict[str, list[Any]]]:
-    """Topic -> partition states, cut into pieces of at most ``size`` partitions. With ``split_topics`` a
-    topic may span pieces (LeaderAndIsr: each partition stands alone); without, a topic larger than
-    ``size`` is a piece of its own (UpdateMetadata: a topic is shown whole or not at all)."""
-    part: dict[str, list[Any]] = {}
-    count = 0
-    for topic, states in topics.items():
-        if not split_topics:
-            if count and count + len(states) > size:
-                yield part
-                part, count = {}, 0
-            part[topic] = list(states)
-            count += len(states)
-            continue
-        i = 0
-        while i < len(states):
-            piece = states[i:i + size - count]
-            part.setdefault(topic, []).extend(piece)
-            count += len(piece)
-            i += len(piece)
-            if count == size:
-                yield part
-                part, count = {}, 0
-    if part:
-        yield part
