@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +32,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from tests.support.broker import free_port  # noqa: E402
 from tests.support.cluster import ClusterProcess  # noqa: E402
 from tests.support.metrics import scrape  # noqa: E402
+from tests.support.tcp_stats import bytes_sent  # noqa: E402
 
 BROKERS = (1, 2, 3)
 
@@ -41,21 +40,6 @@ BROKERS = (1, 2, 3)
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def bytes_sent(pid: int, port: int) -> int:
-    """Bytes the process's established TCP connections to 127.0.0.1:port have sent."""
-    out = subprocess.run(["ss", "-tinpH", "state", "established", "dst", f"127.0.0.1:{port}"],
-                         capture_output=True, text=True, timeout=30, check=True).stdout
-    total, ours = 0, False
-    for line in out.splitlines():
-        if not line.startswith((" ", "\t")):
-            ours = f"pid={pid}," in line
-            continue
-        m = re.search(r"bytes_sent:(\d+)", line)
-        if ours and m:
-            total += int(m.group(1))
-    return total
 
 
 def sample(cluster: ClusterProcess, ports: dict[int, int]) -> tuple[float, float, int, float]:

@@ -8,8 +8,6 @@ or REQUEST_TIMED_OUT when one cannot.
 
 from __future__ import annotations
 
-import re
-import subprocess
 import time
 from collections.abc import Iterator
 
@@ -21,6 +19,7 @@ from tests.support.broker import free_port
 from tests.support.cluster import ClusterProcess
 from tests.support.metrics import scrape
 from tests.support.replicas import create_topic
+from tests.support.tcp_stats import bytes_sent
 
 pytestmark = [pytest.mark.cluster, pytest.mark.zookeeper, pytest.mark.slow]
 
@@ -45,21 +44,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess
 
 def metrics(cluster: ClusterProcess, broker: int):  # noqa: ANN201
     return scrape(cluster.metrics_ports[broker])  # type: ignore[attr-defined]
-
-
-def bytes_sent(pid: int, port: int) -> int:
-    """Bytes the process's TCP connections to 127.0.0.1:port have sent (the kernel's tcp_info counters)."""
-    out = subprocess.run(["ss", "-tinpH", "state", "established", "dst", f"127.0.0.1:{port}"],
-                         capture_output=True, text=True, timeout=30, check=True).stdout
-    total, ours = 0, False
-    for line in out.splitlines():
-        if not line.startswith((" ", "\t")):
-            ours = f"pid={pid}," in line
-            continue
-        m = re.search(r"bytes_sent:(\d+)", line)
-        if ours and m:
-            total += int(m.group(1))
-    return total
 
 
 def follower_fetches(cluster: ClusterProcess, leader: int) -> float:

@@ -17,8 +17,8 @@ from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from tests.integration.test_produce_consume import new_topic, produce
-from tests.support.broker import BrokerProcess, free_port
-from tests.support.metrics import scrape
+from tests.support.broker import BrokerProcess
+from tests.support.metrics import metered_broker, metrics_port, scrape
 from tests.support.raw_client import RawClient, decode
 
 FETCH_SESSION_ID_NOT_FOUND = 70
@@ -28,17 +28,8 @@ FETCH_SESSION_TOPIC_ID_ERROR = 106
 
 @pytest.fixture(scope="module")
 def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    port = free_port()
-    broker = BrokerProcess(tmp_path_factory.mktemp("sessions"), {"metrics.listener": f"http://127.0.0.1:{port}"})
-    broker.start()
-    try:
+    with metered_broker(tmp_path_factory.mktemp("sessions")) as broker:
         yield broker
-    finally:
-        broker.close()
-
-
-def metrics_port(broker: BrokerProcess) -> int:
-    return int(str(broker.overrides["metrics.listener"]).rsplit(":", 1)[1])
 
 
 def fetch(client: RawClient, version: int, session_id: int, epoch: int, topics: list[Any],

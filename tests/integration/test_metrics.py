@@ -20,7 +20,15 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from strom.broker.server import HOLD_RECOVERY_ENV
 from tests.support.broker import BrokerProcess, free_port
-from tests.support.metrics import Samples, http_request, listening_ports, raw_exchange, scrape
+from tests.support.metrics import (
+    Samples,
+    http_request,
+    listening_ports,
+    metered_broker,
+    metrics_port,
+    raw_exchange,
+    scrape,
+)
 
 RECORDS = 200
 RECORD_SIZE = 1000
@@ -40,17 +48,8 @@ def wait_until(predicate, timeout: float, what: str):  # noqa: ANN001, ANN201 - 
 
 @pytest.fixture(scope="module")
 def metered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    broker = BrokerProcess(tmp_path_factory.mktemp("metered"),
-                           {"metrics.listener": f"http://127.0.0.1:{free_port()}"})
-    broker.start()
-    try:
+    with metered_broker(tmp_path_factory.mktemp("metered")) as broker:
         yield broker
-    finally:
-        broker.close()
-
-
-def metrics_port(broker: BrokerProcess) -> int:
-    return int(str(broker.overrides["metrics.listener"]).rsplit(":", 1)[1])
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[str, str] | None = None) -> None:

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.support.broker import BrokerProcess, free_port
 
 
 @dataclass(frozen=True)
@@ -96,3 +101,19 @@ def listening_ports(pid: int) -> set[int]:
             if fields[3] == "0A" and fields[9] in inodes:  # 0A = LISTEN
                 ports.add(int(fields[1].rsplit(":", 1)[1], 16))
     return ports
+
+
+@contextlib.contextmanager
+def metered_broker(directory: Path) -> Iterator[BrokerProcess]:
+    """A started broker with its metrics endpoint on a free loopback port (see ``metrics_port``)."""
+    broker = BrokerProcess(directory, {"metrics.listener": f"http://127.0.0.1:{free_port()}"})
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+def metrics_port(broker: BrokerProcess) -> int:
+    """The port of a broker's metrics endpoint, from its ``metrics.listener``."""
+    return int(str(broker.overrides["metrics.listener"]).rsplit(":", 1)[1])
