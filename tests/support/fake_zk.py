@@ -498,15 +498,8 @@ class FakeZkClient:
 
     def update_partition_state(self, topic: str, partition: int, state: LeaderIsrAndControllerEpoch,
                                expected_zk_version: int, controller_epoch_zk_version: int) -> int:
-        try:
-            results = self._multi([
-                ("check", zd.CONTROLLER_EPOCH_PATH, controller_epoch_zk_version),
-                ("set", zd.partition_state_path(topic, partition), zd.encode_partition_state(state),
-                 expected_zk_version),
-            ])
-        except ZkOpError as exc:
-            self._raise_fenced(exc, f"state of {topic}-{partition}")
-        return int(results[1].version)
+        return self.update_partition_states([(topic, partition, state, expected_zk_version)],
+                                            controller_epoch_zk_version)[(topic, partition)]
 
     def update_partition_states(self, updates: list[tuple[str, int, LeaderIsrAndControllerEpoch, int]],
                                 controller_epoch_zk_version: int) -> dict[tuple[str, int], int]:

@@ -756,26 +756,11 @@ class KafkaZkClient:
         A multi-op checks `/controller_epoch` at `controller_epoch_zk_version` and sets the state
         at `expected_zk_version`: raises `ControllerMovedError` (stale controller: nothing was
         written), `BadVersionError` (the state changed, e.g. by an ISR update: re-read and retry)
-        or `ZNodeNotFoundError`.
+        or `ZNodeNotFoundError`. A batch of one (see ``update_partition_states``).
         """
-        path = zd.partition_state_path(topic, partition)
-        data = zd.encode_partition_state(state)
-
-        def build(txn: Any) -> None:
-            txn.check(zd.CONTROLLER_EPOCH_PATH, controller_epoch_zk_version)
-            txn.set_data(path, data, expected_zk_version)
-
-        results = self._commit(build)
-        failed = self._first_error(results)
-        if failed is None:
-            return results[1].version
-        index, error = failed
-        if index == 1 and isinstance(error, KazooBadVersionError):
-            got = self._get(path)  # our own write, retried after a connection loss?
-            if got is not None and got[0] == data and got[1].version == expected_zk_version + 1:
-                return got[1].version
-        self._raise_fenced(index, error, controller_epoch_zk_version, f"state of {topic}-{partition}")
-        raise AssertionError("unreachable")
+        versions = self.update_partition_states([(topic, partition, state, expected_zk_version)],
+                                                controller_epoch_zk_version)
+        return versions[(topic, partition)]
 
     def update_partition_states(
         self,
