@@ -48,8 +48,9 @@ T = TypeVar("T")
 A = TypeVar("A")
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-# Threads flushing and closing logs at shutdown: they wait on fsync, not on the CPU.
-SHUTDOWN_FLUSH_THREADS = 8
+# Threads of the fan-out pool (per-partition fsync-bound work: new leaders' epoch checkpoints, flushing
+# and closing logs at shutdown): they wait on fsync, not on the CPU, and the disk takes several at once.
+FAN_OUT_THREADS = 8
 DELETE_DIR_SUFFIX = "-delete"
 STRAY_DIR_SUFFIX = "-stray"
 _SKIP_DIR_SUFFIXES = (DELETE_DIR_SUFFIX, "-future", STRAY_DIR_SUFFIX)
@@ -161,20 +162,24 @@ class LogManager:
             return [fn(item) for item in items]
         with self._lock:
             if self._fan_out is None:
-                self._fan_out = ThreadPoolExecutor(max_workers=SHUTDOWN_FLUSH_THREADS,
+                self._fan_out = ThreadPoolExecutor(max_workers=FAN_OUT_THREADS,
                                                    thread_name_prefix="storage-fan-out")
             pool = self._fan_out
         return list(pool.map(fn, items))
 
     def close_executors(self) -> None:
-        """Let queued work finish and stop the storage threads (after shutdown)."""
+        """Let queued work finish and stop the storage threads, then the fan-out pool they used."""
         with self._lock:
             executors, self._executors = list(self._executors.values()), {}
-            if self._fan_out is not None:
-                executors.append(self._fan_out)
-                self._fan_out = None
         for executor in executors:
             executor.shutdown(wait=True)
+        self._close_fan_out()
+
+    def _close_fan_out(self) -> None:
+        with self._lock:
+            pool, self._fan_out = self._fan_out, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
     # -- startup ------------------------------------------------------------------------------------
 
@@ -574,9 +579,8 @@ class LogManager:
         # A log nothing was written to since its last flush (or since a clean load) costs no fsync: its
         # segments are at the recovery point and its producer snapshot already holds its state.
         started = time.monotonic()
-        workers = max(1, min(SHUTDOWN_FLUSH_THREADS, len(logs)))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="log-shutdown") as pool:
-            closed = list(pool.map(_flush_and_close, logs.values()))
+        closed = self.fan_out(_flush_and_close, logs.values())
+        self._close_fan_out()
         closed_at = time.monotonic()
         clean = self.checkpoint() and all(closed)
         log.info("closed %d logs in %.2f s and wrote checkpoints in %.2f s", len(logs), closed_at - started,
