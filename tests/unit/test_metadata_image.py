@@ -15,6 +15,7 @@ from pathlib import Path
 
 import kafka.errors as Errors
 import pytest
+from tests.support.loop_turns import OtherConnection
 
 import strom.metadata.embedded as embedded_module
 from strom.broker.replica_manager import ReplicaManager
@@ -78,19 +79,9 @@ def test_create_topic_writes_off_the_loop_and_serves_leaders_when_it_returns(
         await controller.startup()
         writers.clear()  # the new file, written at start-up
         loop_thread = threading.current_thread().name
-        ticks = 0
-        stop = False
-
-        async def other_connection() -> None:
-            nonlocal ticks
-            while not stop:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        other = asyncio.create_task(other_connection())
-        topic = await store.create_topic_async("wide", {p: [0] for p in range(300)}, {"retention.ms": "5000"})
-        stop = True
-        await other
+        async with OtherConnection() as other:
+            topic = await store.create_topic_async("wide", {p: [0] for p in range(300)}, {"retention.ms": "5000"})
+        ticks = other.ticks
         assert store.topic("wide") is topic and len(rm.partitions) == 300
         assert all(rm.partitions[("wide", p)].is_leader for p in range(300))
         assert all(rm.partitions[("wide", p)].log.latest_epoch == 0 for p in range(300))

@@ -17,6 +17,7 @@ from typing import Any
 
 import kafka.errors as Errors
 import pytest
+from tests.support.loop_turns import OtherConnection
 
 import strom.broker.replica_manager as replica_manager_module
 import strom.storage.leader_epoch_cache as leader_epoch_cache
@@ -80,28 +81,16 @@ def test_leader_and_isr_lets_other_work_run_and_fsyncs_epochs_on_the_storage_thr
     async def scenario() -> tuple[int, int, int]:
         rm = replica_manager(tmp_path)
         tid = uuid.uuid4()
-        ticks = 0
-        stop = False
-
-        async def other_connection() -> None:  # stands for every other client's requests
-            nonlocal ticks
-            while not stop:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        other = asyncio.create_task(other_connection())
-        await asyncio.sleep(0)
-        started = ticks
-        await settle(rm.become_leader_or_follower(1, leader_and_isr(tid, 2, 0, is_new=True), configs))
-        during_creation = ticks - started
-        assert len(rm.partitions) == PARTITIONS and all(
-            (tmp_path / f"t-{p}").is_dir() for p in range(PARTITIONS))
-        writers.clear()
-        started = ticks
-        errors = await settle(rm.become_leader_or_follower(1, leader_and_isr(tid, 1, 1), configs))
-        during = ticks - started
-        stop = True
-        await other
+        async with OtherConnection() as other:  # stands for every other client's requests
+            started = other.ticks
+            await settle(rm.become_leader_or_follower(1, leader_and_isr(tid, 2, 0, is_new=True), configs))
+            during_creation = other.ticks - started
+            assert len(rm.partitions) == PARTITIONS and all(
+                (tmp_path / f"t-{p}").is_dir() for p in range(PARTITIONS))
+            writers.clear()
+            started = other.ticks
+            errors = await settle(rm.become_leader_or_follower(1, leader_and_isr(tid, 1, 1), configs))
+            during = other.ticks - started
         assert set(errors.values()) == {0}
         assert all(rm.partitions[("t", p)].is_leader for p in range(PARTITIONS))
         assert all(rm.partitions[("t", p)].log.latest_epoch == 1 for p in range(PARTITIONS))
@@ -121,22 +110,10 @@ def test_stop_replica_deletes_on_the_storage_thread_between_other_work(tmp_path:
         rm = replica_manager(tmp_path)
         tid = uuid.uuid4()
         await settle(rm.become_leader_or_follower(1, leader_and_isr(tid, 2, 0, is_new=True), configs))
-        ticks = 0
-        stop = False
-
-        async def other_connection() -> None:
-            nonlocal ticks
-            while not stop:
-                ticks += 1
-                await asyncio.sleep(0)
-
-        other = asyncio.create_task(other_connection())
-        await asyncio.sleep(0)
-        started = ticks
-        errors = await settle(rm.stop_replicas(1, {("t", p): True for p in range(PARTITIONS)}))
-        during = ticks - started
-        stop = True
-        await other
+        async with OtherConnection() as other:
+            started = other.ticks
+            errors = await settle(rm.stop_replicas(1, {("t", p): True for p in range(PARTITIONS)}))
+            during = other.ticks - started
         assert set(errors.values()) == {0}
         assert not rm.partitions and not rm.log_manager.all_logs()
         rm.log_manager.shutdown()
