@@ -912,22 +912,25 @@ class KafkaController:
     async def _run_elections(self, tps: Iterable[TopicPartition],
                              choose: Callable[[PartitionLeadership], int | tuple[int, list[int], bool]],
                              lost_race: int) -> dict[TopicPartition, int]:
-        """ElectLeaders' loop: choose gives an error code or (leader, isr, unclean); tell brokers once."""
+        """ElectLeaders' loop: choose gives an error code or (leader, isr, unclean); the decisions are written
+        in batches as every other election (``_decide_and_write``), once each; tell brokers once."""
         results: dict[TopicPartition, int] = {}
-        changed = []
-        async for tp in paced(list(tps)):
-            pl = self.ctx.partitions.get(tp)
-            choice = Errors.UnknownTopicOrPartitionError.errno if pl is None else choose(pl)
+        wanted = list(dict.fromkeys(tps))
+
+        async def decide(tp: TopicPartition, pl: PartitionLeadership) -> Decision | None:
+            choice = choose(pl)
             if isinstance(choice, int):
                 results[tp] = choice
-                continue
-            assert pl is not None
-            leader, isr, unclean = choice
-            if await self._write_election(tp, pl, leader, isr, unclean):
-                results[tp] = 0
-                changed.append(tp)
+                return None
+            return choice
+
+        changed = await self._decide_and_write(wanted, decide, attempts=1)
+        written = set(changed)
+        for tp in wanted:
+            if tp not in self.ctx.partitions or tp[0] in self.ctx.deleting:
+                results[tp] = Errors.UnknownTopicOrPartitionError.errno  # gone, or being deleted
             else:
-                results[tp] = lost_race
+                results.setdefault(tp, 0 if tp in written else lost_race)
         if changed:
             await self.requests.leader_and_isr(changed)
             await self.requests.update_metadata(list(self.ctx.live_brokers), changed)
