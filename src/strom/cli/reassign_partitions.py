@@ -28,10 +28,12 @@ import typer
 
 from strom.cli.common import (
     BootstrapOption,
+    CliError,
     CommandConfigOption,
     cli_errors,
     client_security,
     fail,
+    print_warning,
     write_out,
 )
 from strom.cli.reassignment_client import (
@@ -279,7 +281,11 @@ async def clear_throttles(admin: ReassignmentAdmin, topics: Iterable[str], annou
     if announce:
         write_out(f"Clearing broker-level throttles on brokers {_ids(brokers)}\n")
     for broker in brokers:
-        await admin.alter_configs(BROKER_RESOURCE, str(broker), {}, BROKER_THROTTLES)
+        try:
+            await admin.alter_configs(BROKER_RESOURCE, str(broker), {}, BROKER_THROTTLES)
+        except CliError as exc:  # a broker's own configs change only through it: one that is down keeps them
+            print_warning(f"{exc.message} The throttle of broker {broker} stays until this is run again while it "
+                          "answers.")
     for topic in sorted(set(topics)):
         if announce:
             write_out(f"Clearing topic-level throttles on topic {topic}\n")
