@@ -134,6 +134,15 @@ def test_bad_input_is_one_clear_line(racked: ClusterProcess, tmp_path: Path) -> 
     no_topics = write_json(tmp_path / "none.json", {"version": 1, "topics": [{"topic": "nope"}]})
     assert "Topic 'nope' does not exist" in refused(*bootstrap, "--generate", "--topics-to-move-json-file",
                                                     str(no_topics), "--broker-list", "1,2")
+    log_dir = str(racked.log_dir(2))
+    explicit = write_json(tmp_path / "l.json", {"version": 1, "partitions": [{**entry, "log_dirs": ["any", log_dir]}]})
+    if "AlterReplicaLogDirs" not in (moved := strom(*bootstrap, "--execute", "--reassignment-json-file",
+                                                    str(explicit))).stderr:
+        assert moved.returncode == 0, moved.stderr  # a broker that serves it moves the replica's directory
+    else:
+        assert moved.returncode == 1 and moved.stderr.startswith("Error: Broker 2 cannot move replicas between log "
+                                                                 "directories"), moved.stderr
+        assert "Successfully started" not in moved.stdout  # refused before anything moved
     assert "exactly one action" in refused(*bootstrap, "--verify", "--list")
     assert "needs --reassignment-json-file" in refused(*bootstrap, "--cancel")
     assert racked.topic_assignment(topic) == {0: [1, 2]}  # nothing was moved by any of it

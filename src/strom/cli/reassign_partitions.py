@@ -203,6 +203,8 @@ async def _execute(admin: ReassignmentAdmin, moves: list[PartitionMove], throttl
                    additional: bool, timeout_ms: int) -> None:
     view = await admin.load_metadata({m.topic for m in moves})
     check_moves(view, moves)
+    for broker_id in sorted({b for m in moves for b in m.explicit_log_dirs()}):
+        await admin.check_log_dir_moves(view.brokers[broker_id])  # before anything starts moving
     ongoing = await admin.list_reassignments()
     if ongoing and not additional:
         fail("Cannot execute because there are partition reassignments in progress ("

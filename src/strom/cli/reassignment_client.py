@@ -292,12 +292,16 @@ class ReassignmentAdmin:
         return out
 
     # -- log dirs ------------------------------------------------------------------------------------------
-    async def alter_replica_log_dirs(self, broker: Broker, dirs: dict[TopicPartition, str]
-                                     ) -> dict[TopicPartition, int]:
-        """Ask `broker` to keep its replicas in the given log dirs (JBOD); error code per partition."""
+    async def check_log_dir_moves(self, broker: Broker) -> None:
+        """Refuse explicit log dirs for a broker that cannot move replicas between its directories."""
         if not await self.supports(broker, ALTER_REPLICA_LOG_DIRS_API, ALTER_REPLICA_LOG_DIRS_VERSION):
             fail(f"Broker {broker.node_id} cannot move replicas between log directories (it does not "
                  "support AlterReplicaLogDirs); use \"any\" as the log dir, or leave \"log_dirs\" out.")
+
+    async def alter_replica_log_dirs(self, broker: Broker, dirs: dict[TopicPartition, str]
+                                     ) -> dict[TopicPartition, int]:
+        """Ask `broker` to keep its replicas in the given log dirs (JBOD); error code per partition."""
+        await self.check_log_dir_moves(broker)
         by_dir: dict[str, dict[str, list[int]]] = {}
         for (topic, partition), path in sorted(dirs.items()):
             by_dir.setdefault(path, {}).setdefault(topic, []).append(partition)
