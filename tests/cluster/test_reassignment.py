@@ -16,7 +16,11 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaTopicPartition
-from kafka.protocol.admin import AlterPartitionReassignmentsRequest, ListPartitionReassignmentsRequest
+from kafka.protocol.admin import (
+    AlterPartitionReassignmentsRequest,
+    CreatePartitionsRequest,
+    ListPartitionReassignmentsRequest,
+)
 
 from strom.protocol import codec
 from tests.support.checker import SequenceProducer, check_topic
@@ -178,6 +182,15 @@ def test_a_cancelled_move_goes_back_and_deletes_the_added_replica(cluster_factor
         assert (a["partitions"]["0"], a["adding_replicas"], a["removing_replicas"]) == ([2, 3, 1], {"0": [3]},
                                                                                          {"0": [1]})
         assert listed(cluster) == {(topic, 0): ([2, 3, 1], [3], [1])}
+        grow = CreatePartitionsRequest(topics=[CreatePartitionsRequest.CreatePartitionsTopic(
+            name=topic, count=2, assignments=None)], timeout_ms=30_000, validate_only=False)
+        client = RawClient(cluster.broker(1))
+        try:
+            frame = client.request(grow, 1)
+        finally:
+            client.close()
+        [grown] = codec.response_class(grow.API_KEY).decode(frame[4:], version=1).results
+        assert grown.error_code == 60  # REASSIGNMENT_IN_PROGRESS, as Kafka: the move's state is kept
         assert reassign(cluster, {(topic, 0): None}) == {(topic, 0): 0}
     finally:
         cluster.sigcont(3)
