@@ -16,9 +16,16 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaTopicPartition
+from kafka.protocol.admin import (
+    AlterPartitionReassignmentsRequest,
+    CreatePartitionsRequest,
+    ListPartitionReassignmentsRequest,
+)
 
+from strom.protocol import codec
 from tests.support.checker import SequenceProducer, check_topic
 from tests.support.cluster import ClusterProcess
+from tests.support.raw_client import RawClient
 from tests.support.replicas import create_topic
 
 pytestmark = pytest.mark.cluster
@@ -103,3 +110,141 @@ def test_a_moved_partition_keeps_every_acknowledged_record(cluster_factory, admi
     cluster.wait_leader(topic, 0, not_in=(2,), timeout=BOUND)
     report = check_topic(cluster.broker(3).bootstrap, topic, producer.acked, timeout=BOUND)
     assert report.ok and report.acked > 2500, report
+
+
+def raw_call(cluster: ClusterProcess, broker_id: int, request: Any) -> Any:
+    client = RawClient(cluster.broker(broker_id))
+    try:
+        frame = client.request(request, 0)
+    finally:
+        client.close()
+    return codec.response_class(request.API_KEY).decode(frame[5:], version=0)  # flexible: response header v1
+
+
+def alter_request(partitions: dict[tuple[str, int], list[int] | None]) -> AlterPartitionReassignmentsRequest:
+    topic = AlterPartitionReassignmentsRequest.ReassignableTopic
+    by_topic: dict[str, list[Any]] = {}
+    for (t, p), replicas in partitions.items():
+        by_topic.setdefault(t, []).append(topic.ReassignablePartition(partition_index=p, replicas=replicas))
+    return AlterPartitionReassignmentsRequest(timeout_ms=30_000, topics=[
+        topic(name=t, partitions=ps) for t, ps in by_topic.items()])
+
+
+def test_only_the_controller_answers_and_refuses_bad_requests_as_kafka(cluster_factory) -> None:  # noqa: ANN001
+    cluster: ClusterProcess = cluster_factory(3)
+    topic = create_topic(cluster, replicas=[[1, 2]])
+    controller = cluster.wait_controller()
+    other = next(b for b in (1, 2, 3) if b != controller)
+    refused = raw_call(cluster, other, alter_request({(topic, 0): [2, 3]}))
+    assert (refused.error_code, refused.responses) == (41, [])  # NOT_CONTROLLER
+    listed = raw_call(cluster, other, ListPartitionReassignmentsRequest(timeout_ms=30_000, topics=None))
+    assert listed.error_code == 41
+
+    answer = raw_call(cluster, controller, alter_request({
+        (topic, 0): [2, 9], (topic, 1): [1, 2], ("nope", 0): [1], }))
+    codes = {(t.name, p.partition_index): p.error_code for t in answer.responses for p in t.partitions}
+    assert answer.error_code == 0
+    assert codes == {(topic, 0): 39, (topic, 1): 3, ("nope", 0): 3}
+    for bad in ([], [2, 2], [-1, 2]):
+        answer = raw_call(cluster, controller, alter_request({(topic, 0): bad}))
+        assert [p.error_code for t in answer.responses for p in t.partitions] == [39]
+    answer = raw_call(cluster, controller, alter_request({(topic, 0): None}))
+    assert [p.error_code for t in answer.responses for p in t.partitions] == [85]  # NO_REASSIGNMENT_IN_PROGRESS
+    assert cluster.topic_assignment(topic) == {0: [1, 2]}
+
+
+def reassign(cluster: ClusterProcess, partitions: dict[tuple[str, int], list[int] | None]) -> dict[tuple[str, int], int]:
+    """AlterPartitionReassignments straight to the controller (while a broker is frozen a client library
+    may pick it for its metadata requests)."""
+    answer = raw_call(cluster, cluster.wait_controller(), alter_request(partitions))
+    assert answer.error_code == 0, answer
+    return {(t.name, p.partition_index): p.error_code for t in answer.responses for p in t.partitions}
+
+
+def listed(cluster: ClusterProcess) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
+    answer = raw_call(cluster, cluster.wait_controller(),
+                      ListPartitionReassignmentsRequest(timeout_ms=30_000, topics=None))
+    assert answer.error_code == 0, answer
+    return {(t.name, p.partition_index): (list(p.replicas), list(p.adding_replicas), list(p.removing_replicas))
+            for t in answer.topics for p in t.partitions}
+
+
+def test_a_cancelled_move_goes_back_and_deletes_the_added_replica(cluster_factory) -> None:  # noqa: ANN001
+    """Broker 3 is frozen, so the move to it cannot complete; cancelling reverts to [1, 2], and broker 3 (once
+    it runs again) deletes the replica it had started."""
+    cluster: ClusterProcess = cluster_factory(3, session_timeout_ms=60_000)
+    topic = create_topic(cluster, replicas=[[1, 2]])
+    SequenceProducer(cluster.bootstrap, topic, config={"acks": "all"}).produce_some(500)
+    cluster.sigstop(3)
+    try:
+        assert reassign(cluster, {(topic, 0): [2, 3]}) == {(topic, 0): 0}
+        a = full_assignment(cluster, topic)
+        assert (a["partitions"]["0"], a["adding_replicas"], a["removing_replicas"]) == ([2, 3, 1], {"0": [3]},
+                                                                                         {"0": [1]})
+        assert listed(cluster) == {(topic, 0): ([2, 3, 1], [3], [1])}
+        grow = CreatePartitionsRequest(topics=[CreatePartitionsRequest.CreatePartitionsTopic(
+            name=topic, count=2, assignments=None)], timeout_ms=30_000, validate_only=False)
+        client = RawClient(cluster.broker(1))
+        try:
+            frame = client.request(grow, 1)
+        finally:
+            client.close()
+        [grown] = codec.response_class(grow.API_KEY).decode(frame[4:], version=1).results
+        assert grown.error_code == 60  # REASSIGNMENT_IN_PROGRESS, as Kafka: the move's state is kept
+        assert reassign(cluster, {(topic, 0): None}) == {(topic, 0): 0}
+    finally:
+        cluster.sigcont(3)
+    a = full_assignment(cluster, topic)
+    assert (a["partitions"]["0"], a["adding_replicas"], a["removing_replicas"]) == ([2, 1], {}, {})
+    assert listed(cluster) == {}
+    state = cluster.partition_state(topic, 0)
+    assert state is not None and set(state.isr) == {1, 2}
+    # Broker 3 handles what it was sent while frozen: LeaderAndIsr (its log is created), then the deletion.
+    cluster.wait_for(lambda: not partition_dir(cluster, 3, topic).exists(), BOUND,
+                     f"broker 3 deleted the replica of {topic}-0 it had started")
+
+
+def test_the_new_controller_resumes_a_move_after_the_old_one_is_killed(cluster_factory) -> None:  # noqa: ANN001
+    """The controller dies (kill -9) while the new replica cannot catch up (frozen); the next controller reads the
+    move from ZooKeeper and completes it once the replica is in sync; every acknowledged record is there."""
+    cluster: ClusterProcess = cluster_factory(3, session_timeout_ms=15_000,
+                                              overrides={"auto.leader.rebalance.enable": "false"})
+    controller = cluster.wait_controller()
+    keeper, newcomer = (b for b in (1, 2, 3) if b != controller)
+    topic = create_topic(cluster, replicas=[[keeper, controller]])
+    producer = SequenceProducer(cluster.bootstrap, topic, config={"acks": "all", "enable.idempotence": True,
+                                                                  "message.timeout.ms": 180_000})
+    producer.produce_some(1000)
+    producer.start()
+    try:
+        cluster.sigstop(newcomer)
+        try:
+            assert reassign(cluster, {(topic, 0): [keeper, newcomer]}) == {(topic, 0): 0}
+            cluster.kill9(controller)
+        finally:
+            cluster.sigcont(newcomer)
+        assert full_assignment(cluster, topic)["adding_replicas"] == {"0": [newcomer]}
+        cluster.wait_controller(not_in=(controller,), timeout=BOUND)
+        wait_moved(cluster, topic, [keeper, newcomer])
+        acked = producer.acked_count()
+        assert producer.wait_acked(acked + 300, BOUND)
+    finally:
+        producer.stop()
+    assert producer.errors == [], producer.errors[:5]
+    report = check_topic(cluster.broker(newcomer).bootstrap, topic, producer.acked, timeout=BOUND)
+    assert report.ok and report.acked >= 1300, report
+
+
+def test_the_old_tools_znode_moves_partitions_and_is_deleted_when_done(cluster_factory) -> None:  # noqa: ANN001
+    cluster: ClusterProcess = cluster_factory(3)
+    topic = create_topic(cluster, partitions=2, replicas=[[1, 2], [2, 3]])
+    SequenceProducer(cluster.bootstrap, topic, config={"acks": "all"}).produce_some(300)
+    cluster.zk.create("/admin/reassign_partitions", json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [3, 2]},
+        {"topic": topic, "partition": 1, "replicas": [3, 1]}]}).encode())
+    cluster.wait_for(lambda: cluster.zk.exists("/admin/reassign_partitions") is None, BOUND,
+                     "/admin/reassign_partitions deleted once both moves completed")
+    a = full_assignment(cluster, topic)
+    assert (a["partitions"], a["adding_replicas"], a["removing_replicas"]) == ({"0": [3, 2], "1": [3, 1]}, {}, {})
+    cluster.wait_for(lambda: not partition_dir(cluster, 1, topic, 0).exists()
+                     and not partition_dir(cluster, 2, topic, 1).exists(), BOUND, "removed replicas deleted")

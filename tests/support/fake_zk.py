@@ -530,9 +530,9 @@ class FakeZkClient:
                 for (topic, p, _, _), r in zip(updates, results[1 + len(names):], strict=True)}
 
     # -- /admin/reassign_partitions --
-    def get_partition_reassignment(self) -> dict[tuple[str, int], list[int]]:
+    def get_partition_reassignment(self) -> dict[tuple[str, int], list[int]] | None:
         node = self._data(zd.REASSIGN_PARTITIONS_PATH)
-        return zd.decode_partition_reassignment(node.data) if node else {}
+        return zd.decode_partition_reassignment(node.data) if node else None
 
     def create_partition_reassignment(self, reassignment: dict[tuple[str, int], list[int]]) -> None:
         try:

@@ -128,10 +128,11 @@ class ReassignmentManager:
         if not c.active:
             return
         asked = await c._zk(c.zk.get_partition_reassignment)
-        self.zk_requested = dict(asked)
+        self.zk_requested = dict(asked or {})
+        if asked is None:
+            return
         if not asked:
-            if await c._zk(c.zk.get_data, zd.REASSIGN_PARTITIONS_PATH) is not None:
-                await self._write_zk_requests()  # present but empty or unreadable: nothing to do, it goes
+            await self._write_zk_requests()  # present but empty or unreadable: nothing to do, it goes
             return
         pending = {tp: target for tp, target in asked.items()
                    if (pl := c.ctx.partitions.get(tp)) is None or assignment_of(pl).target != target

@@ -835,10 +835,10 @@ class KafkaZkClient:
         raise AssertionError("unreachable")
 
     # -- /admin/reassign_partitions (the pre-KIP-455 tools' path) --------------------------------------
-    def get_partition_reassignment(self) -> dict[tuple[str, int], list[int]]:
-        """What ``/admin/reassign_partitions`` asks for; {} when it does not exist."""
+    def get_partition_reassignment(self) -> dict[tuple[str, int], list[int]] | None:
+        """What ``/admin/reassign_partitions`` asks for; None when it does not exist."""
         got = self._get(zd.REASSIGN_PARTITIONS_PATH)
-        return zd.decode_partition_reassignment(got[0]) if got is not None else {}
+        return zd.decode_partition_reassignment(got[0]) if got is not None else None
 
     def create_partition_reassignment(self, reassignment: dict[tuple[str, int], list[int]]) -> None:
         """What the old tool did: create ``/admin/reassign_partitions``; raises ``ZkNodeExistsError`` while
