@@ -11,7 +11,8 @@ order; their pids are written to `<data-dir>/pids` in case this command itself i
 While it runs it supervises: a broker that dies is reported (which one, its exit status or
 signal, its log) and the others keep running; `strom cluster stop-broker|start-broker|
 restart-broker N --data-dir DIR` ask it to act on one broker (see strom.cli.cluster_control
-for the state file and the request files they use).
+for the state file and the request files they use); `add-broker` asks it for one more broker and
+`retire-broker N` moves N's replicas away (strom.cli.broker_retirement) before asking it to drop N.
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ def _how_to(bootstrap: str, brokers: int, data_dir: Path, zookeeper_connect: str
         "--producer-property acks=all\n"
         f"  consume:  strom console-consumer --bootstrap-server {bootstrap} --topic demo --from-beginning\n"
         f"  one broker: strom cluster stop-broker|start-broker|restart-broker <id> --data-dir {data_dir}\n"
+        f"  grow, shrink: strom cluster add-broker | retire-broker <id> --data-dir {data_dir}\n"
         "  stop:     Ctrl-C"
     )
 
