@@ -475,6 +475,8 @@ def _act(request: dict, members: list[LocalBroker], zk, startup_timeout: float, 
 def _new_member(members: list[LocalBroker]) -> tuple[LocalBroker | None, str]:
     """A broker with the next free id (above every id this data dir has used, so a retired broker's old
     logs are never picked up again) on the port and metrics port that `cluster up`'s numbering gives it."""
+    if not members:
+        return None, "the cluster has no broker left to take its settings from"
     first = min(members, key=lambda m: m.broker_id)
     data_dir = first.dir.parent
     used = {m.broker_id for m in members} | {int(d.name.removeprefix("broker-")) for d in data_dir.glob("broker-*")
