@@ -48,3 +48,12 @@ def test_partitions_that_would_depend_on_the_broker_alone_are_named() -> None:
     cluster.partitions[("t", 1)] = PartitionInfo((1, 2, 3), (2, 3), 2)
     assert below_min_isr(cluster, 2, {"t": 2}) == ["t-1 (in-sync replicas 2,3, min.insync.replicas=2)"]
     assert below_min_isr(cluster, 1, {"t": 2}) == []
+
+
+def test_a_partition_being_moved_counts_with_the_replication_factor_it_keeps() -> None:
+    # Mid-move, Metadata lists old and new replicas together (4 of an RF 3 partition): not a reason to refuse.
+    cluster = view({1: None, 2: None, 3: None, 4: None}, {("t", 0): [1, 2, 3, 4], ("t", 1): [1, 2, 3]})
+    plan = plan_retirement(cluster, 2, skip={("t", 0)}, targets={("t", 0): [1, 3, 4]})
+    assert plan.moves == {("t", 1): [1, 4, 3]}
+    with pytest.raises(CliError, match="replication factor 4 but only 3"):
+        plan_retirement(cluster, 2, skip={("t", 0)})

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from strom.cli.common import fail
@@ -39,12 +39,17 @@ class RetirementPlan:
 
 
 def plan_retirement(view: ClusterView, broker_id: int,
-                    skip: set[TopicPartition] | frozenset[TopicPartition] = frozenset()) -> RetirementPlan:
-    """Where each replica of `broker_id` goes (partitions in `skip` are already moving off it)."""
+                    skip: set[TopicPartition] | frozenset[TopicPartition] = frozenset(),
+                    targets: Mapping[TopicPartition, Sequence[int]] | None = None) -> RetirementPlan:
+    """Where each replica of `broker_id` goes (partitions in `skip` are already moving off it).
+
+    `targets` are the final replica sets of reassignments in progress: while one runs, Metadata lists
+    the old and the new replicas together, which is not the replication factor the partition keeps."""
     remaining = sorted(b for b in view.brokers if b != broker_id)
-    max_rf = max((len(info.replicas) for info in view.partitions.values()), default=0)
+    factors = {tp: len((targets or {}).get(tp, info.replicas)) for tp, info in view.partitions.items()}
+    max_rf = max(factors.values(), default=0)
     if max_rf > len(remaining):
-        widest = sorted({t for (t, _), info in view.partitions.items() if len(info.replicas) == max_rf})
+        widest = sorted({t for (t, p), rf in factors.items() if rf == max_rf})
         fail(f"Cannot retire broker {broker_id}: topic '{widest[0]}' has replication factor {max_rf} but only "
              f"{len(remaining)} broker(s) would remain ({','.join(map(str, remaining)) or 'none'}); add a broker "
              "first (`strom cluster add-broker`).")
@@ -106,7 +111,7 @@ async def move_replicas_off(admin: ReassignmentAdmin, broker_id: int, throttle: 
         fail(f"Cannot retire broker {broker_id}: without it these partitions would be below min.insync.replicas "
              f"until their new replicas catch up: {'; '.join(lagging)}. Wait until their replicas are back in "
              "sync (`strom topics --describe --under-replicated-partitions`) and try again.")
-    plan = plan_retirement(view, broker_id, resumed)
+    plan = plan_retirement(view, broker_id, resumed, {tp: state.target for tp, state in ongoing.items()})
     waiting = set(plan.moves) | resumed
     if not waiting:
         say(f"broker {broker_id} holds no replicas")
@@ -138,10 +143,11 @@ async def _wait_done(admin: ReassignmentAdmin, broker_id: int, waiting: set[Topi
     deadline = time.monotonic() + timeout_s
     reported = -1
     while True:
-        ongoing = await admin.list_reassignments(sorted(waiting))
+        ongoing = await admin.list_reassignments()
         view = await admin.load_metadata()
         holding = {tp for tp, info in view.partitions.items() if broker_id in info.replicas}
-        late = plan_retirement(view, broker_id, waiting | set(ongoing))  # partitions created meanwhile
+        late = plan_retirement(view, broker_id, waiting | set(ongoing),  # partitions created meanwhile
+                               {tp: state.target for tp, state in ongoing.items()})
         if late.moves:
             results = await admin.alter_reassignments(late.moves)
             waiting |= {tp for tp, (code, _) in results.items() if not code}
