@@ -42,7 +42,8 @@ def strom(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
 
 
 def fill(bootstrap: str, topic: str, mib: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 20, "batch.size": 1 << 20,
+    # acks=all: the followers hold everything before the probe starts, so its baseline is a quiet cluster's.
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20, "batch.size": 1 << 20,
                          "log_level": 0})
     for _ in range(mib * 1024):
         while True:
@@ -127,7 +128,9 @@ def one_run(data_dir: Path, mib: int, throttle: int, probe_rate: int) -> dict[st
         fill(bootstrap, "bulk", mib)
         held = dir_bytes(data_dir / "broker-2" / "data")
         probe = Probe(bootstrap, "probe", probe_rate).start()
-        time.sleep(10)
+        time.sleep(5)  # connections made, metadata cached: not part of the baseline
+        baseline = time.monotonic()
+        time.sleep(15)
         started = time.monotonic()
         retired = strom("cluster", "retire-broker", "2", "--data-dir", str(data_dir), "--throttle", str(throttle),
                         timeout=1800)
@@ -137,7 +140,7 @@ def one_run(data_dir: Path, mib: int, throttle: int, probe_rate: int) -> dict[st
         if retired.returncode:
             raise RuntimeError(retired.stdout + retired.stderr)
         return {"throttle_bytes_per_s": throttle, "broker_2_bytes": held, "retire_s": round(ended - started, 1),
-                "probe_before": probe.percentiles(started - 10, started),
+                "probe_before": probe.percentiles(baseline, started),
                 "probe_during": probe.percentiles(started, ended), "probe_errors": probe.errors,
                 "output": retired.stdout.strip().splitlines()}
     finally:
