@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 # (error code, message) per partition, as AlterPartitionReassignments answers.
 PartitionResult = tuple[int, str | None]
 Plan = tuple[TopicPartition, ReplicaAssignment]
+LOG_EACH = 20  # partitions logged one by one per step; above, one summary line
 
 
 def assignment_of(pl: PartitionLeadership) -> ReplicaAssignment:
@@ -200,14 +201,7 @@ class ReassignmentManager:
         if not written:
             return set()
         changed = [tp for tp, _, _ in written]
-        for tp, _, finished in written:
-            pl = c.ctx.partitions[tp]
-            if finished:
-                log.info("controller: reassignment of %s-%d complete: replicas %s, leader %d, ISR %s", *tp,
-                         pl.replicas, pl.leader, pl.isr)
-            else:
-                log.info("controller: reassigning %s-%d: replicas %s, adding %s, removing %s", *tp, pl.replicas,
-                         pl.adding, pl.removing)
+        self._log_steps(written)
         await c.requests.leader_and_isr(changed)
         removed = {tp: gone for tp, gone, _ in written if gone}
         if removed:
@@ -217,6 +211,22 @@ class ReassignmentManager:
         await self._forget_zk_requests([tp for tp in finished if tp in self.zk_requested
                                         and self._done(tp, self.zk_requested[tp])])
         return set(changed)
+
+    def _log_steps(self, written: list[tuple[TopicPartition, list[int], bool]]) -> None:
+        """One line per partition for a few; a count for many (a move of 1,000 partitions is not 2,000 lines)."""
+        partitions = self.controller.ctx.partitions
+        finished = sum(1 for _, _, done in written if done)
+        if len(written) > LOG_EACH:
+            log.info("controller: %d reassignments started or changed, %d completed", len(written) - finished, finished)
+            return
+        for tp, _, done in written:
+            pl = partitions[tp]
+            if done:
+                log.info("controller: reassignment of %s-%d complete: replicas %s, leader %d, ISR %s", *tp,
+                         pl.replicas, pl.leader, pl.isr)
+            else:
+                log.info("controller: reassigning %s-%d: replicas %s, adding %s, removing %s", *tp, pl.replicas,
+                         pl.adding, pl.removing)
 
     async def _write(self, chunk: list[tuple[TopicPartition, PartitionLeadership, ReassignmentStep]]) -> bool:
         """One fenced multi-op: the touched topics' full assignments and the partitions' states (leader epoch
