@@ -197,3 +197,19 @@ async def test_a_thousand_partitions_move_in_a_few_zookeeper_round_trips(c: Clus
     assert len(state_writes) == count
     assert len({w.zxid for w in state_writes}) <= 3  # batched multi-ops, not one round trip per partition
     assert assignment(c, "big").adding_replicas == {p: [3] for p in range(count)}
+
+
+@scenario_with()
+async def test_partitions_added_meanwhile_are_kept_in_the_topic_znode(c: Cluster) -> None:
+    """CreatePartitions rewrote the topic znode and the controller has not handled the watch yet: the move
+    writes the znode as it is now (on its version), not the controller's older picture of the topic."""
+    topic_id = c.create_topic("t", {0: [1, 2]})
+    await c.start()
+    current = assignment(c, "t")
+    c.admin.set_topic_assignment("t", topic_id, {0: [1, 2], 1: [3, 1]}, current.zk_version)
+    results = await c.controller.alter_partition_reassignments({("t", 0): [2, 3]})  # queued before the watch
+    assert results == {("t", 0): (0, None)}
+    a = assignment(c, "t")
+    assert (a.partitions, a.adding_replicas) == ({0: [2, 3, 1], 1: [3, 1]}, {0: [3]})
+    await settle(c.controller)
+    assert c.state("t", 1).leader == 3  # and the added partition still comes online

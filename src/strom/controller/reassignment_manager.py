@@ -238,13 +238,19 @@ class ReassignmentManager:
         topics = sorted({tp[0] for tp in steps})
         assignments: list[zd.TopicAssignment] = []
         for topic in topics:
-            partitions: dict[int, list[int]] = {}
-            adding: dict[int, list[int]] = {}
-            removing: dict[int, list[int]] = {}
-            async for tp in paced(ctx.partitions_of(topic)):
-                a = steps[tp].assignment if tp in steps else assignment_of(ctx.partitions[tp])
-                partitions[tp[1]], adding[tp[1]], removing[tp[1]] = a.replicas, a.adding, a.removing
-            assignments.append(zd.TopicAssignment(ctx.topic_ids.get(topic), partitions, adding, removing))
+            # The topic znode as it is (partitions may have been added since the controller read it), written
+            # back with this chunk's partitions changed, on the version read.
+            current = await c._zk(c.zk.get_topic_assignment, topic)
+            if current is None:
+                return False
+            partitions = dict(current.partitions)
+            adding = dict(current.adding_replicas)
+            removing = dict(current.removing_replicas)
+            for (t, p), step in steps.items():
+                if t == topic:
+                    a = step.assignment
+                    partitions[p], adding[p], removing[p] = a.replicas, a.adding, a.removing
+            assignments.append(zd.TopicAssignment(current.topic_id, partitions, adding, removing, current.zk_version))
         updates = [(tp[0], tp[1], zd.LeaderIsrAndControllerEpoch(step.leader, pl.leader_epoch + 1, list(step.isr),
                                                                   ctx.epoch), pl.zk_version)
                    for tp, pl, step in chunk]
