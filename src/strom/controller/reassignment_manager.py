@@ -234,8 +234,10 @@ class ReassignmentManager:
         c = self.controller
         c.check_session()
         ctx = c.ctx
-        steps = {tp: step for tp, _, step in chunk}
-        topics = sorted({tp[0] for tp in steps})
+        by_topic: dict[str, dict[int, ReassignmentStep]] = {}
+        for tp, _, step in chunk:
+            by_topic.setdefault(tp[0], {})[tp[1]] = step
+        topics = sorted(by_topic)
         assignments: list[zd.TopicAssignment] = []
         for topic in topics:
             # The topic znode as it is (partitions may have been added since the controller read it), written
@@ -246,10 +248,9 @@ class ReassignmentManager:
             partitions = dict(current.partitions)
             adding = dict(current.adding_replicas)
             removing = dict(current.removing_replicas)
-            for (t, p), step in steps.items():
-                if t == topic:
-                    a = step.assignment
-                    partitions[p], adding[p], removing[p] = a.replicas, a.adding, a.removing
+            for p, step in by_topic[topic].items():
+                a = step.assignment
+                partitions[p], adding[p], removing[p] = a.replicas, a.adding, a.removing
             assignments.append(zd.TopicAssignment(current.topic_id, partitions, adding, removing, current.zk_version))
         updates = [(tp[0], tp[1], zd.LeaderIsrAndControllerEpoch(step.leader, pl.leader_epoch + 1, list(step.isr),
                                                                   ctx.epoch), pl.zk_version)
