@@ -213,3 +213,32 @@ async def test_partitions_added_meanwhile_are_kept_in_the_topic_znode(c: Cluster
     assert (a.partitions, a.adding_replicas) == ({0: [2, 3, 1], 1: [3, 1]}, {0: [3]})
     await settle(c.controller)
     assert c.state("t", 1).leader == 3  # and the added partition still comes online
+
+
+@scenario_with()
+async def test_a_move_found_in_sync_at_failover_completes_then(c: Cluster) -> None:
+    """The controller died after the ISR grew but before it completed the move: the next one completes it
+    when it loads the cluster (Kafka checks at failover too), without waiting for another ISR change."""
+    c.create_topic("t", {0: [1, 2]})
+    await c.start()
+    await c.controller.alter_partition_reassignments({("t", 0): [3, 2]})
+    await c.controller.shutdown()  # its seat stays taken until broker 1's session ends
+    state, version = c.admin.get_partition_state("t", 0) or (None, -1)
+    assert state is not None
+    epoch = c.admin.get_controller_epoch()
+    assert epoch is not None
+    c.admin.update_partition_state("t", 0, zd.LeaderIsrAndControllerEpoch(1, state.leader_epoch, [1, 2, 3],
+                                                                          state.controller_epoch), version, epoch[1])
+    channels: list[RecordingChannel] = []
+    other = KafkaController(2, BrokerConfig({"broker.id": "2", "auto.leader.rebalance.enable": "false"}),
+                            c.sessions[2], lambda _t: False,
+                            channel_factory=lambda *a: channels.append(RecordingChannel(*a)) or channels[-1])
+    other.startup()
+    try:
+        c.kill_broker(CONTROLLER_ID)
+        await settle(other)
+        a = assignment(c, "t")
+        assert (a.partitions, a.adding_replicas, a.removing_replicas) == ({0: [3, 2]}, {}, {})
+        assert (c.state("t", 0).leader, c.state("t", 0).isr) == (3, [2, 3])
+    finally:
+        await other.shutdown()
