@@ -67,6 +67,7 @@ async def test_a_move_starts_wide_and_completes_once_the_new_replica_is_in_sync(
     assert sorted(sent) == [1, 2, 3]
     s = sent[3][("t", 0)]
     assert (list(s.replicas), list(s.adding_replicas), list(s.removing_replicas)) == ([2, 3, 1], [3], [1])
+    assert [sent[b][("t", 0)].is_new for b in (1, 2, 3)] == [False, False, True]  # 3 is a new replica
     assert c.sent_since(mark, StopReplicaRequest) == []
     listed = await c.controller.list_partition_reassignments(None)
     assert {tp: (a.replicas, a.adding, a.removing) for tp, a in listed.items()} == {("t", 0): ([2, 3, 1], [3], [1])}
