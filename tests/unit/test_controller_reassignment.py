@@ -104,6 +104,11 @@ async def test_requests_the_controller_refuses(c: Cluster) -> None:
         assert code == Errors.InvalidReplicationAssignmentError.errno and message
     code, _ = (await c.controller.alter_partition_reassignments({("t", 0): None}))[("t", 0)]
     assert code == Errors.NoReassignmentInProgressError.errno
+    # Kafka's order of checks: the target first, then a move to cancel, then whether the partition exists.
+    results = await c.controller.alter_partition_reassignments({("nope", 0): None, ("nope", 1): [9]})
+    assert {tp: code for tp, (code, _) in results.items()} == {
+        ("nope", 0): Errors.NoReassignmentInProgressError.errno,
+        ("nope", 1): Errors.InvalidReplicationAssignmentError.errno}
     assert assignment(c, "t").partitions == {0: [1, 2]}  # nothing was written
 
 

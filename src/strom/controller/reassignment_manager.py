@@ -72,11 +72,9 @@ class ReassignmentManager:
         results: dict[TopicPartition, PartitionResult] = {}
         plans: list[Plan] = []
         async for tp, target in paced(list(requests.items())):
+            # Kafka's order of checks: the target, then whether there is a move to cancel, then the partition.
             pl = ctx.partitions.get(tp)
-            if pl is None or tp[0] in ctx.deleting or pl.zk_version < 0:
-                results[tp] = (Errors.UnknownTopicOrPartitionError.errno, "The partition does not exist.")
-                continue
-            current = assignment_of(pl)
+            current = assignment_of(pl) if pl is not None else ReplicaAssignment([])
             why = None if target is None else invalid_target(target, current, ctx.live_brokers)
             if why is not None:
                 results[tp] = (Errors.InvalidReplicationAssignmentError.errno, why)
@@ -85,6 +83,9 @@ class ReassignmentManager:
             if wanted is None:
                 results[tp] = (Errors.NoReassignmentInProgressError.errno,
                                f"No reassignment of {tp[0]}-{tp[1]} is in progress.")
+                continue
+            if pl is None or tp[0] in ctx.deleting or pl.zk_version < 0:
+                results[tp] = (Errors.UnknownTopicOrPartitionError.errno, "The partition does not exist.")
                 continue
             plans.append((tp, wanted))
         return results, plans
