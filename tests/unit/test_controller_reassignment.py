@@ -248,3 +248,13 @@ async def test_a_move_found_in_sync_at_failover_completes_then(c: Cluster) -> No
         assert (c.state("t", 0).leader, c.state("t", 0).isr) == (3, [2, 3])
     finally:
         await other.shutdown()
+
+
+@scenario_with()
+async def test_an_unreadable_znode_asks_for_nothing_and_goes(c: Cluster) -> None:
+    c.create_topic("t", {0: [1, 2]})
+    await c.start()
+    c.admin._multi([("create", zd.REASSIGN_PARTITIONS_PATH, b'{"version":1,"partitions":7}', False, False)])
+    await settle(c.controller)
+    assert c.admin._data(zd.REASSIGN_PARTITIONS_PATH) is None
+    assert assignment(c, "t").partitions == {0: [1, 2]} and c.controller.active
