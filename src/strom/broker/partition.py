@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import kafka.errors as Errors
 
 from strom.metadata.store import PartitionState
-from strom.storage.log import FetchDataInfo, Log
+from strom.storage.log import FetchDataInfo, Log, LogMovedError
 from strom.storage.log_config import LogConfig
 from strom.storage.producer_state import ProducerStateEntry
 from strom.storage.transaction_index import AbortedTxn
@@ -260,7 +260,10 @@ class Partition:
             if len(self.isr) < min_isr:
                 raise Errors.NotEnoughReplicasError(f"{self.topic}-{self.index} has {len(self.isr)} in-sync "
                                                     f"replicas, min.insync.replicas is {min_isr}")
-        info = self.log.append_as_leader(records, self.leader_epoch, origin=origin)
+        try:
+            info = self.log.append_as_leader(records, self.leader_epoch, origin=origin)
+        except LogMovedError:  # a move to another log dir swapped the log while this append waited for it
+            info = self.log.append_as_leader(records, self.leader_epoch, origin=origin)
         self.maybe_increment_high_watermark()
         return info
 
@@ -349,7 +352,10 @@ class Partition:
     # -- follower side -------------------------------------------------------------------------------
     def append_records_as_follower(self, records: Any, leader_high_watermark: int,
                                    leader_log_start_offset: int) -> Any:
-        info = self.log.append_as_follower(records) if records else None
+        try:
+            info = self.log.append_as_follower(records) if records else None
+        except LogMovedError:  # see append_records_to_leader
+            info = self.log.append_as_follower(records)
         self.update_follower_high_watermark(leader_high_watermark, leader_log_start_offset)
         return info
 
