@@ -26,6 +26,7 @@ from strom.broker.handlers import (
     alter_client_quotas,
     alter_configs,
     alter_partition,
+    alter_replica_log_dirs,
     alter_user_scram_credentials,
     api_versions,
     controlled_shutdown,
