@@ -6,6 +6,7 @@ requests sent as kafka-python's message classes over a bare socket.
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -18,7 +19,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka.protocol.admin import AlterReplicaLogDirsRequest, DescribeLogDirsRequest
 
+from strom.cli.log_dirs import alter_replica_log_dirs
 from tests.integration.test_api_version_matrix import call
+from tests.integration.test_cli import strom
 from tests.integration.test_produce_consume import new_topic
 from tests.support.broker import BrokerProcess
 
@@ -254,3 +257,30 @@ def test_an_offline_target_dir_is_a_storage_error(tmp_path: Path) -> None:
         assert alter(b, topic, 1, str(d1)) == Errors.KafkaStorageError.errno  # its replica is offline
     finally:
         b.close()
+
+
+def test_the_tools_move_and_describe(two_dirs: Any) -> None:
+    b, d1, d2 = two_dirs
+    topic = new_topic(b, partitions=2, config=TOPIC_CONFIG)
+    fill(b, topic, 20)
+    src, dst = where(d1, d2, topic)
+    # What a reassignment JSON's "log_dirs" asks for, through the function the reassignment tool calls.
+    codes = alter_replica_log_dirs(b.bootstrap, {(topic, 0, 0): str(dst), ("no-such-topic", 0, 0): str(dst)})
+    assert codes == {(topic, 0, 0): 0, ("no-such-topic", 0, 0): Errors.UnknownTopicOrPartitionError.errno}
+    wait_for("the move", lambda: partition_dirs(dst, topic) == [f"{topic}-0"])
+    result = strom("log-dirs", "--describe", "--bootstrap-server", b.bootstrap, "--topic-list", topic)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["Querying brokers for log directories information",
+                         "Received log directory information from brokers 0"]
+    described = json.loads(lines[2])
+    [broker] = described["brokers"]
+    assert broker["broker"] == 0
+    by_dir = {d["logDir"]: d for d in broker["logDirs"]}
+    assert by_dir[str(dst)]["error"] is None
+    parts = {p["partition"]: p for p in by_dir[str(dst)]["partitions"]}
+    assert parts[f"{topic}-0"]["isFuture"] is False and parts[f"{topic}-0"]["size"] > 20_000
+    assert f"{topic}-0" not in {p["partition"] for p in by_dir[str(src)]["partitions"]}
+    # Unknown broker: one error line, exit 1.
+    bad = strom("log-dirs", "--describe", "--bootstrap-server", b.bootstrap, "--broker-list", "5")
+    assert bad.returncode == 1 and bad.stderr.startswith("Error: Broker 5 is not in the cluster")
