@@ -143,6 +143,8 @@ class ReplicaAlterLogDirsManager:
                 with contextlib.suppress(asyncio.CancelledError):
                     await asyncio.shield(previous.task)  # it removes its future log first
             await self._move(tp, move)
+            if move.aborted:  # the topic went away meanwhile
+                await self._drop_future(tp)
         except asyncio.CancelledError:
             if move.aborted:
                 await self._drop_future(tp)
@@ -288,6 +290,8 @@ def _delete_future(manager: LogManager, tp: TopicPartition, future: Log) -> None
     if not manager.detach_future_log(tp, future):
         return
     future.close(snapshot=False)
+    if os.path.dirname(future.directory) in manager.offline_log_dirs:
+        return  # nothing in an offline dir is touched; it stays aside until a restart
     shutil.rmtree(future.directory, ignore_errors=True)
     log.info("removed the future log %s", future.directory)
 

@@ -31,15 +31,13 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
 from strom.storage.checkpoints import TopicPartition, fsync_dir
 from strom.storage.local_log import FUTURE_DIR_SUFFIX, parse_topic_partition
 from strom.storage.log import Log
 from strom.storage.log_config import LogConfig
-
-if TYPE_CHECKING:
-    from strom.storage.log_manager import LogManager
+from strom.storage.log_manager import LogManager
+from strom.storage.log_manager import _set_aside_stray as set_aside_stray
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +103,8 @@ def load_future_logs(manager: LogManager, topic_configs: Mapping[str, LogConfig]
                 except ValueError:
                     continue
     for log_dir, path, tp, unique_id in found:
-        if expected is not None and tp not in expected:
-            log.warning("future log %s is of a partition this broker does not host; it is left alone", path)
+        if expected is not None and tp not in expected:  # its topic was deleted, or the replica moved away
+            set_aside_stray(path)
             continue
         config = topic_configs.get(tp[0], manager.default_config)
         current_dir = manager.log_dir_of(*tp)
