@@ -79,6 +79,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+    ApiKey.ALTER_REPLICA_LOG_DIRS: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
