@@ -105,10 +105,11 @@ class ReplicaAlterLogDirsManager:
         if part is None:
             if tp in self._rm.offline_partitions:
                 return Errors.KafkaStorageError.errno
+            # Remembered even for a partition not known here yet (a reassignment may be about to create it).
+            self._lm.preferred_log_dirs[tp] = log_dir
             topic = self._rm.metadata.topic(tp[0])
             if topic is None or tp[1] not in topic.partitions:
                 return Errors.UnknownTopicOrPartitionError.errno
-            self._lm.preferred_log_dirs[tp] = log_dir
             return Errors.ReplicaNotAvailableError.errno
         move = self._moves.get(tp)
         if move is not None and move.log_dir == log_dir:
