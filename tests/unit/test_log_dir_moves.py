@@ -140,3 +140,31 @@ def test_reconcile_follows_a_truncation_of_the_current_log(tmp_path: Path) -> No
     assert future.log_end_offset == current.segments[0].base_offset
     copy_batches(current, future, 1 << 30)
     assert future.log_end_offset == current.log_end_offset
+
+
+def test_writers_that_raced_the_swap_land_in_the_new_log(tmp_path: Path) -> None:
+    import threading
+    import uuid
+
+    from strom.broker.partition import Partition
+    from strom.metadata.store import PartitionState
+
+    _, b, current, future = setup(tmp_path)
+    part = Partition("t", 0, uuid.uuid4(), PartitionState(0, 1, 1, [1], [1]), current, 1)
+    copy_batches(current, future, 1 << 30)
+    results: list[object] = []
+    with current._lock:  # the swap's lock is taken: a produce and a LeaderAndIsr epoch write queue behind it
+        writers = [threading.Thread(target=lambda: results.append(part.append_records_to_leader(batch(), 1))),
+                   threading.Thread(target=lambda: results.append(part.assign_epoch_start_offset(5)))]
+        for w in writers:
+            w.start()
+        for w in writers:
+            w.join(0.2)
+        assert swap(current, future, os.path.join(b, "t-0"), lambda: part.replace_log(future))
+    for w in writers:
+        w.join(10)
+    assert len(results) == 2
+    assert part.log_to_move is future and future.log_end_offset == current.log_end_offset + 5
+    assert current.leader_epoch_cache.latest_epoch == 1  # nothing reached the old log
+    part.assign_epoch_start_offset(6)
+    assert future.leader_epoch_cache.latest_epoch == 6

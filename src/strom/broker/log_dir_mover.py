@@ -177,7 +177,7 @@ class ReplicaAlterLogDirsManager:
             if part is None:  # deleted meanwhile
                 move.aborted = True
                 return
-            current = part.log
+            current = part.log_to_move
             try:
                 copied = await self._lm.run_in_dir(log_dir, _copy_step, current, future)
             except OSError:
@@ -200,7 +200,7 @@ class ReplicaAlterLogDirsManager:
         """The hosted replica, waiting for it to attach (after a restart); None once its topic is gone."""
         while True:
             part = self._rm.partitions.get(tp)
-            if part is not None and not part.log.moved:
+            if part is not None and not part.log_to_move.moved:
                 return part
             topic = self._rm.metadata.topic(tp[0])
             if topic is None or tp[1] not in topic.partitions:
@@ -231,7 +231,7 @@ class ReplicaAlterLogDirsManager:
         moved_away = moved_away_dir(current, future_id(future))
 
         def on_swapped() -> None:
-            part.log = future
+            part.replace_log(future)
             self._lm.attach_log(tp, future, log_dir)
 
         if not swap(current, future, final_dir, on_swapped):

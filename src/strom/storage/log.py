@@ -193,12 +193,18 @@ class Log:
         """
         cache = self.leader_epoch_cache
         with self._lock:
+            self._check_not_moved()
             version = cache.version
             entries = cache.prepare_assign_all(starts)
         if entries is None:
             return
-        cache.write(entries, fsync=durable)
+        try:
+            cache.write(entries, fsync=durable)
+        except OSError:
+            self._check_not_moved()  # the dir was renamed away under the write: not a disk failure
+            raise
         with self._lock:
+            self._check_not_moved()
             if cache.version == version:
                 cache.adopt(entries)
             else:  # the entries changed meanwhile (rare): decide and write again, under the lock
@@ -670,11 +676,14 @@ class Log:
         self.moved = True
         self.producer_state.cancel_pending_snapshots()
 
+    def _check_not_moved(self) -> None:
+        if self.moved:
+            raise LogMovedError(f"log {self.topic}-{self.partition} moved to another log dir") from None
+
     def _check_open(self) -> None:
         if self._local.closed:
             raise KafkaStorageError(f"log {self.topic}-{self.partition} is closed")
-        if self.moved:
-            raise LogMovedError(f"log {self.topic}-{self.partition} moved to another log dir")
+        self._check_not_moved()
 
     def __repr__(self) -> str:
         return (
