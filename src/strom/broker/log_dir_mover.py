@@ -172,9 +172,10 @@ class ReplicaAlterLogDirsManager:
         if future is None:
             future = await self._lm.run_in_dir(log_dir, self._create_future, tp, part, log_dir)
         log.info("moving %s-%d from %s to %s", *tp, part.log_dir, log_dir)
+        replica = part
         while True:
             part = await self._replica(tp)
-            if part is None:  # deleted meanwhile
+            if part is not replica:  # deleted meanwhile (and perhaps created again: a new replica)
                 move.aborted = True
                 return
             current = part.log_to_move

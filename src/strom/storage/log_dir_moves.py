@@ -37,6 +37,7 @@ from strom.storage.local_log import FUTURE_DIR_SUFFIX, parse_topic_partition
 from strom.storage.log import Log
 from strom.storage.log_config import LogConfig
 from strom.storage.log_manager import LogManager
+from strom.storage.log_manager import _is_expected as is_expected
 from strom.storage.log_manager import _set_aside_stray as set_aside_stray
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ def moved_away_dir(current: Log, unique_id: str) -> str:
 
 
 def load_future_logs(manager: LogManager, topic_configs: Mapping[str, LogConfig],
-                     expected: Mapping[TopicPartition, object] | None) -> None:
+                     expected: Mapping[TopicPartition, uuid.UUID] | None) -> None:
     """After the current logs are loaded: reload future logs (moves resume) or finish interrupted swaps."""
     online = [d for d in manager.log_dirs if d not in manager.offline_log_dirs]
     found: list[tuple[str, str, TopicPartition, str]] = []
@@ -103,7 +104,7 @@ def load_future_logs(manager: LogManager, topic_configs: Mapping[str, LogConfig]
                 except ValueError:
                     continue
     for log_dir, path, tp, unique_id in found:
-        if expected is not None and tp not in expected:  # its topic was deleted, or the replica moved away
+        if expected is not None and not is_expected(path, tp, expected):  # a deleted topic's, or moved away
             set_aside_stray(path)
             continue
         config = topic_configs.get(tp[0], manager.default_config)
