@@ -17,6 +17,7 @@ from typing import Any
 import kafka.errors as Errors
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from kafka.protocol.admin import AlterReplicaLogDirsRequest, DescribeLogDirsRequest
 
 from strom.cli.log_dirs import alter_replica_log_dirs
@@ -113,11 +114,11 @@ def fill(b: BrokerProcess, topic: str, n: int, size: int = 1000) -> list[bytes]:
 
 def consume_all(b: BrokerProcess, topic: str, timeout: float = 60) -> list[bytes]:
     c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "unused", "enable.auto.commit": False})
-    _, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=15)
-    c.assign([TopicPartition(topic, 0, 0)])
+    low, high = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=15)
+    c.assign([TopicPartition(topic, 0, low)])
     out: list[bytes] = []
     deadline = time.monotonic() + timeout
-    offset = 0
+    offset = low
     while offset < high and time.monotonic() < deadline:
         m = c.poll(0.5)
         if m is None:
@@ -284,3 +285,24 @@ def test_the_tools_move_and_describe(two_dirs: Any) -> None:
     # Unknown broker: one error line, exit 1.
     bad = strom("log-dirs", "--describe", "--bootstrap-server", b.bootstrap, "--broker-list", "5")
     assert bad.returncode == 1 and bad.stderr.startswith("Error: Broker 5 is not in the cluster")
+
+
+def test_a_crash_right_after_the_move_keeps_the_log_start_offset(two_dirs: Any) -> None:
+    b, d1, d2 = two_dirs
+    topic = new_topic(b, config=TOPIC_CONFIG)
+    src, dst = where(d1, d2, topic)
+    filled = fill(b, topic, 100)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    [deleted] = admin.delete_records([TopicPartition(topic, 0, 40)]).values()
+    assert deleted.result(timeout=30).low_watermark == 40
+    assert alter(b, topic, 0, str(dst)) == 0
+    wait_for("the move", lambda: f"moved {topic}-0 to" in b.log_path.read_text(errors="replace"))
+    b.kill9()  # long before the periodic checkpoint
+    b.start()
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "unused"})
+    try:
+        assert c.get_watermark_offsets(TopicPartition(topic, 0), timeout=15) == (40, 100)
+    finally:
+        c.close()
+    assert consume_all(b, topic) == filled[40:]
+    assert partition_dirs(dst, topic) == [f"{topic}-0"]

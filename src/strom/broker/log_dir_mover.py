@@ -239,6 +239,9 @@ class ReplicaAlterLogDirsManager:
             return None
         fsync_dir(os.path.dirname(moved_away))
         fsync_dir(log_dir)
+        # The new dir's checkpoints list the partition from now on: its log start offset above all (a
+        # restart must not show records DeleteRecords removed), and its recovery point (no full recovery).
+        self._lm.checkpoint()
         return moved_away
 
     def _after_swap(self, tp: TopicPartition, part: Partition, old: Log, new: Log, moved_away: str) -> None:
@@ -249,9 +252,9 @@ class ReplicaAlterLogDirsManager:
         self._rm.fetch_purgatory.check_and_complete(tp)
         self._rm.produce_purgatory.check_and_complete(tp)
         log.info("moved %s-%d to %s", *tp, os.path.dirname(new.directory))
+        loop = asyncio.get_running_loop()
         executor = self._lm.executor_for(os.path.dirname(moved_away))
         delay_s = max(0, old.config.file_delete_delay_ms) / 1000
-        loop = asyncio.get_running_loop()
         loop.call_later(delay_s, lambda: loop.run_in_executor(executor, _delete_old, old, moved_away))
 
     async def _drop_future(self, tp: TopicPartition) -> None:
