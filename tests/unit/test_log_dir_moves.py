@@ -168,3 +168,21 @@ def test_writers_that_raced_the_swap_land_in_the_new_log(tmp_path: Path) -> None
     assert current.leader_epoch_cache.latest_epoch == 1  # nothing reached the old log
     part.assign_epoch_start_offset(6)
     assert future.leader_epoch_cache.latest_epoch == 6
+
+
+def test_producers_known_only_from_removed_segments_survive_a_crash_after_the_swap(tmp_path: Path) -> None:
+    _, b, current, future = setup(tmp_path)  # producer 7 wrote the first 20 batches
+    for _ in range(30):
+        current.append_as_leader(batch(), leader_epoch=1)
+    current.update_high_watermark(current.log_end_offset)
+    current.delete_records(current.log_end_offset - 5)
+    current.delete_old_segments()
+    assert current.segments[0].base_offset >= 100  # producer 7's batches are gone; its state stays
+    assert 7 in current.producer_state.producers
+    copy_batches(current, future, 1 << 30)
+    assert 7 not in future.producer_state.producers  # the batches the future log got do not name it
+    assert swap(current, future, os.path.join(b, "t-0"), lambda: None)
+    assert future.producer_state.producers[7].last_seq == 99
+    # A crash now: the new dir alone must know producer 7 (its next batch is a duplicate check away).
+    reopened = Log(future.directory, CONFIG, clean_shutdown=False, log_start_offset=future.log_start_offset)
+    assert reopened.producer_state.producers[7].last_seq == 99

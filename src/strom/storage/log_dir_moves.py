@@ -216,7 +216,17 @@ def swap(current: Log, future: Log, final_dir: str, on_swapped: Callable[[], Non
                 raise
             current.mark_moved()
             on_swapped()
+            _snapshot_producers(future)
     return True
+
+
+def _snapshot_producers(lg: Log) -> None:
+    """A producer snapshot at the LEO in the new dir: producers only the carried-over state knows (their
+    batches went with retention) survive a crash as they would have in the old dir."""
+    if lg.storage_executor is not None:  # encoded now, written and fsynced on the dir's thread
+        lg.producer_state.snapshot_later(lg.log_end_offset, lg.storage_executor)
+    else:
+        lg.producer_state.take_snapshot(lg.log_end_offset)
 
 
 def _carry_producer_state(current: Log, future: Log) -> None:
