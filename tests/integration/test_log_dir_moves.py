@@ -30,6 +30,7 @@ Dir = AlterReplicaLogDirsRequest.AlterReplicaLogDir
 DirTopic = Dir.AlterReplicaLogDirTopic
 # Pace the copy so that it spans the producing (and a crash) on any machine; the move is still seconds.
 THROTTLE = 1_000_000
+AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
 TOPIC_CONFIG = {"segment.bytes": str(256 * 1024), "file.delete.delay.ms": "0"}
 
 
@@ -306,3 +307,15 @@ def test_a_crash_right_after_the_move_keeps_the_log_start_offset(two_dirs: Any) 
         c.close()
     assert consume_all(b, topic) == filled[40:]
     assert partition_dirs(dst, topic) == [f"{topic}-0"]
+
+
+def test_moving_needs_alter_on_the_cluster(tmp_path: Path) -> None:
+    d1, d2 = tmp_path / "data", tmp_path / "data2"
+    # An authorizer and no ACL: the anonymous client may do nothing.
+    b = BrokerProcess(tmp_path, {"log.dirs": f"{d1},{d2}", "authorizer.class.name": AUTHORIZER})
+    try:
+        b.start()
+        assert alter(b, "any-topic", 0, str(d2)) == Errors.ClusterAuthorizationFailedError.errno
+        assert not [p for p in d2.iterdir() if p.name.endswith("-future")]
+    finally:
+        b.close()
