@@ -20,7 +20,7 @@ import logging
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import kafka.errors as Errors
@@ -61,7 +61,6 @@ class _Move:
     log_dir: str
     task: asyncio.Task[None] | None = None
     aborted: bool = False  # cancelled by a newer request or a deletion: drop the future log
-    swapped: bool = field(default=False)
 
 
 class ReplicaAlterLogDirsManager:
@@ -124,10 +123,6 @@ class ReplicaAlterLogDirsManager:
             return Errors.KafkaStorageError.errno
         self._start(tp, log_dir, previous=move)
         return 0
-
-    def moving_to(self, tp: TopicPartition) -> str | None:
-        move = self._moves.get(tp)
-        return move.log_dir if move is not None else None
 
     # -- the move ------------------------------------------------------------------------------------
     def _start(self, tp: TopicPartition, log_dir: str, previous: _Move | None = None) -> None:
@@ -194,7 +189,6 @@ class ReplicaAlterLogDirsManager:
             moved_away = await self._lm.run_in_dir(log_dir, self._swap, tp, part, current, future)
             if moved_away is not None:
                 break
-        move.swapped = True
         self._after_swap(tp, part, current, future, moved_away)
 
     async def _replica(self, tp: TopicPartition) -> Partition | None:
