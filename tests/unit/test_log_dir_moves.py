@@ -186,3 +186,28 @@ def test_producers_known_only_from_removed_segments_survive_a_crash_after_the_sw
     # A crash now: the new dir alone must know producer 7 (its next batch is a duplicate check away).
     reopened = Log(future.directory, CONFIG, clean_shutdown=False, log_start_offset=future.log_start_offset)
     assert reopened.producer_state.producers[7].last_seq == 99
+
+
+def test_transactions_move_with_their_aborts_and_the_open_one(tmp_path: Path) -> None:
+    from strom.protocol.record_batch import build_control_batch
+    from strom.storage.validator import AppendOrigin
+
+    _, b, current, future = setup(tmp_path)
+
+    def txn(pid: int, seq: int) -> bytes:
+        return batch(2, producer_id=pid, producer_epoch=0, base_sequence=seq, is_transactional=True)
+
+    current.append_as_leader(txn(20, 0), leader_epoch=1)
+    current.append_as_leader(build_control_batch(20, 0, 0, False, 2_000), leader_epoch=1,
+                             origin=AppendOrigin.COORDINATOR)  # aborted
+    current.append_as_leader(txn(21, 0), leader_epoch=1)  # still open at the swap
+    copy_batches(current, future, 1 << 30)
+    current.update_high_watermark(current.log_end_offset)
+    assert swap(current, future, os.path.join(b, "t-0"), lambda: None)
+    end = future.log_end_offset
+    assert [(t.producer_id, t.first_offset) for t in future.collect_aborted_transactions(0, end)] == [(20, 100)]
+    assert future.last_stable_offset == current.last_stable_offset == 103  # the open transaction holds the LSO
+    future.append_as_leader(build_control_batch(21, 0, 0, True, 2_000), leader_epoch=1,
+                            origin=AppendOrigin.COORDINATOR)
+    future.update_high_watermark(future.log_end_offset)
+    assert future.last_stable_offset == future.log_end_offset
