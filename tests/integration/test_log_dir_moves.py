@@ -319,3 +319,24 @@ def test_moving_needs_alter_on_the_cluster(tmp_path: Path) -> None:
         assert not [p for p in d2.iterdir() if p.name.endswith("-future")]
     finally:
         b.close()
+
+
+def test_a_move_cancelled_and_asked_for_again_happens(two_dirs: Any) -> None:
+    b, d1, d2 = two_dirs
+    topic = new_topic(b, config=TOPIC_CONFIG)
+    src, dst = where(d1, d2, topic)
+    filled = fill(b, topic, 3000)  # about three seconds of copying at the throttle
+    assert alter(b, topic, 0, str(dst)) == 0
+    wait_for("the future replica", lambda: [p for p in describe(b, topic).get(str(dst), []) if p.is_future_key])
+    assert alter(b, topic, 0, str(src)) == 0  # back where it is: the move is cancelled
+    assert alter(b, topic, 0, str(dst)) == 0  # and asked for again at once
+    wait_for("the move", lambda: partition_dirs(dst, topic) == [f"{topic}-0"] and partition_dirs(src, topic) == [],
+             timeout=60)
+    assert consume_all(b, topic) == filled
+    # Cancelled for good: the future log goes, the replica stays.
+    assert alter(b, topic, 0, str(src)) == 0
+    wait_for("the future replica", lambda: [p for p in describe(b, topic).get(str(src), []) if p.is_future_key])
+    assert alter(b, topic, 0, str(dst)) == 0
+    wait_for("the future log to go", lambda: partition_dirs(src, topic) == [])
+    assert partition_dirs(dst, topic) == [f"{topic}-0"]
+    assert not [p for ps in describe(b, topic).values() for p in ps if p.is_future_key]

@@ -111,9 +111,9 @@ class ReplicaAlterLogDirsManager:
                 return Errors.UnknownTopicOrPartitionError.errno
             return Errors.ReplicaNotAvailableError.errno
         move = self._moves.get(tp)
-        if move is not None and move.log_dir == log_dir:
+        if move is not None and move.log_dir == log_dir and not move.aborted:
             return 0
-        if move is not None:
+        if move is not None and not move.aborted:
             move.aborted = True
             if move.task is not None:
                 move.task.cancel()
@@ -136,8 +136,7 @@ class ReplicaAlterLogDirsManager:
     async def _run(self, tp: TopicPartition, move: _Move, previous: _Move | None) -> None:
         try:
             if previous is not None and previous.task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(previous.task)  # it removes its future log first
+                await asyncio.wait([previous.task])  # it removes its future log first
             await self._move(tp, move)
             if move.aborted:  # the topic went away meanwhile
                 await self._drop_future(tp)
@@ -186,7 +185,13 @@ class ReplicaAlterLogDirsManager:
                 await self._pace(copied)
                 continue
             await self._lm.run_in_dir(log_dir, _prepare_swap, current, future)
-            moved_away = await self._lm.run_in_dir(log_dir, self._swap, tp, part, current, future)
+            swapping = asyncio.ensure_future(self._lm.run_in_dir(log_dir, self._swap, tp, part, current, future))
+            try:
+                moved_away = await asyncio.shield(swapping)
+            except asyncio.CancelledError:  # cancelled (a newer request, shutdown) while swapping: finish first
+                if await swapping is not None:
+                    self._after_swap(tp, part, current, future, await swapping)
+                raise
             if moved_away is not None:
                 break
         self._after_swap(tp, part, current, future, moved_away)
@@ -231,8 +236,11 @@ class ReplicaAlterLogDirsManager:
 
         if not swap(current, future, final_dir, on_swapped):
             return None
-        fsync_dir(os.path.dirname(moved_away))
-        fsync_dir(log_dir)
+        for directory in (os.path.dirname(moved_away), log_dir):
+            try:
+                fsync_dir(directory)
+            except OSError as exc:  # the renames are done; only their durability waits for the next sync
+                log.warning("could not sync %s after moving %s-%d: %s", directory, *tp, exc)
         # The new dir's checkpoints list the partition from now on: its log start offset above all (a
         # restart must not show records DeleteRecords removed), and its recovery point (no full recovery).
         self._lm.checkpoint()
@@ -249,7 +257,8 @@ class ReplicaAlterLogDirsManager:
         loop = asyncio.get_running_loop()
         executor = self._lm.executor_for(os.path.dirname(moved_away))
         delay_s = max(0, old.config.file_delete_delay_ms) / 1000
-        loop.call_later(delay_s, lambda: loop.run_in_executor(executor, _delete_old, old, moved_away))
+        loop.call_later(delay_s, lambda: None if self._stopped else loop.run_in_executor(
+            executor, _delete_old, old, moved_away))
 
     async def _drop_future(self, tp: TopicPartition) -> None:
         future = self._lm.future_logs.get(tp)
