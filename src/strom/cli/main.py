@@ -15,6 +15,7 @@ from strom.cli import (
     dump_log,
     get_offsets,
     leader_election,
+    log_dirs,
     perf_test,
     topics,
     zookeeper_shell,
@@ -47,6 +48,7 @@ app.command("console-consumer", no_args_is_help=True)(console_consumer.console_c
 app.command("get-offsets", no_args_is_help=True)(get_offsets.get_offsets)
 app.command("dump-log", no_args_is_help=True)(dump_log.dump_log)
 app.command("leader-election", no_args_is_help=True)(leader_election.leader_election)
+app.command("log-dirs", no_args_is_help=True)(log_dirs.log_dirs)
 app.command(
     "producer-perf-test",
     no_args_is_help=True,
