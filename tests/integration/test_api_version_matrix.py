@@ -12,6 +12,7 @@ import pytest
 from kafka.protocol.admin import (
     AlterClientQuotasRequest,
     AlterConfigsRequest,
+    AlterReplicaLogDirsRequest,
     CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
@@ -202,6 +203,16 @@ def test_describe_log_dirs(broker: BrokerProcess, topic: str, version: int) -> N
     resp = call(broker, DescribeLogDirsRequest(topics=None), version)
     names = {t.name for r in resp.results for t in r.topics}
     assert topic in names
+
+
+@pytest.mark.parametrize("version", versions(ApiKey.ALTER_REPLICA_LOG_DIRS))
+def test_alter_replica_log_dirs(broker: BrokerProcess, topic: str, version: int) -> None:
+    log_dir = call(broker, DescribeLogDirsRequest(topics=None), 1).results[0].log_dir
+    move = AlterReplicaLogDirsRequest.AlterReplicaLogDir
+    req = AlterReplicaLogDirsRequest(dirs=[move(path=log_dir, topics=[
+        move.AlterReplicaLogDirTopic(name=topic, partitions=[0])])])
+    [result] = call(broker, req, version).results
+    assert (result.topic_name, result.partitions[0].error_code) == (topic, 0)  # already there: nothing to do
 
 
 @pytest.mark.parametrize("version", versions(ApiKey.DESCRIBE_CLUSTER))

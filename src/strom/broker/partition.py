@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import kafka.errors as Errors
 
 from strom.metadata.store import PartitionState
-from strom.storage.log import FetchDataInfo, Log
+from strom.storage.log import FetchDataInfo, Log, LogMovedError
 from strom.storage.log_config import LogConfig
 from strom.storage.producer_state import ProducerStateEntry
 from strom.storage.transaction_index import AbortedTxn
@@ -126,12 +126,19 @@ class Partition:
 
     def assign_epoch_starts(self, starts: list[tuple[int, int]]) -> None:
         """Follower: record the leader epochs fetched batches start (storage thread; see Log)."""
-        self.log.assign_epoch_starts(starts)
+        self._on_current_log(lambda lg: lg.assign_epoch_starts(starts))
 
     def assign_epoch_start_offset(self, leader_epoch: int) -> None:
         """About to lead ``leader_epoch``: record that it starts at the LEO (storage thread; see Log), so
         ``make_leader`` on the loop finds it assigned and writes nothing."""
-        self.log.assign_epoch_start_offset(leader_epoch)
+        self._on_current_log(lambda lg: lg.assign_epoch_start_offset(leader_epoch))
+
+    def _on_current_log(self, fn: Callable[[Log], T]) -> T:
+        """``fn(self.log)``, once more on the new log if a move to another log dir replaced it meanwhile."""
+        try:
+            return fn(self.log)
+        except LogMovedError:
+            return fn(self.log)
 
     @property
     def log_dir(self) -> str:
@@ -143,6 +150,15 @@ class Partition:
     def partition_dir(self) -> str:
         """This partition's own directory (``<log dir>/<topic>-<partition>``)."""
         return self.log.directory
+
+    @property
+    def log_to_move(self) -> Log:
+        """The local log a move to another log dir copies (broker/log_dir_mover.py, storage/log_dir_moves.py)."""
+        return self.log
+
+    def replace_log(self, new: Log) -> None:
+        """The move's copy takes over (under the old log's lock: see log_dir_moves.swap)."""
+        self.log = new
 
     @property
     def log_config(self) -> LogConfig:
@@ -226,7 +242,7 @@ class Partition:
     def make_leader(self) -> None:
         """A new leader epoch starts at our LEO: followers learn divergence points from it."""
         self.leader_epoch_start_offset = self.log.log_end_offset
-        self.log.assign_epoch_start_offset(self.leader_epoch, self.log.log_end_offset)
+        self._on_current_log(lambda lg: lg.assign_epoch_start_offset(self.leader_epoch, lg.log_end_offset))
         self._reset_followers()
         self.maybe_increment_high_watermark()
 
@@ -265,7 +281,8 @@ class Partition:
             if len(self.isr) < min_isr:
                 raise Errors.NotEnoughReplicasError(f"{self.topic}-{self.index} has {len(self.isr)} in-sync "
                                                     f"replicas, min.insync.replicas is {min_isr}")
-        info = self.log.append_as_leader(records, self.leader_epoch, origin=origin)
+        # A move to another log dir may swap the log while this append waits for its lock.
+        info = self._on_current_log(lambda lg: lg.append_as_leader(records, self.leader_epoch, origin=origin))
         self.maybe_increment_high_watermark()
         return info
 
@@ -354,7 +371,7 @@ class Partition:
     # -- follower side -------------------------------------------------------------------------------
     def append_records_as_follower(self, records: Any, leader_high_watermark: int,
                                    leader_log_start_offset: int) -> Any:
-        info = self.log.append_as_follower(records) if records else None
+        info = self._on_current_log(lambda lg: lg.append_as_follower(records)) if records else None
         self.update_follower_high_watermark(leader_high_watermark, leader_log_start_offset)
         return info
 

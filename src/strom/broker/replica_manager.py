@@ -19,6 +19,7 @@ import kafka.errors as Errors
 
 from strom.broker.fetch_session import FetchManager, FetchSessionCache
 from strom.broker.handlers import error_code_of, error_message_of
+from strom.broker.log_dir_mover import ReplicaAlterLogDirsManager
 from strom.broker.partition import READ_COMMITTED, READ_UNCOMMITTED, IsrChangeSender, Partition
 from strom.config import BrokerConfig
 from strom.metadata.image import MetadataDelta
@@ -240,6 +241,7 @@ class ReplicaManager:
         self.isr_expands = 0
         # LeaderAndIsr and StopReplica yield to the loop between chunks: one applies at a time, in order.
         self._state_change_lock = asyncio.Lock()
+        self.log_dir_mover = ReplicaAlterLogDirsManager(self)  # AlterReplicaLogDirs moves (JBOD)
 
     # -- partition lifecycle ---------------------------------------------------
     def log_config_for(self, topic: TopicMetadata) -> LogConfig:

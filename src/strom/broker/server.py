@@ -27,6 +27,7 @@ from strom.broker.handlers import (
     alter_configs,
     alter_partition,
     alter_partition_reassignments,
+    alter_replica_log_dirs,
     alter_user_scram_credentials,
     api_versions,
     controlled_shutdown,
@@ -132,7 +133,7 @@ _TOPIC_DEFAULT_KEYS = frozenset(key for d in TOPIC_CONFIGS.values() for key in d
 HANDLER_MODULES = [
     api_versions, metadata, produce, fetch, list_offsets, create_topics, delete_topics, create_partitions,
     describe_configs, alter_configs, incremental_alter_configs, describe_cluster, delete_records,
-    describe_log_dirs, init_producer_id, offset_for_leader_epoch, describe_producers,
+    describe_log_dirs, alter_replica_log_dirs, init_producer_id, offset_for_leader_epoch, describe_producers,
     # client quotas
     describe_client_quotas, alter_client_quotas,
     # group coordinator
@@ -267,6 +268,8 @@ class KafkaServer:
         self.transaction_coordinator: TransactionCoordinator = create_transaction_coordinator(self)
         self._lifecycle.on_stop("transaction coordinator", self.transaction_coordinator.shutdown)
         self.publisher.sync_coordinators()
+        self.replica_manager.log_dir_mover.start()  # moves between log dirs resume (JBOD)
+        self._lifecycle.on_stop("log dir moves", self.replica_manager.log_dir_mover.stop)
         self.quotas = self._start_quotas()
         cluster_link = self._start_cluster_services() if self.clustered else None
         self.authorizer = create_authorizer(cfg, self.metadata)

@@ -15,6 +15,7 @@ from strom.cli import (
     dump_log,
     get_offsets,
     leader_election,
+    log_dirs,
     perf_test,
     reassign_partitions,
     topics,
@@ -49,6 +50,7 @@ app.command("get-offsets", no_args_is_help=True)(get_offsets.get_offsets)
 app.command("dump-log", no_args_is_help=True)(dump_log.dump_log)
 app.command("leader-election", no_args_is_help=True)(leader_election.leader_election)
 app.command("reassign-partitions", no_args_is_help=True)(reassign_partitions.reassign_partitions)
+app.command("log-dirs", no_args_is_help=True)(log_dirs.log_dirs)
 app.command(
     "producer-perf-test",
     no_args_is_help=True,

@@ -52,8 +52,15 @@ def time_ms() -> int:
     return int(time.time() * 1000)
 
 
+FUTURE_DIR_SUFFIX = "-future"
+
+
 def parse_topic_partition(dirname: str) -> tuple[str, int]:
-    """``my-topic-3`` -> ("my-topic", 3); topic names may contain dashes, so split on the last one."""
+    """``my-topic-3`` -> ("my-topic", 3); topic names may contain dashes, so split on the last one.
+
+    A future log's ``<topic>-<partition>.<unique id>-future`` (a move between log dirs) names its partition too."""
+    if dirname.endswith(FUTURE_DIR_SUFFIX):
+        dirname = dirname[: -len(FUTURE_DIR_SUFFIX)].rpartition(".")[0]
     topic, sep, partition = dirname.rpartition("-")
     if not sep or not topic or not partition.isdigit():
         raise ValueError(f"{dirname!r} is not a <topic>-<partition> directory name")
@@ -412,6 +419,18 @@ class LocalLog:
         return new
 
     # -- lifecycle -----------------------------------------------------------------------------------
+
+    def rename_dir(self, new_directory: str) -> None:
+        """Rename the partition directory and repoint every file path (open files stay valid).
+
+        The caller holds the log's lock, so no roll, flush or snapshot creates a file meanwhile."""
+        new_directory = os.path.abspath(new_directory)
+        os.replace(self.directory, new_directory)
+        self.directory = new_directory
+        with self._removed_lock:
+            segments = [*self._segments, *self._removed]
+        for seg in segments:
+            seg.move_to_dir(new_directory)
 
     def close(self, for_deletion: bool = False) -> bool:
         """Close every segment (trimming indexes unless ``for_deletion``); False if some close failed.

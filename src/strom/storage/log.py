@@ -30,7 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
-from kafka.errors import InvalidRecordError, OffsetOutOfRangeError
+from kafka.errors import InvalidRecordError, KafkaStorageError, OffsetOutOfRangeError
 
 from strom.protocol.record_batch import (
     HEADER_SIZE,
@@ -58,6 +58,10 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
+
+
+class LogMovedError(KafkaStorageError):
+    """A write reached a log that a log dir move replaced meanwhile; retry on the partition's new log."""
 
 
 @dataclass(slots=True)
@@ -120,6 +124,7 @@ class Log:
         # The log dir's storage thread (LogManager.executor_for) for file mutations off the event loop;
         # None (a log no LogManager owns) runs them on the loop's default executor.
         self.storage_executor: Executor | None = None
+        self.moved = False  # replaced by a copy in another log dir (mark_moved): writes fail
         # Producer snapshots below the first segment left after retention, deleted with its segments.
         self._snapshots_below = -1
         self._snapshots_lock = threading.Lock()
@@ -188,12 +193,18 @@ class Log:
         """
         cache = self.leader_epoch_cache
         with self._lock:
+            self._check_not_moved()
             version = cache.version
             entries = cache.prepare_assign_all(starts)
         if entries is None:
             return
-        cache.write(entries, fsync=durable)
+        try:
+            cache.write(entries, fsync=durable)
+        except OSError:
+            self._check_not_moved()  # the dir was renamed away under the write: not a disk failure
+            raise
         with self._lock:
+            self._check_not_moved()
             if cache.version == version:
                 cache.adopt(entries)
             else:  # the entries changed meanwhile (rare): decide and write again, under the lock
@@ -649,11 +660,30 @@ class Log:
         with self._lock:
             self._local.delete()
 
+    def rename_dir(self, new_directory: str) -> None:
+        """Rename the partition directory (a future log taking its real name, see log_dir_moves): under
+        the lock, so no roll, flush or snapshot creates a file at the old path meanwhile."""
+        with self._lock:
+            self.producer_state.cancel_pending_snapshots()  # they would land in the old path
+            self._local.rename_dir(new_directory)
+            self.directory = self._local.directory
+            self.producer_state.directory = self.directory
+            self.leader_epoch_cache.path = os.path.join(self.directory, os.path.basename(self.leader_epoch_cache.path))
+
+    def mark_moved(self) -> None:
+        """This log was replaced by a copy in another log dir: from now on every write to it fails with
+        LogMovedError, so a writer that raced the swap retries on the replacement. Caller holds the lock."""
+        self.moved = True
+        self.producer_state.cancel_pending_snapshots()
+
+    def _check_not_moved(self) -> None:
+        if self.moved:
+            raise LogMovedError(f"log {self.topic}-{self.partition} moved to another log dir") from None
+
     def _check_open(self) -> None:
         if self._local.closed:
-            from kafka.errors import KafkaStorageError
-
             raise KafkaStorageError(f"log {self.topic}-{self.partition} is closed")
+        self._check_not_moved()
 
     def __repr__(self) -> str:
         return (

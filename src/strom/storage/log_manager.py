@@ -133,6 +133,10 @@ class LogManager:
         self._failed_while_serving: set[str] = set()
         self._executors: dict[str, ThreadPoolExecutor] = {}
         self._fan_out: ThreadPoolExecutor | None = None
+        # Moves between log dirs (log_dir_moves): the future logs being filled, and the dir an
+        # AlterReplicaLogDirs named for a replica not created yet (used when it is created).
+        self.future_logs: dict[TopicPartition, Log] = {}
+        self.preferred_log_dirs: dict[TopicPartition, str] = {}
 
     # -- storage executors --------------------------------------------------------------------------
 
@@ -202,6 +206,9 @@ class LogManager:
                 self._load_logs_in([log_dir], topic_configs, now_ms, expected)
             except OSError as exc:
                 self._take_offline(log_dir, exc)
+        from strom.storage.log_dir_moves import load_future_logs  # it builds on this module
+
+        load_future_logs(self, topic_configs or {}, expected)
 
     def _load_logs_in(
         self,
@@ -324,6 +331,7 @@ class LogManager:
             new.storage_executor = self.executor_for(log_dir)
             self._logs[tp] = new
             self._log_dir_of[tp] = log_dir
+            self.preferred_log_dirs.pop(tp, None)
             return new
 
     def plan_log_dirs(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, str]:
@@ -335,8 +343,12 @@ class LogManager:
             plan: dict[TopicPartition, str] = {}
             for tp in partitions:
                 existing = self._log_dir_of.get(tp)
+                preferred = self.preferred_log_dirs.get(tp)
                 if existing is not None:
                     plan[tp] = existing
+                elif preferred in online:
+                    plan[tp] = preferred
+                    counts[preferred] += 1
                 elif online:
                     plan[tp] = min(online, key=lambda d: counts[d])
                     counts[plan[tp]] += 1
@@ -409,6 +421,31 @@ class LogManager:
             loaded = sorted(tp for tp in self._logs if tp not in before and self._log_dir_of.get(tp) == log_dir)
         log.info("log dir %s is online again: %d partitions loaded", log_dir, len(loaded))
         return loaded
+
+    # -- future logs (moves between log dirs: log_dir_moves) -------------------------------------------
+
+    def attach_log(self, tp: TopicPartition, lg: Log, log_dir: str) -> None:
+        """Serve ``lg`` as the partition's log (a future log that replaced the current one)."""
+        with self._lock:
+            lg.storage_executor = self.executor_for(log_dir)
+            self._logs[tp] = lg
+            self._log_dir_of[tp] = log_dir
+            if self.future_logs.get(tp) is lg:
+                del self.future_logs[tp]
+            self.preferred_log_dirs.pop(tp, None)
+
+    def attach_future_log(self, tp: TopicPartition, future: Log, log_dir: str) -> None:
+        with self._lock:
+            future.storage_executor = self.executor_for(log_dir)
+            self.future_logs[tp] = future
+
+    def detach_future_log(self, tp: TopicPartition, future: Log) -> bool:
+        """Stop tracking a future log (the caller deletes it); False if it is not the partition's future log."""
+        with self._lock:
+            if self.future_logs.get(tp) is not future:
+                return False
+            del self.future_logs[tp]
+            return True
 
     def _detach(self, topic: str, partition: int) -> Log | None:
         """Stop managing a partition's log (the caller closes it and moves its directory)."""
@@ -573,13 +610,14 @@ class LogManager:
                 return
             self._shutdown = True
             logs = dict(self._logs)
+            futures = list(self.future_logs.values())
         self.close_executors()  # file mutations already queued finish before the logs close
         # Logs are independent and their shutdown is fsyncs (segment, indexes, producer snapshot):
         # several in flight wait on the disk together instead of one partition after another.
         # A log nothing was written to since its last flush (or since a clean load) costs no fsync: its
         # segments are at the recovery point and its producer snapshot already holds its state.
         started = time.monotonic()
-        closed = self.fan_out(_flush_and_close, logs.values())
+        closed = self.fan_out(_flush_and_close, [*logs.values(), *futures])
         self._close_fan_out()
         closed_at = time.monotonic()
         clean = self.checkpoint() and all(closed)

@@ -603,6 +603,13 @@ class LogSegment:
         self.time_index.rename(segment_path(self.directory, self.base_offset, TIME_INDEX_SUFFIX + new_suffix))
         self.txn_index.rename(segment_path(self.directory, self.base_offset, TXN_INDEX_SUFFIX + new_suffix))
 
+    def move_to_dir(self, directory: str) -> None:
+        """Point the file paths into ``directory``, where the partition dir was just renamed to."""
+        self.directory = directory
+        self.log_path = os.path.join(directory, os.path.basename(self.log_path))
+        for index in (self.offset_index, self.time_index, self.txn_index):
+            index.path = os.path.join(directory, os.path.basename(index.path))
+
     def delete_files(self) -> None:
         """Close and unlink. A fetch still sending from the file has its own descriptor (SegmentFile.dup) and
         finishes; one that had not started sending yet fails and closes its connection."""

@@ -1,4 +1,5 @@
-"""DescribeLogDirs: per log dir, the size of each hosted partition; offline dirs carry KAFKA_STORAGE_ERROR."""
+"""DescribeLogDirs: per log dir, the size of each hosted partition and of each future replica being moved
+into it (AlterReplicaLogDirs); offline dirs carry KAFKA_STORAGE_ERROR."""
 
 from __future__ import annotations
 
@@ -35,6 +36,14 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeLogDirsResponse:
         by_dir.setdefault(log_dir, {}).setdefault(topic, []).append(
             PartRes(partition_index=index, partition_size=part.size_in_bytes,
                     offset_lag=max(0, part.log_end_offset - part.high_watermark), is_future_key=False))
+    # A move between log dirs in progress: the future replica, lagging the current one by offset_lag.
+    for (topic, index), future in sorted(rm.log_manager.future_logs.items()):
+        current = rm.partitions.get((topic, index))
+        if current is None or (wanted is not None and index not in wanted.get(topic, ())):
+            continue
+        by_dir.setdefault(os.path.dirname(future.directory), {}).setdefault(topic, []).append(
+            PartRes(partition_index=index, partition_size=future.size_in_bytes,
+                    offset_lag=max(0, current.log_end_offset - future.log_end_offset), is_future_key=True))
     results = []
     offline = rm.offline_log_dirs
     for log_dir, topics in by_dir.items():
