@@ -29,14 +29,20 @@ RACKS = {1: "a", 2: "a", 3: "b"}
 @pytest.fixture(scope="module")
 def racked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess]:
     # A long session so that a broker paused with SIGSTOP stays registered while a move to it is cancelled.
-    cluster = ClusterProcess(tmp_path_factory.mktemp("racked"), 3, session_timeout_ms=30000,
-                             overrides={"auto.leader.rebalance.enable": "false"},
-                             broker_overrides={b: {"broker.rack": r} for b, r in RACKS.items()})
+    base = tmp_path_factory.mktemp("racked")
+    overrides: dict[int, dict[str, object]] = {b: {"broker.rack": r} for b, r in RACKS.items()}
+    overrides[3]["log.dirs"] = f"{base / 'broker-3' / 'data'},{second_log_dir(base)}"  # JBOD: two log dirs
+    cluster = ClusterProcess(base, 3, session_timeout_ms=30000, overrides={"auto.leader.rebalance.enable": "false"},
+                             broker_overrides=overrides)
     cluster.start()
     try:
         yield cluster
     finally:
         cluster.close()
+
+
+def second_log_dir(base: Path) -> Path:
+    return base / "broker-3-second"
 
 
 def strom(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -134,15 +140,12 @@ def test_bad_input_is_one_clear_line(racked: ClusterProcess, tmp_path: Path) -> 
     no_topics = write_json(tmp_path / "none.json", {"version": 1, "topics": [{"topic": "nope"}]})
     assert "Topic 'nope' does not exist" in refused(*bootstrap, "--generate", "--topics-to-move-json-file",
                                                     str(no_topics), "--broker-list", "1,2")
-    log_dir = str(racked.log_dir(2))
-    explicit = write_json(tmp_path / "l.json", {"version": 1, "partitions": [{**entry, "log_dirs": ["any", log_dir]}]})
-    if "AlterReplicaLogDirs" not in (moved := strom(*bootstrap, "--execute", "--reassignment-json-file",
-                                                    str(explicit))).stderr:
-        assert moved.returncode == 0, moved.stderr  # a broker that serves it moves the replica's directory
-    else:
-        assert moved.returncode == 1 and moved.stderr.startswith("Error: Broker 2 cannot move replicas between log "
-                                                                 "directories"), moved.stderr
-        assert "Successfully started" not in moved.stdout  # refused before anything moved
+    nowhere = write_json(tmp_path / "l.json", {"version": 1, "partitions": [{**entry, "log_dirs": ["any", "/no/dir"]}]})
+    assert f"Broker 2 has no online log dir /no/dir (its log dirs: {racked.log_dir(2)})" in refused(
+        *bootstrap, "--execute", "--reassignment-json-file", str(nowhere))
+    relative = write_json(tmp_path / "r.json", {"version": 1, "partitions": [{**entry, "log_dirs": ["any", "x"]}]})
+    assert "a log dir must be an absolute path or \"any\"" in refused(*bootstrap, "--execute",
+                                                                       "--reassignment-json-file", str(relative))
     assert "exactly one action" in refused(*bootstrap, "--verify", "--list")
     assert "needs --reassignment-json-file" in refused(*bootstrap, "--cancel")
     assert racked.topic_assignment(topic) == {0: [1, 2]}  # nothing was moved by any of it
@@ -191,7 +194,7 @@ def test_execute_then_verify_moves_a_partition_and_clears_the_throttles(racked: 
     assert zk_config(racked, "topics", topic).get("min.insync.replicas") == "2"  # the topic's own config stays
     report = check_topic(racked.bootstrap, topic, producer.acked)  # from the new replica set
     assert report.ok and report.acked == 500, report
-    assert (racked.log_dir(3) / f"{topic}-0").is_dir()
+    assert any((d / f"{topic}-0").is_dir() for d in (racked.log_dir(3), second_log_dir(racked.base_dir)))
     racked.wait_for(lambda: not (racked.log_dir(1) / f"{topic}-0").exists(), BOUND, "broker 1's replica deleted")
 
 
@@ -230,3 +233,30 @@ def test_list_and_cancel_a_move_that_cannot_finish(racked: ClusterProcess, tmp_p
     racked.wait_isr(topic, 0, keep, timeout=BOUND)
     again = strom(*bootstrap, "--cancel", "--reassignment-json-file", str(plan))
     assert again.returncode == 0 and "None of the specified partition reassignments are active." in again.stdout
+
+
+def test_execute_puts_replicas_in_the_log_dirs_asked_for(racked: ClusterProcess, tmp_path: Path) -> None:
+    """A new replica is created in the log dir the plan names, then moved to the broker's other log dir."""
+    topic = create_topic(racked, replicas=[[1, 2]])
+    producer = SequenceProducer(racked.bootstrap, topic, config={"acks": "all"})
+    producer.produce_some(200)
+    dirs = [racked.log_dir(3), second_log_dir(racked.base_dir)]
+    for step, (there, elsewhere) in enumerate((dirs, dirs[::-1])):
+        plan = write_json(tmp_path / f"plan{step}.json", {"version": 1, "partitions": [
+            {"topic": topic, "partition": 0, "replicas": [1, 3], "log_dirs": ["any", str(there)]}]})
+        out = strom("--bootstrap-server", racked.bootstrap, "--execute", "--reassignment-json-file", str(plan))
+        assert out.returncode == 0, out.stderr
+        deadline = time.monotonic() + BOUND
+        while True:
+            verify = strom("--bootstrap-server", racked.bootstrap, "--verify", "--reassignment-json-file", str(plan))
+            assert verify.returncode == 0, verify.stderr
+            if "is still in progress" not in verify.stdout:
+                break
+            assert time.monotonic() < deadline, verify.stdout
+            time.sleep(1)
+        assert f"Reassignment of partition {topic}-0 is completed." in verify.stdout, verify.stdout
+        assert f"Reassignment of replica {topic}-0 on broker 3 to log dir {there} is completed." in verify.stdout
+        racked.wait_for(lambda there=there, elsewhere=elsewhere: (there / f"{topic}-0").is_dir()
+                        and not (elsewhere / f"{topic}-0").exists(), BOUND, f"the replica only in {there}")
+    report = check_topic(racked.bootstrap, topic, producer.acked)
+    assert report.ok and report.acked == 200, report

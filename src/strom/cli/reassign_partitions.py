@@ -205,7 +205,8 @@ async def _execute(admin: ReassignmentAdmin, moves: list[PartitionMove], throttl
     view = await admin.load_metadata({m.topic for m in moves})
     check_moves(view, moves)
     for broker_id in sorted({b for m in moves for b in m.explicit_log_dirs()}):
-        await admin.check_log_dir_moves(view.brokers[broker_id])  # before anything starts moving
+        paths = [m.explicit_log_dirs()[broker_id] for m in moves if broker_id in m.explicit_log_dirs()]
+        await admin.check_log_dir_moves(view.brokers[broker_id], paths)  # before anything starts moving
     ongoing = await admin.list_reassignments()
     if ongoing and not additional:
         fail("Cannot execute because there are partition reassignments in progress ("
@@ -350,9 +351,40 @@ async def _verify(admin: ReassignmentAdmin, moves: list[PartitionMove], preserve
         else:
             write_out(f"There is no active reassignment of partition {move.name}, but replica set is "
                       f"{_ids(info.replicas)} rather than {_ids(move.replicas)}.\n")
+    done = await _verify_log_dirs(admin, moves) and done
     if done and not preserve_throttles:
         write_out("\n")
         await clear_throttles(admin, {m.topic for m in moves if (m.topic, m.partition) in view.partitions})
+
+
+async def _verify_log_dirs(admin: ReassignmentAdmin, moves: list[PartitionMove]) -> bool:
+    """Report replicas given an explicit log dir (DescribeLogDirs on their broker); True when all are there."""
+    wanted: dict[int, dict[TopicPartition, str]] = {}
+    for move in moves:
+        for broker, path in move.explicit_log_dirs().items():
+            wanted.setdefault(broker, {})[(move.topic, move.partition)] = path
+    if not wanted:
+        return True
+    view = admin.view
+    assert view is not None
+    write_out("\nStatus of replica log dir movement:\n")
+    done = True
+    for broker_id, dirs in sorted(wanted.items()):
+        broker = view.brokers.get(broker_id)
+        found = await admin.replica_log_dirs(broker, dirs) if broker is not None else {}
+        for (topic, partition), path in sorted(dirs.items()):
+            name = f"{topic}-{partition} on broker {broker_id}"
+            where = found.get((topic, partition), [])
+            if (path, False) in where and len(where) == 1:
+                write_out(f"Reassignment of replica {name} to log dir {path} is completed.\n")
+            elif (path, True) in where:
+                done = False
+                write_out(f"Reassignment of replica {name} to log dir {path} is still in progress.\n")
+            else:
+                done = False
+                current = ", ".join(d for d, future in where if not future) or "no log dir (no replica there)"
+                write_out(f"Replica {name} is in {current}, not {path}, and is not moving there.\n")
+    return done
 
 
 # -- --cancel ------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import kafka.errors as Errors
 from kafka.protocol.admin import (
     AlterPartitionReassignmentsRequest,
     DescribeConfigsRequest,
+    DescribeLogDirsRequest,
     IncrementalAlterConfigsRequest,
     ListPartitionReassignmentsRequest,
 )
@@ -39,6 +40,7 @@ REASSIGNMENT_VERSION = 0
 INCREMENTAL_ALTER_CONFIGS_VERSION = 0
 DESCRIBE_CONFIGS_VERSION = 1
 ALTER_REPLICA_LOG_DIRS_VERSION = 1
+DESCRIBE_LOG_DIRS_VERSION = 1
 TOPIC_RESOURCE = 2
 BROKER_RESOURCE = 4
 CONFIG_SET = 0
@@ -292,11 +294,38 @@ class ReassignmentAdmin:
         return out
 
     # -- log dirs ------------------------------------------------------------------------------------------
-    async def check_log_dir_moves(self, broker: Broker) -> None:
-        """Refuse explicit log dirs for a broker that cannot move replicas between its directories."""
+    async def replica_log_dirs(self, broker: Broker, partitions: Iterable[TopicPartition]
+                               ) -> dict[TopicPartition, list[tuple[str, bool]]]:
+        """(log dir, is future) of each of `partitions` on `broker` (DescribeLogDirs): two entries while a
+        replica is moving between log dirs, the future one being where it goes."""
+        grouped: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            grouped.setdefault(topic, []).append(partition)
+        request = DescribeLogDirsRequest(topics=[DescribeLogDirsRequest.DescribableLogDirTopic(
+            topic=t, partitions=sorted(ps)) for t, ps in sorted(grouped.items())])
+        response = await self._send(broker, request, DESCRIBE_LOG_DIRS_VERSION)
+        out: dict[TopicPartition, list[tuple[str, bool]]] = {}
+        for result in response.results:
+            for topic in result.topics:
+                for p in topic.partitions:
+                    out.setdefault((topic.name, p.partition_index), []).append((result.log_dir, p.is_future_key))
+        return out
+
+    async def check_log_dir_moves(self, broker: Broker, paths: Iterable[str] = ()) -> None:
+        """Refuse explicit log dirs for a broker that cannot move replicas between its directories, or
+        that has no such directory (online)."""
         if not await self.supports(broker, ALTER_REPLICA_LOG_DIRS_API, ALTER_REPLICA_LOG_DIRS_VERSION):
             fail(f"Broker {broker.node_id} cannot move replicas between log directories (it does not "
                  "support AlterReplicaLogDirs); use \"any\" as the log dir, or leave \"log_dirs\" out.")
+        wanted = sorted(set(paths))
+        if not wanted:
+            return
+        response = await self._send(broker, DescribeLogDirsRequest(topics=[]), DESCRIBE_LOG_DIRS_VERSION)
+        online = sorted(r.log_dir for r in response.results if not r.error_code)
+        unknown = [p for p in wanted if p not in online]
+        if unknown:
+            fail(f"Broker {broker.node_id} has no online log dir {', '.join(unknown)} (its log dirs: "
+                 f"{', '.join(online) or 'none online'}).")
 
     async def alter_replica_log_dirs(self, broker: Broker, dirs: dict[TopicPartition, str]
                                      ) -> dict[TopicPartition, int]:
