@@ -16,6 +16,8 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
 from kafka.protocol.consumer import FetchRequest
 from kafka.protocol.metadata import MetadataRequest
 
@@ -179,6 +181,42 @@ def test_a_follower_serves_fetch_v11_up_to_its_own_high_watermark(cluster: Clust
     cluster.wait_for(lambda: fetch(cluster, 2, topic, 0).high_watermark == 15 or None, 60,
                      "broker 2's high watermark reaching 15 once broker 3 caught up")
     assert offsets_in(fetch(cluster, 2, topic, 0).records) == list(range(15))
+
+
+def test_kafka_python_reads_from_the_follower_on_an_incremental_fetch_session(cluster: ClusterProcess) -> None:
+    """kafka-python (Fetch v12, KIP-227 sessions) with client_rack=r2: the follower opens a session for
+    it and serves every record through incremental fetches."""
+    topic = create_topic(cluster, replicas=[[1, 2, 3]])
+    values = [f"k{i}".encode() for i in range(200)]
+    produce(cluster, topic, values[:100])
+
+    def sessions_on_2() -> float:  # the followers' own sessions with broker 2 count too: compare
+        return scrape(cluster.metrics_ports[2]).get(  # type: ignore[attr-defined]
+            "kafka_server_fetchsessioncache_numincrementalfetchsessions") or 0.0
+
+    before = sessions_on_2()
+    consumer = KafkaConsumer(bootstrap_servers=cluster.bootstrap, client_rack="r2", enable_auto_commit=False,
+                             group_id=None, fetch_max_wait_ms=100, request_timeout_ms=30_000)
+    got: dict[int, bytes] = {}
+    try:
+        tp = KafkaTopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+
+        def read(n: int) -> bool | None:
+            for records in consumer.poll(timeout_ms=500).values():
+                got.update((r.offset, r.value) for r in records)
+            return len(got) >= n or None
+
+        cluster.wait_for(lambda: read(100), 90, "kafka-python reading the first 100 records")
+        assert sessions_on_2() >= before + 1  # the follower holds the consumer's session
+        produce(cluster, topic, values[100:])  # now read through incremental fetches of that session
+        cluster.wait_for(lambda: read(200), 90, "kafka-python reading all 200 records")
+    finally:
+        consumer.close()
+    assert [got[o] for o in sorted(got)] == values and sorted(got) == list(range(200))
+    assert bytes_out(cluster, 2, topic) >= sum(len(v) for v in values)
+    assert bytes_out(cluster, 1, topic) == 0
 
 
 def test_the_consumer_goes_back_to_the_leader_when_its_follower_dies(cluster: ClusterProcess) -> None:
