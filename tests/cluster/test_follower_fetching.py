@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
-from kafka.protocol.consumer import FetchRequest
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.metadata import MetadataRequest
 
 from strom.protocol.inter_broker import build
@@ -98,6 +98,14 @@ def fetch(cluster: ClusterProcess, broker: int, topic: str, offset: int, version
     return call(cluster.broker(broker), req, version).responses[0].partitions[0]
 
 
+def list_latest(cluster: ClusterProcess, broker: int, topic: str) -> tuple[int, int]:
+    """A consumer's ListOffsets (v7, latest) to one broker: (error code, offset)."""
+    req = build(ListOffsetsRequest, replica_id=-1, isolation_level=0, topics=[{"name": topic, "partitions": [{
+        "partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}])
+    part = call(cluster.broker(broker), req, 7).topics[0].partitions[0]
+    return part.error_code, part.offset
+
+
 def offsets_in(records: bytes | None) -> list[int]:
     """Every offset the record batches cover (base offset + last offset delta of each batch header)."""
     out: list[int] = []
@@ -174,8 +182,10 @@ def test_a_follower_serves_fetch_v11_up_to_its_own_high_watermark(cluster: Clust
         between = fetch(cluster, 2, topic, 12)  # held by the follower, above its HW: nothing yet
         assert (between.error_code, offsets_in(between.records)) == (0, [])
         assert fetch(cluster, 2, topic, 100).error_code == OFFSET_OUT_OF_RANGE  # beyond what it holds
-        # Before KIP-392's Fetch v11 a consumer may only read from the leader.
+        # Before KIP-392's Fetch v11 a consumer may only read from the leader; ListOffsets always.
         assert fetch(cluster, 2, topic, 0, version=10).error_code == NOT_LEADER_OR_FOLLOWER
+        assert list_latest(cluster, 2, topic) == (NOT_LEADER_OR_FOLLOWER, -1)
+        assert list_latest(cluster, 1, topic) == (0, 10)
     finally:
         cluster.sigcont(3)
     cluster.wait_for(lambda: fetch(cluster, 2, topic, 0).high_watermark == 15 or None, 60,
