@@ -44,7 +44,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterProcess
     for b in (1, 2):
         overrides[b]["replica.selector.class"] = SELECTOR
     cluster = ClusterProcess(tmp_path_factory.mktemp("ffetch"), 3, broker_overrides=overrides, session_timeout_ms=15_000,
-                             overrides={"replica.lag.time.max.ms": 120_000})
+                             overrides={"replica.lag.time.max.ms": 120_000, "offsets.topic.num.partitions": 3,
+                                        "transaction.state.log.num.partitions": 3})
     cluster.start()
     cluster.metrics_ports = ports  # type: ignore[attr-defined]
     try:
@@ -88,9 +89,11 @@ def read_exactly(c: Consumer, n: int, timeout: float = 90.0, start: int = 0) -> 
     return [got[o] for o in sorted(got)]
 
 
-def fetch(cluster: ClusterProcess, broker: int, topic: str, offset: int, version: int = 12, rack: str = "r2"):  # noqa: ANN201
+def fetch(cluster: ClusterProcess, broker: int, topic: str, offset: int, version: int = 12, rack: str = "r2",  # noqa: ANN201
+          isolation_level: int = 0):
     """One raw consumer Fetch (kafka-python's codec) to one broker; returns its only partition."""
-    req = build(FetchRequest, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+    req = build(FetchRequest, replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                isolation_level=isolation_level,
                 session_id=0, session_epoch=-1, topics=[{"topic": topic, "partitions": [{
                     "partition": 0, "fetch_offset": offset, "log_start_offset": -1,
                     "partition_max_bytes": 1 << 20, "current_leader_epoch": -1}]}],
@@ -191,6 +194,53 @@ def test_a_follower_serves_fetch_v11_up_to_its_own_high_watermark(cluster: Clust
     cluster.wait_for(lambda: fetch(cluster, 2, topic, 0).high_watermark == 15 or None, 60,
                      "broker 2's high watermark reaching 15 once broker 3 caught up")
     assert offsets_in(fetch(cluster, 2, topic, 0).records) == list(range(15))
+
+
+def test_read_committed_on_the_follower_stops_at_its_last_stable_offset(cluster: ClusterProcess) -> None:
+    """The follower's LSO comes from its HW and the transactions in its own log: an open transaction
+    holds a read_committed consumer back, an aborted one is never delivered."""
+    topic = create_topic(cluster, replicas=[[1, 2, 3]])
+    p = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": f"t-{uuid.uuid4().hex[:8]}",
+                  "linger.ms": 5, "log_level": 0})
+    p.init_transactions(60)
+    for values, commit in (([b"c0", b"c1", b"c2"], True), ([b"a0", b"a1"], False), ([b"o0", b"o1"], None)):
+        p.begin_transaction()
+        for v in values:
+            p.produce(topic, v, partition=0)
+        assert p.flush(60) == 0  # written (an abort would purge what is still queued)
+        if commit is None:
+            pass  # left open
+        elif commit:
+            p.commit_transaction(60)
+        else:
+            p.abort_transaction(60)
+    # Offsets: c0-c2 0..2, commit marker 3, a0-a1 4..5, abort marker 6, o0-o1 7..8 (open).
+    cluster.wait_for(lambda: fetch(cluster, 2, topic, 0).high_watermark == 9 or None, 60,
+                     "broker 2's high watermark reaching 9")
+    committed = fetch(cluster, 2, topic, 0, isolation_level=1)
+    assert committed.error_code == 0 and committed.last_stable_offset == 7
+    assert max(offsets_in(committed.records)) < 7
+    assert [t.first_offset for t in committed.aborted_transactions] == [4]
+    c = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                  "client.rack": "r2", "isolation.level": "read_committed", "enable.auto.commit": False,
+                  "log_level": 0, "fetch.wait.max.ms": 100})
+    try:
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        got: list[bytes] = []
+
+        def read(n: int) -> bool | None:
+            m = c.poll(0.5)
+            if m is not None and not m.error():
+                got.append(m.value())
+            return len(got) >= n or None
+
+        cluster.wait_for(lambda: read(3), 90, "the committed records")
+        p.commit_transaction(60)
+        cluster.wait_for(lambda: read(5), 90, "the records of the transaction committed last")
+    finally:
+        c.close()
+    assert got == [b"c0", b"c1", b"c2", b"o0", b"o1"]
+    assert bytes_out(cluster, 2, topic) > 0 and bytes_out(cluster, 1, topic) == 0
 
 
 def test_kafka_python_reads_from_the_follower_on_an_incremental_fetch_session(cluster: ClusterProcess) -> None:
