@@ -208,12 +208,10 @@ def test_read_committed_on_the_follower_stops_at_its_last_stable_offset(cluster:
         for v in values:
             p.produce(topic, v, partition=0)
         assert p.flush(60) == 0  # written (an abort would purge what is still queued)
-        if commit is None:
-            pass  # left open
-        elif commit:
+        if commit:
             p.commit_transaction(60)
-        else:
-            p.abort_transaction(60)
+        elif commit is False:
+            p.abort_transaction(60)  # None: the last one stays open
     # Offsets: c0-c2 0..2, commit marker 3, a0-a1 4..5, abort marker 6, o0-o1 7..8 (open).
     cluster.wait_for(lambda: fetch(cluster, 2, topic, 0).high_watermark == 9 or None, 60,
                      "broker 2's high watermark reaching 9")
