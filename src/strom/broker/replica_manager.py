@@ -904,8 +904,9 @@ class ReplicaManager:
 
     def _preferred_read_replica(self, part: Partition, client: ClientMetadata, fetch_offset: int) -> int:
         """The leader's pick for a consumer (KIP-392): another replica's id, or -1 to read here."""
-        if not part.is_leader or self.replica_selector is None:
-            return -1
+        if not part.is_leader or self.replica_selector is None or not (
+                part.log_start_offset <= fetch_offset <= part.log_end_offset):
+            return -1  # an offset out of range is answered here, so the consumer resets it with the leader
         brokers = self.metadata.image.brokers
 
         def rack_if_reachable(broker_id: int) -> tuple[bool, str | None]:
