@@ -128,6 +128,15 @@ def test_metadata_carries_every_brokers_rack(cluster: ClusterProcess) -> None:
     assert {b.node_id: b.rack for b in brokers} == RACKS
 
 
+def test_a_broker_without_a_replica_sends_the_consumer_back_to_the_leader(cluster: ClusterProcess) -> None:
+    """NOT_LEADER_OR_FOLLOWER (refresh metadata, go to the leader), not UNKNOWN_TOPIC_OR_PARTITION."""
+    topic = create_topic(cluster, replicas=[[1, 2]])
+    cluster.wait_for(lambda: fetch(cluster, 3, topic, 0).error_code != 3 or None, 30,
+                     "broker 3 learning the topic from the controller")
+    assert fetch(cluster, 3, topic, 0).error_code == NOT_LEADER_OR_FOLLOWER
+    assert fetch(cluster, 2, topic, 0).error_code == 0
+
+
 def test_a_consumer_in_r2_reads_everything_from_the_follower_in_r2(cluster: ClusterProcess) -> None:
     topic = create_topic(cluster, replicas=[[1, 2, 3]])  # broker 1 leads, 2 and 3 follow
     values = [f"v{i}".encode() * 20 for i in range(2000)]
