@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,12 @@ ACTIVITIES = [
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_seconds() -> float:
+    """User + system CPU of this process, librdkafka's threads included."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def shares(collapsed: Path) -> dict[str, float]:
@@ -79,14 +86,20 @@ def main() -> None:
                                           "--output", f"{tmp}/b{i}.collapsed"],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                      for i, p in pids.items()}
+            client0, load0 = _own_cpu_seconds(), os.getloadavg()[0]
             figures = latency(cluster.bootstrap, "rf3", 1024, args.mb_s, args.seconds)
             cpu = {i: cpu_seconds(p) - cpu0[i] for i, p in pids.items()}
+            client = _own_cpu_seconds() - client0
             for s in spies.values():
                 s.wait(timeout=120)
         finally:
             cluster.close()
         out = {"latency": figures, "broker_cpu_s": {i: round(c, 2) for i, c in cpu.items()},
                "broker_cpu_us_per_acked_record": round(1e6 * sum(cpu.values()) / max(figures["acked"], 1), 1),
+               # The producer (Python loop + librdkafka threads) shares the 2 cores with the brokers.
+               "client_cpu_s": round(client, 2),
+               "client_cpu_us_per_acked_record": round(1e6 * client / max(figures["acked"], 1), 1),
+               "load_average_1m": [round(load0, 1), round(os.getloadavg()[0], 1)],
                "loop_share_by_activity": {i: shares(Path(f"{tmp}/b{i}.collapsed")) for i in pids}}
     print(json.dumps(out, indent=1))
 
