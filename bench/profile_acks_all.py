@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,24 @@ ACTIVITIES = [
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def runqueue_wait_seconds(pid: int) -> float:
+    """Time the process's threads were runnable but waited for a core (/proc/<pid>/task/*/schedstat, field 2):
+    what other work on the machine costs this process."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9
+
+
+def _own_cpu_seconds() -> float:
+    """User + system CPU of this process, librdkafka's threads included."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def shares(collapsed: Path) -> dict[str, float]:
@@ -79,14 +98,25 @@ def main() -> None:
                                           "--output", f"{tmp}/b{i}.collapsed"],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                      for i, p in pids.items()}
+            client0, load0 = _own_cpu_seconds(), os.getloadavg()[0]
+            waits0 = {i: runqueue_wait_seconds(p) for i, p in {**pids, "client": os.getpid()}.items()}
             figures = latency(cluster.bootstrap, "rf3", 1024, args.mb_s, args.seconds)
             cpu = {i: cpu_seconds(p) - cpu0[i] for i, p in pids.items()}
+            client = _own_cpu_seconds() - client0
+            waits = {i: round(runqueue_wait_seconds(p) - waits0[i], 2)
+                     for i, p in {**pids, "client": os.getpid()}.items()}
             for s in spies.values():
                 s.wait(timeout=120)
         finally:
             cluster.close()
         out = {"latency": figures, "broker_cpu_s": {i: round(c, 2) for i, c in cpu.items()},
                "broker_cpu_us_per_acked_record": round(1e6 * sum(cpu.values()) / max(figures["acked"], 1), 1),
+               # The producer (Python loop + librdkafka threads) shares the 2 cores with the brokers.
+               "client_cpu_s": round(client, 2),
+               "client_cpu_us_per_acked_record": round(1e6 * client / max(figures["acked"], 1), 1),
+               "load_average_1m": [round(load0, 1), round(os.getloadavg()[0], 1)],
+               # Seconds runnable but waiting for a core, per broker and for the producer: CPU contention.
+               "runqueue_wait_s": waits,
                "loop_share_by_activity": {i: shares(Path(f"{tmp}/b{i}.collapsed")) for i in pids}}
     print(json.dumps(out, indent=1))
 

@@ -167,3 +167,14 @@ def test_follower_session_handler_sends_changes_forgets_dropped_partitions_and_r
     # A wrong epoch (or a lost answer): full again, naming the old session so the leader replaces it.
     assert not h.handle_response(71, 0)
     assert h.build(changed)[:2] == (99, 0)
+
+
+def test_incremental_answer_carries_a_preferred_read_replica_even_when_nothing_else_changed() -> None:
+    """KIP-392: a consumer on a session must learn where to read, though its offsets did not move."""
+    manager = FetchManager(FetchSessionCache(10, 1000))
+    sid = open_session(manager, [cp("a", 0), cp("a", 1)])
+    ctx = manager.new_context(12, sid, 1, False, [], [], now_ms=1)
+    redirected = result()
+    redirected.preferred_read_replica = 2
+    _, answered = manager.answer(ctx, [result(), redirected])
+    assert [(c.partition, r.preferred_read_replica) for c, r in answered] == [(1, 2)]

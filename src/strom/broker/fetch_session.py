@@ -87,6 +87,8 @@ class CachedPartition:
         if result.error_code:
             self.high_watermark = -1  # so the partition is answered again once the error is gone
             respond = True
+        if getattr(result, "preferred_read_replica", -1) >= 0:
+            respond = True  # KIP-392: the consumer must learn where to read
         return respond
 
     def remember(self, result: Any) -> None:

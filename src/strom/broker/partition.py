@@ -335,6 +335,20 @@ class Partition:
                 low = min(low, follower.log_start_offset if follower is not None else -1)
         return low
 
+    def read_replica_candidates(self, fetch_offset: int) -> list[tuple[int, int, int]]:
+        """Followers that could serve a consumer at ``fetch_offset`` now (KIP-392): in the ISR and holding
+        the offset, as (broker id, LEO, ms since last caught up). Leader only."""
+        if not self.is_leader:
+            return []
+        now = _now_ms()
+        out = []
+        for b in self.isr:
+            follower = self._followers.get(b)
+            if (b != self.local_broker_id and follower is not None
+                    and follower.log_end_offset >= fetch_offset >= follower.log_start_offset):
+                out.append((b, follower.log_end_offset, max(0, now - follower.last_caught_up_ms)))
+        return out
+
     def _maybe_expand_isr(self, replica_id: int, fetch_offset: int) -> None:
         """A follower rejoins the ISR once it has everything below the HW of the current epoch."""
         if (self.isr_change_sender is None or self.pending_isr is not None or replica_id in self.isr

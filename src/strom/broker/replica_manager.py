@@ -21,6 +21,7 @@ from strom.broker.fetch_session import FetchManager, FetchSessionCache
 from strom.broker.handlers import error_code_of, error_message_of
 from strom.broker.log_dir_mover import ReplicaAlterLogDirsManager
 from strom.broker.partition import READ_COMMITTED, READ_UNCOMMITTED, IsrChangeSender, Partition
+from strom.broker.replica_selector import ClientMetadata, ReplicaSelector, ReplicaView, replica_selector_for
 from strom.config import BrokerConfig
 from strom.metadata.image import MetadataDelta
 from strom.metadata.store import MetadataStore, PartitionState, TopicMetadata
@@ -66,6 +67,7 @@ class FetchPartitionResult:
     records: Any = None  # FetchDataInfo or None
     size: int = 0
     aborted_transactions: list[AbortedTxn] | None = None  # read_committed only
+    preferred_read_replica: int = -1  # KIP-392: the replica the consumer should fetch from instead (no records)
 
 
 @dataclass(slots=True)
@@ -77,6 +79,8 @@ class FetchParams:
     replica_id: int = -1  # a follower's broker id; -1 for consumers
     partitions: list[FetchPartitionRequest] = field(default_factory=list)
     waited_s: float = 0.0  # time parked in the fetch purgatory (the request's remote time)
+    # Fetch v11+ from a consumer (KIP-392): its rack; followers serve such fetches, older ones only leaders.
+    client_metadata: ClientMetadata | None = None
 
     @property
     def is_from_follower(self) -> bool:
@@ -190,7 +194,7 @@ class DelayedFetch(DelayedOperation):
         if not self._manager.has_new_data(self._params):
             return False  # the common case after an append elsewhere: no log read needed
         results, total = self._manager.read_from_local_log(self._params, record_follower=False)
-        if total >= self._params.min_bytes or any(r.error_code for r in results):
+        if total >= self._params.min_bytes or any(r.error_code or r.preferred_read_replica >= 0 for r in results):
             self._result = results
             return self.force_complete()
         return False
@@ -223,6 +227,8 @@ class ReplicaManager:
             config.get("max.incremental.fetch.session.cache.slots"),
             config.get("min.incremental.fetch.session.eviction.ms")))
         self.partitions: dict[TopicPartition, Partition] = {}
+        # KIP-392: picks a closer replica for consumers that name their rack; None = leaders serve them all.
+        self.replica_selector: ReplicaSelector | None = replica_selector_for(config.get("replica.selector.class"))
         # Partitions whose log is in an offline log dir: they answer KAFKA_STORAGE_ERROR.
         self.offline_partitions: set[TopicPartition] = set()
         self._storage_error_logged: dict[TopicPartition, tuple[float, int]] = {}
@@ -838,7 +844,7 @@ class ReplicaManager:
         for req in params.partitions:
             res = FetchPartitionResult()
             try:
-                part = self.get_partition(req.topic, req.partition)
+                part = self._fetch_partition(params, req)
                 part.check_leader_epoch(req.current_leader_epoch)
                 if params.replica_id >= 0:
                     if not part.is_leader:  # also on a re-read: a resigned leader's suffix must not spread
@@ -852,6 +858,12 @@ class ReplicaManager:
                 res.high_watermark = part.high_watermark
                 res.last_stable_offset = part.last_stable_offset
                 res.log_start_offset = part.log_start_offset
+                if params.client_metadata is not None and self.replica_selector is not None:
+                    res.preferred_read_replica = self._preferred_read_replica(part, params.client_metadata,
+                                                                              req.fetch_offset)
+                    if res.preferred_read_replica >= 0:
+                        results.append(res)  # the consumer reads there: no records from here (as Kafka)
+                        continue
                 limit = min(req.max_bytes, remaining)
                 # At its limit (a caught-up follower, a consumer at the HW) a partition has nothing to read:
                 # idle partitions of a fetch session cost no log read.
@@ -871,10 +883,54 @@ class ReplicaManager:
             results.append(res)
         return results, total
 
+    def _fetch_partition(self, params: FetchParams, req: FetchPartitionRequest) -> Partition:
+        """The replica a fetch reads. Followers fetch from leaders only; consumers too before Fetch v11,
+        while from v11 a follower serves them (KIP-392). A broker that is neither (a replica being
+        removed, or one StopReplica halted) answers NOT_LEADER_OR_FOLLOWER, so the consumer goes back
+        to the leader."""
+        if params.replica_id >= 0:
+            return self.get_partition(req.topic, req.partition)
+        part = self.partitions.get((req.topic, req.partition))
+        if part is None:
+            meta = self.metadata.topic(req.topic)
+            if (req.topic, req.partition) not in self.offline_partitions and meta is not None \
+                    and req.partition in meta.partitions:
+                raise Errors.NotLeaderForPartitionError(
+                    f"broker {self.broker_id} has no replica of {req.topic}-{req.partition}")
+            return self.get_partition(req.topic, req.partition)
+        if not part.is_leader and (params.client_metadata is None or part.leader_id < 0
+                                   or self.broker_id not in part.replicas):
+            raise Errors.NotLeaderForPartitionError(
+                f"broker {self.broker_id} is not the leader of {req.topic}-{req.partition}")
+        return part
+
+    def _preferred_read_replica(self, part: Partition, client: ClientMetadata, fetch_offset: int) -> int:
+        """The leader's pick for a consumer (KIP-392): another replica's id, or -1 to read here."""
+        if not part.is_leader or self.replica_selector is None or not (
+                part.log_start_offset <= fetch_offset <= part.log_end_offset):
+            return -1  # an offset out of range is answered here, so the consumer resets it with the leader
+        brokers = self.metadata.image.brokers
+
+        def rack_if_reachable(broker_id: int) -> tuple[bool, str | None]:
+            info = brokers.get(broker_id)
+            if info is None or (client.listener_name is not None and info.endpoint(client.listener_name) is None):
+                return False, None
+            return True, info.rack
+
+        _, leader_rack = rack_if_reachable(self.broker_id)
+        leader = ReplicaView(self.broker_id, leader_rack, part.log_end_offset, 0)
+        candidates = []
+        for broker_id, leo, since_caught_up in part.read_replica_candidates(fetch_offset):
+            alive, rack = rack_if_reachable(broker_id)
+            if alive:
+                candidates.append(ReplicaView(broker_id, rack, leo, since_caught_up))
+        chosen = self.replica_selector.select(client, leader, candidates + [leader])
+        return -1 if chosen is None or chosen.broker_id == self.broker_id else chosen.broker_id
+
     async def fetch_messages(self, params: FetchParams) -> list[FetchPartitionResult]:
         results, total = self.read_from_local_log(params)
         if (params.max_wait_ms <= 0 or total >= params.min_bytes or not params.partitions
-                or any(r.error_code for r in results)):
+                or any(r.error_code or r.preferred_read_replica >= 0 for r in results)):
             if self.topic_stats is not None:
                 self.topic_stats.record_fetch(params, results)
             return results

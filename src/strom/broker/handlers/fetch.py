@@ -20,6 +20,7 @@ import kafka.errors as Errors
 from strom.broker.fetch_session import CachedPartition, PartitionKey
 from strom.broker.partition import NO_LEADER_EPOCH, READ_UNCOMMITTED
 from strom.broker.replica_manager import FetchParams, FetchPartitionRequest, FetchPartitionResult
+from strom.broker.replica_selector import ClientMetadata
 from strom.broker.request import FileRegion, RawResponse, RequestContext
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.primitives import array_len, string, uvarint
@@ -29,6 +30,7 @@ API_KEY = ApiKey.FETCH
 CURRENT_LEADER_EPOCH_FROM = 9
 FLEXIBLE_FROM = 12
 TOPIC_IDS_FROM = 13
+RACK_ID_FROM = 11  # KIP-392: the consumer's rack; followers serve consumers from this version
 _ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 TOPIC_AUTHORIZATION_FAILED = Errors.TopicAuthorizationFailedError.errno
 
@@ -39,6 +41,9 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
                          max_bytes=request.max_bytes if version >= 3 else 0x7FFFFFFF,
                          isolation_level=request.isolation_level if version >= 4 else READ_UNCOMMITTED,
                          replica_id=replica_id_of(version, request))
+    if version >= RACK_ID_FROM and params.replica_id < 0:
+        params.client_metadata = ClientMetadata(getattr(request, "rack_id", None) or "", ctx.client_id,
+                                                ctx.client_host, ctx.listener_name)
     fetch_manager = ctx.replica_manager.fetch_manager
     context = fetch_manager.new_context(
         version, request.session_id if version >= 7 else 0, request.session_epoch if version >= 7 else -1,
@@ -180,7 +185,7 @@ def _encode(version: int, top_error: int, session_id: int,
                     if flexible:
                         buf += b"\x00"
             if version >= 11:
-                buf += struct.pack(">i", -1)  # preferred_read_replica
+                buf += struct.pack(">i", r.preferred_read_replica)
             data = r.records
             size = r.size if data is not None else 0
             buf += uvarint(size + 1) if flexible else struct.pack(">i", size)

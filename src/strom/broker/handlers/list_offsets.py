@@ -18,11 +18,13 @@ TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
 PartResp = TopicResp.ListOffsetsPartitionResponse
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 EARLIEST_LOCAL, LATEST_TIERED = -4, -5
+DEBUGGING_REPLICA_ID = -2  # may ask any replica; everyone else asks the leader (also with KIP-392)
 
 
 async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
     rm = ctx.replica_manager
     isolation = request.isolation_level if ctx.version >= 2 else READ_UNCOMMITTED
+    only_from_leader = getattr(request, "replica_id", -1) != DEBUGGING_REPLICA_ID
     topics = []
     for t in request.topics:
         parts = []
@@ -34,6 +36,9 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
                     raise Errors.TopicAuthorizationFailedError(f"Not authorized to describe topic {t.name}")
                 part = rm.get_partition(t.name, p.partition_index)
                 part.check_leader_epoch(p.current_leader_epoch if ctx.version >= 4 else NO_LEADER_EPOCH)
+                if only_from_leader and not part.is_leader:
+                    raise Errors.NotLeaderForPartitionError(
+                        f"broker {part.local_broker_id} is not the leader of {t.name}-{p.partition_index}")
                 resp.leader_epoch = part.leader_epoch
                 ts = p.timestamp
                 if ts == LATEST:
