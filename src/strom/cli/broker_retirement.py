@@ -31,6 +31,7 @@ from strom.cli.reassignment_client import ClusterView, ReassignmentAdmin, TopicP
 
 DEFAULT_THROTTLE = 50_000_000  # bytes/s: far above what one local cluster writes, well below a disk
 POLL_S = 1.0
+STILL_MOVING_EVERY_S = 15.0  # a long move says which partitions it is still waiting for this often
 
 
 @dataclass(slots=True)
@@ -145,7 +146,7 @@ async def _wait_done(admin: ReassignmentAdmin, broker_id: int, waiting: set[Topi
     """Until no partition lists the broker and none of ours is still reassigning; progress when it changes."""
     total = len(waiting)
     deadline = time.monotonic() + timeout_s
-    reported = -1
+    reported, said_at = -1, time.monotonic()
     while True:
         late: RetirementPlan | None = None
         ongoing = await admin.list_reassignments()
@@ -161,9 +162,11 @@ async def _wait_done(admin: ReassignmentAdmin, broker_id: int, waiting: set[Topi
             total = len(waiting)
         left = sorted(tp for tp in waiting if tp in holding or tp in ongoing)
         done = total - len(left)
-        if done != reported:
-            reported = done
-            say(f"moved {done}/{total} partition(s) off broker {broker_id}")
+        now = time.monotonic()
+        if done != reported or now - said_at >= STILL_MOVING_EVERY_S:
+            still = f"; still moving {', '.join(f'{t}-{p}' for t, p in left[:5])}{', ...' if len(left) > 5 else ''}"
+            say(f"moved {done}/{total} partition(s) off broker {broker_id}{still if done == reported else ''}")
+            reported, said_at = done, now
         if not left:
             return
         if time.monotonic() >= deadline:
