@@ -15,7 +15,9 @@ from kafka.protocol.admin import DescribeLogDirsRequest
 
 from tests.integration.test_api_version_matrix import call
 from tests.integration.test_dynamic_broker_configs import default_cli
+from tests.support.broker import free_port
 from tests.support.cluster import ClusterProcess
+from tests.support.metrics import scrape
 from tests.support.replicas import create_topic
 
 pytestmark = [pytest.mark.cluster, pytest.mark.zookeeper]
@@ -68,7 +70,9 @@ def set_broker_rate(admin: AdminClient, broker_id: int, key: str, value: int) ->
 
 @pytest.mark.parametrize("side", ["follower", "leader"])
 def test_throttle_holds_back_a_catching_up_replica(cluster_factory: Any, side: str) -> None:
-    cluster = cluster_factory(3)
+    ports = {b: free_port() for b in (1, 2, 3)}
+    cluster = cluster_factory(
+        3, broker_overrides={b: {"metrics.listener": f"http://127.0.0.1:{p}"} for b, p in ports.items()})
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
     throttled = create_topic(cluster, replicas=[[1, 2, 3]])
     free = create_topic(cluster, replicas=[[1, 2, 3]])  # same leader, so the same fetcher on broker 3
@@ -100,6 +104,13 @@ def test_throttle_holds_back_a_catching_up_replica(cluster_factory: Any, side: s
     assert 0 < replicated <= allowed, (replicated, allowed, elapsed)
     assert replicated < BACKLOG // 2, (replicated, elapsed)
     assert 3 not in cluster.partition_state(throttled, 0).isr
+    # The throttling broker's metrics show it (FollowerReplication on broker 3, LeaderReplication on 1).
+    kind, metered = ("FollowerReplication", 3) if side == "follower" else ("LeaderReplication", 1)
+    samples = scrape(ports[metered])
+    assert samples.total("kafka_server_replication_held_back_total", replication=kind) > 0
+    assert 0 < samples.total("kafka_server_replication_throttled_bytes_total", replication=kind) <= allowed
+    assert samples.total("kafka_server_replication_throttle_time_ms_total", replication=kind) > 0
+    assert samples.total("kafka_server_replication_byte_rate", replication=kind) > 0
 
     # Throttle removed: the replica catches up fully and rejoins the ISR.
     key = f"{side}.replication.throttled.replicas"
