@@ -880,7 +880,7 @@ class ReplicaManager:
         quota = self.leader_replication_quota
         if quota is None or replica_id in part.isr:
             return False
-        if quota.is_throttled(part.log.config.leader_replication_throttled_replicas, part.index) \
+        if quota.is_throttled(part.log_config.leader_replication_throttled_replicas, part.index) \
                 and quota.is_quota_exceeded():
             quota.held_back()
             return True
@@ -895,7 +895,7 @@ class ReplicaManager:
         for req, res in zip(params.partitions, results, strict=False):
             if res.size:
                 part = self.partitions.get((req.topic, req.partition))
-                if part is not None and quota.is_throttled(part.log.config.leader_replication_throttled_replicas,
+                if part is not None and quota.is_throttled(part.log_config.leader_replication_throttled_replicas,
                                                            part.index):
                     size += res.size
         quota.record(size)

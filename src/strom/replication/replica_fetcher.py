@@ -224,7 +224,7 @@ class ReplicaFetcher:
             if st.truncating or st.delayed_until > now or part is None:
                 continue
             if quota is not None and not st.in_sync and quota.is_throttled(
-                    part.log.config.follower_replication_throttled_replicas, tp[1]):
+                    part.log_config.follower_replication_throttled_replicas, tp[1]):
                 if exceeded is None:
                     exceeded = quota.is_quota_exceeded()
                 if exceeded:
@@ -282,7 +282,7 @@ class ReplicaFetcher:
         state.in_sync = part.log_end_offset >= leader_high_watermark
         quota = self.quota
         if quota is not None and records and quota.is_throttled(
-                part.log.config.follower_replication_throttled_replicas, tp[1]):
+                part.log_config.follower_replication_throttled_replicas, tp[1]):
             quota.record(len(records))
 
     async def _assign_new_epochs(self, tp: TopicPartition, records: Any) -> bool:
