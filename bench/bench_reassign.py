@@ -96,7 +96,8 @@ def one_run(base: Path, mib: int, throttle: int, probe_rate: int, window_num: in
             "throttle_bytes_per_s": throttle, "replication_quota_window_s": window_num,
             "partition_bytes": size, "move_s": round(move_s, 1), "copy_mb_per_s": round(size / move_s / 1e6, 1),
             "most_mb_copied_in_one_window": round(most_in_any_span(copied, window_num) / 1e6, 1),
-            "copied_at_s": {str(s): next((b for t, b in copied if t >= s), size) for s in (5, 10, 20, 30)},
+            "copied_mb_each_second": [round(next((b for t, b in copied if t >= s), size) / 1e6)
+                                      for s in range(int(move_s) + 2)],
             "probe_before": probe.percentiles(started - 10, started),
             "probe_during": probe.percentiles(started, started + move_s), "probe_errors": probe.errors,
             "verify": verified.stdout.strip().splitlines()[-3:],
