@@ -78,6 +78,7 @@ def one_run(base: Path, mib: int, throttle: int, probe_rate: int, window_num: in
             executed = strom(*args, *(["--throttle", str(throttle)] if throttle >= 0 else []))
             if executed.returncode:
                 raise RuntimeError(executed.stdout + executed.stderr)
+            execute_s = time.monotonic() - started
             copied: list[tuple[float, int]] = []
             new_replica = cluster.log_dir(3) / f"{bulk}-0"
             while cluster.topic_assignment(bulk).get(0) != TARGET:
@@ -94,7 +95,7 @@ def one_run(base: Path, mib: int, throttle: int, probe_rate: int, window_num: in
         copied.append((move_s, size))
         return {
             "throttle_bytes_per_s": throttle, "replication_quota_window_s": window_num,
-            "partition_bytes": size, "move_s": round(move_s, 1), "copy_mb_per_s": round(size / move_s / 1e6, 1),
+            "partition_bytes": size, "move_s": round(move_s, 1), "execute_cli_s": round(execute_s, 1), "copy_mb_per_s": round(size / move_s / 1e6, 1),
             "most_mb_copied_in_one_window": round(most_in_any_span(copied, window_num) / 1e6, 1),
             "copied_mb_each_second": [round(next((b for t, b in copied if t >= s), size) / 1e6)
                                       for s in range(int(move_s) + 2)],
