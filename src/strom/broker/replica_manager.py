@@ -13,14 +13,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import kafka.errors as Errors
 
 from strom.broker.fetch_session import FetchManager, FetchSessionCache
 from strom.broker.handlers import error_code_of, error_message_of
 from strom.broker.partition import READ_COMMITTED, READ_UNCOMMITTED, IsrChangeSender, Partition
-from strom.broker.quota.replication import ReplicationQuotaManager
 from strom.config import BrokerConfig
 from strom.metadata.image import MetadataDelta
 from strom.metadata.store import MetadataStore, PartitionState, TopicMetadata
@@ -34,6 +33,9 @@ from strom.storage.log_manager import LogManager, close_offline_log, is_log_dir_
 from strom.storage.partition_metadata import ensure_topic_configs, ensure_topic_id
 from strom.storage.transaction_index import AbortedTxn
 from strom.storage.validator import AppendOrigin
+
+if TYPE_CHECKING:
+    from strom.broker.quota.replication import ReplicationQuotaManager
 
 log = logging.getLogger(__name__)
 
@@ -874,6 +876,26 @@ class ReplicaManager:
             results.append(res)
         return results, total
 
+    async def fetch_messages(self, params: FetchParams) -> list[FetchPartitionResult]:
+        results, total = self.read_from_local_log(params)
+        if (params.max_wait_ms <= 0 or total >= params.min_bytes or not params.partitions
+                or any(r.error_code for r in results)):
+            if self.topic_stats is not None:
+                self.topic_stats.record_fetch(params, results)
+            self._record_leader_throttled_bytes(params, results)
+            return results
+        future: asyncio.Future[list[FetchPartitionResult]] = asyncio.get_running_loop().create_future()
+        op = DelayedFetch(self, params, future)
+        keys = [(r.topic, r.partition) for r in params.partitions]
+        parked = time.monotonic()
+        self.fetch_purgatory.try_complete_else_watch(op, keys)
+        results = await future
+        params.waited_s = time.monotonic() - parked
+        if self.topic_stats is not None:
+            self.topic_stats.record_fetch(params, results)
+        self._record_leader_throttled_bytes(params, results)
+        return results
+
     def _leader_throttled(self, part: Partition, replica_id: int) -> bool:
         """KIP-73 on the leader: hold a follower's partition back while the leader's rate is over its bound,
         the partition is leader-throttled here and that follower is out of the ISR."""
@@ -899,23 +921,3 @@ class ReplicaManager:
                                                            part.index):
                     size += res.size
         quota.record(size)
-
-    async def fetch_messages(self, params: FetchParams) -> list[FetchPartitionResult]:
-        results, total = self.read_from_local_log(params)
-        if (params.max_wait_ms <= 0 or total >= params.min_bytes or not params.partitions
-                or any(r.error_code for r in results)):
-            if self.topic_stats is not None:
-                self.topic_stats.record_fetch(params, results)
-            self._record_leader_throttled_bytes(params, results)
-            return results
-        future: asyncio.Future[list[FetchPartitionResult]] = asyncio.get_running_loop().create_future()
-        op = DelayedFetch(self, params, future)
-        keys = [(r.topic, r.partition) for r in params.partitions]
-        parked = time.monotonic()
-        self.fetch_purgatory.try_complete_else_watch(op, keys)
-        results = await future
-        params.waited_s = time.monotonic() - parked
-        if self.topic_stats is not None:
-            self.topic_stats.record_fetch(params, results)
-        self._record_leader_throttled_bytes(params, results)
-        return results
