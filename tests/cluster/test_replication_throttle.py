@@ -130,3 +130,37 @@ def test_throttle_holds_back_a_catching_up_replica(cluster_factory: Any, side: s
     assert set(cluster.partition_state(throttled, 0).isr) == {1, 2, 3}
     cluster.wait_for(lambda: len({partition_size(cluster, b, throttled) for b in (1, 2, 3)}) == 1, 60,
                      "every replica holding the same bytes")
+
+
+def test_reassignment_with_a_throttle_copies_at_the_throttled_rate(cluster_factory: Any, tmp_path: Any) -> None:
+    """`strom reassign-partitions --execute --throttle` (rcli) sets the lists Kafka's tool sets (current
+    replicas lead, the new one follows): the new replica copies at the rate until the throttle is raised."""
+    from tests.cluster.test_reassign_partitions_cli import strom, write_json
+
+    cluster = cluster_factory(3, overrides={"auto.leader.rebalance.enable": "false"})
+    topic = create_topic(cluster, replicas=[[1, 2]])
+    produce(cluster, topic, BACKLOG // len(VALUE))
+    plan = write_json(tmp_path / "plan.json",
+                      {"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [1, 3]}]})
+    started = time.monotonic()
+    out = strom("--bootstrap-server", cluster.bootstrap, "--execute", "--reassignment-json-file", str(plan),
+                "--throttle", str(RATE))
+    assert out.returncode == 0, out.stdout + out.stderr
+    cluster.wait_for(lambda: partition_size(cluster, 3, topic) > 0, 120, "broker 3 copying")
+    while time.monotonic() - started < 6:
+        time.sleep(0.5)
+    copied = partition_size(cluster, 3, topic)
+    elapsed = time.monotonic() - started
+    assert copied <= RATE * (elapsed + WINDOW_S) + FETCH_MAX, (copied, elapsed)
+    assert copied < BACKLOG // 2, (copied, elapsed)
+    verify = strom("--bootstrap-server", cluster.bootstrap, "--verify", "--reassignment-json-file", str(plan))
+    assert f"Reassignment of partition {topic}-0 is still in progress." in verify.stdout, verify.stdout
+
+    # A higher throttle through the tool (--additional changes the throttle of a running move): it finishes.
+    out = strom("--bootstrap-server", cluster.bootstrap, "--execute", "--additional", "--reassignment-json-file",
+                str(plan), "--throttle", "1000000000")
+    assert out.returncode == 0, out.stdout + out.stderr
+    cluster.wait_for(lambda: cluster.topic_assignment(topic) == {0: [1, 3]}, 180, "the move finished")
+    assert partition_size(cluster, 3, topic) == partition_size(cluster, 1, topic) >= BACKLOG
+    verify = strom("--bootstrap-server", cluster.bootstrap, "--verify", "--reassignment-json-file", str(plan))
+    assert f"Clearing topic-level throttles on topic {topic}" in verify.stdout, verify.stdout
