@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import kafka.errors as Errors
 
@@ -35,6 +35,9 @@ from strom.storage.log_manager import LogManager, close_offline_log, is_log_dir_
 from strom.storage.partition_metadata import ensure_topic_configs, ensure_topic_id
 from strom.storage.transaction_index import AbortedTxn
 from strom.storage.validator import AppendOrigin
+
+if TYPE_CHECKING:
+    from strom.broker.quota.replication import ReplicationQuotaManager
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +248,8 @@ class ReplicaManager:
         self.topic_stats: BrokerTopicStats | None = None
         self.isr_shrinks = 0
         self.isr_expands = 0
+        # KIP-73: the leader side's replication quota (leader.replication.throttled.rate); None = never throttle.
+        self.leader_replication_quota: ReplicationQuotaManager | None = None
         # LeaderAndIsr and StopReplica yield to the loop between chunks: one applies at a time, in order.
         self._state_change_lock = asyncio.Lock()
         self.log_dir_mover = ReplicaAlterLogDirsManager(self)  # AlterReplicaLogDirs moves (JBOD)
@@ -868,6 +873,8 @@ class ReplicaManager:
                 # At its limit (a caught-up follower, a consumer at the HW) a partition has nothing to read:
                 # idle partitions of a fetch session cost no log read.
                 caught_up = req.fetch_offset == part.fetch_offset_limit(params.isolation_level, params.replica_id)
+                if not caught_up and params.replica_id >= 0 and self._leader_throttled(part, params.replica_id):
+                    caught_up = True  # held back: answered with no records, as Kafka does
                 if (limit > 0 or total == 0) and not caught_up:
                     data = part.read_records(req.fetch_offset, max(limit, 0), params.isolation_level,
                                              min_one_message=(total == 0), replica_id=params.replica_id)
@@ -933,6 +940,7 @@ class ReplicaManager:
                 or any(r.error_code or r.preferred_read_replica >= 0 for r in results)):
             if self.topic_stats is not None:
                 self.topic_stats.record_fetch(params, results)
+            self._record_leader_throttled_bytes(params, results)
             return results
         future: asyncio.Future[list[FetchPartitionResult]] = asyncio.get_running_loop().create_future()
         op = DelayedFetch(self, params, future)
@@ -943,4 +951,31 @@ class ReplicaManager:
         params.waited_s = time.monotonic() - parked
         if self.topic_stats is not None:
             self.topic_stats.record_fetch(params, results)
+        self._record_leader_throttled_bytes(params, results)
         return results
+
+    def _leader_throttled(self, part: Partition, replica_id: int) -> bool:
+        """KIP-73 on the leader: hold a follower's partition back while the leader's rate is over its bound,
+        the partition is leader-throttled here and that follower is out of the ISR."""
+        quota = self.leader_replication_quota
+        if quota is None or replica_id in part.isr:
+            return False
+        if quota.is_throttled(part.log_config.leader_replication_throttled_replicas, part.index) \
+                and quota.is_quota_exceeded():
+            quota.held_back()
+            return True
+        return False
+
+    def _record_leader_throttled_bytes(self, params: FetchParams, results: list[FetchPartitionResult]) -> None:
+        """Bytes sent for leader-throttled partitions count against the leader's rate, ISR or not (Kafka)."""
+        quota = self.leader_replication_quota
+        if quota is None or not params.is_from_follower:
+            return
+        size = 0
+        for req, res in zip(params.partitions, results, strict=False):
+            if res.size:
+                part = self.partitions.get((req.topic, req.partition))
+                if part is not None and quota.is_throttled(part.log_config.leader_replication_throttled_replicas,
+                                                           part.index):
+                    size += res.size
+        quota.record(size)

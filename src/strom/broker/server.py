@@ -78,6 +78,7 @@ from strom.broker.handlers import (
 from strom.broker.network import SocketServer
 from strom.broker.producer_id_manager import ProducerIdManager
 from strom.broker.quota.manager import QuotaManagers
+from strom.broker.quota.replication import ReplicationQuotas
 from strom.broker.replica_manager import ReplicaManager
 from strom.broker.request import BrokerServices, ClusterLink
 from strom.client.broker_client import BrokerClient
@@ -243,6 +244,9 @@ class KafkaServer:
         produce_purgatory = DelayedOperationPurgatory("Produce", timer)  # acks=all waiting for the ISR
         self.replica_manager = ReplicaManager(cfg, self.log_manager, self.metadata, fetch_purgatory,
                                               produce_purgatory)
+        self.replication_quotas = ReplicationQuotas(cfg)  # KIP-73 throttles, rates kept current below
+        self.replica_manager.leader_replication_quota = self.replication_quotas.leader
+        self.dynamic_config.add_reconfigurable(self.replication_quotas.reconfigure)
         if self.request_metrics is not None:
             self.replica_manager.topic_stats = BrokerTopicStats(self.request_metrics)
             self.apis.request_metrics = self.request_metrics
@@ -423,7 +427,7 @@ class KafkaServer:
             return (b.host, b.port) if b else None
 
         self.fetcher_manager = ReplicaFetcherManager(self.broker_id, rm, self.config, endpoint,
-                                                     self.inter_broker_security)
+                                                     self.inter_broker_security, self.replication_quotas.follower)
         rm.fetcher_manager = self.fetcher_manager
         self.alter_partition_manager = AlterPartitionManager(self.broker_id, store, rm, lambda: store.broker_epoch,
                                                              self.inter_broker_security)

@@ -239,6 +239,16 @@ _BROKER_DEFS: list[ConfigDef] = [
     # -- quotas (client byte-rate and request-percentage quotas)
     ConfigDef("quota.window.num", T.INT, 11, "Samples kept to compute a client's rate.", at_least(1)),
     ConfigDef("quota.window.size.seconds", T.INT, 1, "Length of one quota sample.", at_least(1)),
+    # -- replication quotas (KIP-73): dynamic rates, applied to the replicas the topic configs name
+    ConfigDef("leader.replication.throttled.rate", T.LONG, LONG_MAX,
+              "Bytes/s this broker as leader sends to out-of-ISR followers of its leader-throttled replicas.",
+              at_least(0)),
+    ConfigDef("follower.replication.throttled.rate", T.LONG, LONG_MAX,
+              "Bytes/s this broker as follower fetches for its follower-throttled replicas while out of the ISR.",
+              at_least(0)),
+    ConfigDef("replication.quota.window.num", T.INT, 11, "Samples kept to compute a replication rate.", at_least(1)),
+    ConfigDef("replication.quota.window.size.seconds", T.INT, 1, "Length of one replication quota sample.",
+              at_least(1)),
     # -- metrics and health (Prometheus endpoint)
     ConfigDef("metrics.listener", T.STRING, "",
               "http://host:port of the Prometheus /metrics, /healthz and /readyz endpoint; empty = off.",
@@ -249,7 +259,7 @@ _BROKER_DEFS: list[ConfigDef] = [
 ]
 
 # Kafka 3.9 dynamic broker keys Strom has no machinery for (Kerberos, JVM TLS providers, connection
-# limits, remote storage, replication throttles...): accepted in server.properties and by AlterConfigs
+# limits, remote storage...): accepted in server.properties and by AlterConfigs
 # with Kafka's types and defaults, stored, described, and without effect here (see 0023).
 _NO_EFFECT = "Kafka dynamic broker config, accepted and stored for compatibility; no effect in Strom."
 KAFKA_DYNAMIC_ONLY_DEFS: list[ConfigDef] = [
@@ -290,8 +300,6 @@ KAFKA_DYNAMIC_ONLY_DEFS: list[ConfigDef] = [
         ("remote.fetch.max.wait.ms", T.INT, 500),
         ("remote.log.manager.copy.max.bytes.per.second", T.LONG, LONG_MAX),
         ("remote.log.manager.fetch.max.bytes.per.second", T.LONG, LONG_MAX),
-        ("leader.replication.throttled.rate", T.LONG, LONG_MAX),
-        ("follower.replication.throttled.rate", T.LONG, LONG_MAX),
         ("replica.alter.log.dirs.io.max.bytes.per.second", T.LONG, LONG_MAX),
     )
 ]

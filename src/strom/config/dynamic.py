@@ -44,6 +44,7 @@ DYNAMIC_BROKER_CONFIGS: frozenset[str] = frozenset(
     | PER_BROKER_CONFIGS
     | {d.name for d in KAFKA_DYNAMIC_ONLY_DEFS}
     | {"background.threads", "message.max.bytes", "producer.id.expiration.ms"}
+    | {"leader.replication.throttled.rate", "follower.replication.throttled.rate"}
 )
 """Broker keys AlterConfigs may change at run time, per broker or as the cluster default."""
 

@@ -52,6 +52,19 @@ class TopicConfigDef:
         return parse_checked(self.name, self.type, self.validator, raw)
 
 
+_THROTTLED_REPLICA_RE = re.compile(r"[0-9]+:[0-9]+\Z")
+
+
+def throttled_replicas(v: Any) -> str | None:
+    """KIP-73's replica lists: the literal "*" alone, or "partitionId:brokerId" entries (Kafka's
+    ThrottledReplicaListValidator; empty entries are allowed and dropped)."""
+    items = list(v or [])
+    if items == ["*"] or all(_THROTTLED_REPLICA_RE.match(x) for x in items):
+        return None
+    return ("must be the literal '*' or a list of replicas in the following format: "
+            "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
+
 T = ConfigType
 _TOPIC_DEFS: list[TopicConfigDef] = [
     TopicConfigDef("cleanup.policy", T.LIST, "delete and/or compact.", list_of("compact", "delete"), ("log.cleanup.policy",)),
@@ -73,11 +86,15 @@ _TOPIC_DEFS: list[TopicConfigDef] = [
         ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
     ),
     TopicConfigDef(
-        "follower.replication.throttled.replicas", T.LIST, "Replicas throttled on the follower side.", None, (), []
+        "follower.replication.throttled.replicas", T.LIST,
+        "Replicas (partition:broker, or *) whose fetches from the leader the follower's "
+        "follower.replication.throttled.rate limits while they are out of the ISR.", throttled_replicas, (), []
     ),
     TopicConfigDef("index.interval.bytes", T.INT, "Bytes between sparse index entries.", at_least(0), ("log.index.interval.bytes",)),
     TopicConfigDef(
-        "leader.replication.throttled.replicas", T.LIST, "Replicas throttled on the leader side.", None, (), []
+        "leader.replication.throttled.replicas", T.LIST,
+        "Replicas (partition:broker, or *) whose answers to out-of-ISR followers the leader's "
+        "leader.replication.throttled.rate limits.", throttled_replicas, (), []
     ),
     TopicConfigDef(
         "max.compaction.lag.ms", T.LONG, "Maximum age before a record must be compacted.", at_least(1), ("log.cleaner.max.compaction.lag.ms",)

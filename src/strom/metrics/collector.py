@@ -74,6 +74,9 @@ class Snapshot:
     purgatories: dict[str, tuple[int, int]] = field(default_factory=dict)  # name -> (watched, delayed)
     # quota kind (Produce, Fetch, Request) -> (throttled responses, throttle time in ms), since start
     quota_throttles: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # replication quota (LeaderReplication, FollowerReplication) -> (byte rate, throttled bytes,
+    # partition fetches held back, ms over the bound), since start (KIP-73)
+    replication_quotas: dict[str, tuple[float, int, int, float]] = field(default_factory=dict)
     partitions: list[PartitionSnapshot] = field(default_factory=list)
     offline_replicas: int = 0
     isr_shrinks: int = 0
@@ -126,6 +129,11 @@ class BrokerCollector:
         if quotas is not None:
             for kind, manager in (("Produce", quotas.produce), ("Fetch", quotas.fetch), ("Request", quotas.request)):
                 snap.quota_throttles[kind] = (manager.throttled_requests, manager.throttle_time_ms_total)
+        replication = getattr(srv, "replication_quotas", None)
+        if replication is not None:
+            for rq in replication.managers():
+                snap.replication_quotas[rq.replication_type] = (
+                    rq.byte_rate(), rq.throttled_bytes_total, rq.held_back_total, rq.throttle_time_ms())
         self._controller(snap, srv)
         gc = getattr(srv, "group_coordinator", None)
         if gc is not None:
@@ -306,6 +314,18 @@ def _network_families(snap: Snapshot) -> list[Metric]:
         _labelled("kafka_server_quota_throttle_time_ms_total",
                   "Throttle time given to clients by a client quota, in ms, per quota kind.", ["quota"],
                   (([k], v[1]) for k, v in sorted(snap.quota_throttles.items())), CounterMetricFamily),
+        _labelled("kafka_server_replication_byte_rate",
+                  "Bytes/s of throttled replicas over the quota window (KIP-73 byte-rate).", ["replication"],
+                  (([k], v[0]) for k, v in sorted(snap.replication_quotas.items()))),
+        _labelled("kafka_server_replication_throttled_bytes_total",
+                  "Bytes of throttled replicas counted against the replication quota.", ["replication"],
+                  (([k], v[1]) for k, v in sorted(snap.replication_quotas.items())), CounterMetricFamily),
+        _labelled("kafka_server_replication_held_back_total",
+                  "Partition fetches a replication throttle held back.", ["replication"],
+                  (([k], v[2]) for k, v in sorted(snap.replication_quotas.items())), CounterMetricFamily),
+        _labelled("kafka_server_replication_throttle_time_ms_total",
+                  "Time the replication quota spent over its bound, in ms.", ["replication"],
+                  (([k], v[3]) for k, v in sorted(snap.replication_quotas.items())), CounterMetricFamily),
         _labelled("kafka_server_delayedoperationpurgatory_purgatorysize",
                   "Watch-list entries of a purgatory (PurgatorySize).", ["delayedoperation"],
                   (([k], v[0]) for k, v in sorted(snap.purgatories.items()))),

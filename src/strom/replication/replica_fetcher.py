@@ -29,6 +29,7 @@ from strom.security.client_security import ClientSecurity
 from strom.server_common.types import TopicPartition
 
 if TYPE_CHECKING:
+    from strom.broker.quota.replication import ReplicationQuotaManager
     from strom.broker.replica_manager import ReplicaManager
     from strom.config import BrokerConfig
 
@@ -50,14 +51,18 @@ class PartitionFetchState:
     leader_epoch: int
     truncating: bool = True  # a new leader (or epoch): find the divergence point first
     delayed_until: float = 0.0  # back-off after a partition error
+    # Caught up with the leader's HW at the last fetch (Kafka's isReplicaInSync): never throttled then.
+    in_sync: bool = False
 
 
 class ReplicaFetcher:
     """Fetches every partition this broker follows on one source broker."""
 
     def __init__(self, broker_id: int, source_id: int, replica_manager: ReplicaManager, config: BrokerConfig,
-                 endpoint: EndpointLookup, security: ClientSecurity | None = None) -> None:
+                 endpoint: EndpointLookup, security: ClientSecurity | None = None,
+                 quota: ReplicationQuotaManager | None = None) -> None:
         self.broker_id = broker_id
+        self.quota = quota  # KIP-73's follower side: follower.replication.throttled.rate
         self._security = security
         self.source_id = source_id
         self.replica_manager = replica_manager
@@ -212,10 +217,19 @@ class ReplicaFetcher:
     async def _fetch(self, client: BrokerClient) -> None:
         now = asyncio.get_running_loop().time()
         wanted: dict[TopicPartition, FetchPartition] = {}
+        quota = self.quota
+        exceeded: bool | None = None  # asked at most once per fetch, and only if a partition needs it
         for tp, st in self.partitions.items():
             part = self.replica_manager.partitions.get(tp)
             if st.truncating or st.delayed_until > now or part is None:
                 continue
+            if quota is not None and not st.in_sync and quota.is_throttled(
+                    part.log_config.follower_replication_throttled_replicas, tp[1]):
+                if exceeded is None:
+                    exceeded = quota.is_quota_exceeded()
+                if exceeded:
+                    quota.held_back()
+                    continue  # left out of this fetch until the rate falls below the bound
             epoch = part.latest_epoch
             wanted[tp] = FetchPartition(tp[1], st.leader_epoch, part.log_end_offset, epoch if epoch is not None else -1,
                                         part.log_start_offset, self._partition_max_bytes)
@@ -248,6 +262,7 @@ class ReplicaFetcher:
                 continue  # the partition moved on while its epochs were written
             try:
                 self.replica_manager.append_as_follower(tp, p.records, p.high_watermark, p.log_start_offset)
+                self._after_append(tp, p.records, p.high_watermark)
             except Errors.KafkaStorageError:  # logged (rate-limited) by the replica manager; back off
                 self.partitions[tp].delayed_until = asyncio.get_running_loop().time() + RETRY_BACKOFF_S
             except Errors.KafkaError as exc:
@@ -256,6 +271,19 @@ class ReplicaFetcher:
             except OSError as exc:
                 log.error("storage error appending to follower %s-%d: %s", *tp, exc)
                 self._partition_error(tp, Errors.KafkaStorageError.errno)
+
+    def _after_append(self, tp: TopicPartition, records: memoryview | None, leader_high_watermark: int) -> None:
+        """Count the bytes of a follower-throttled partition against the rate and note whether the replica
+        has caught up (Kafka's fetch-state lag): a caught-up replica is never held back."""
+        part = self.replica_manager.partitions.get(tp)
+        state = self.partitions.get(tp)
+        if part is None or state is None:
+            return
+        state.in_sync = part.log_end_offset >= leader_high_watermark
+        quota = self.quota
+        if quota is not None and records and quota.is_throttled(
+                part.log_config.follower_replication_throttled_replicas, tp[1]):
+            quota.record(len(records))
 
     async def _assign_new_epochs(self, tp: TopicPartition, records: Any) -> bool:
         """Write the leader epochs these records start (a fsynced checkpoint) on the dir's storage
@@ -306,8 +334,10 @@ class ReplicaFetcherManager:
     """Keeps one ReplicaFetcher per source broker; the replica manager's FetcherManager."""
 
     def __init__(self, broker_id: int, replica_manager: ReplicaManager, config: BrokerConfig,
-                 endpoint: EndpointLookup, security: ClientSecurity | None = None) -> None:
+                 endpoint: EndpointLookup, security: ClientSecurity | None = None,
+                 quota: ReplicationQuotaManager | None = None) -> None:
         self.broker_id = broker_id
+        self.quota = quota
         self.security = security  # how to reach the leaders: the inter-broker listener's protocol
         self.replica_manager = replica_manager
         self.config = config
@@ -324,7 +354,8 @@ class ReplicaFetcherManager:
             fetcher = self.fetchers.get(leader)
             if fetcher is None:
                 fetcher = self.fetchers[leader] = ReplicaFetcher(self.broker_id, leader, self.replica_manager,
-                                                                 self.config, self._endpoint, self.security)
+                                                                 self.config, self._endpoint, self.security,
+                                                                 self.quota)
                 fetcher.start()
             fetcher.add(tp, epoch)
 

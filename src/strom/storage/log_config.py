@@ -26,6 +26,11 @@ def _to_policy(value: str | int) -> tuple[str, ...]:
     return tuple(p.strip() for p in str(value).split(",") if p.strip())
 
 
+def _to_list(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    return tuple(p.strip() for p in items if p.strip())
+
+
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     """One partition log's settings. Field names are the Kafka keys with dots as underscores."""
@@ -54,6 +59,9 @@ class LogConfig:
     compression_type: str = "producer"
     unclean_leader_election_enable: bool = False
     preallocate: bool = False
+    # KIP-73: "partition:broker" entries or "*"; the broker's replication quotas read them.
+    leader_replication_throttled_replicas: tuple[str, ...] = ()
+    follower_replication_throttled_replicas: tuple[str, ...] = ()
 
     @classmethod
     def from_props(
@@ -119,6 +127,8 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "compression.type": ("compression_type", str),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _to_bool),
     "preallocate": ("preallocate", _to_bool),
+    "leader.replication.throttled.replicas": ("leader_replication_throttled_replicas", _to_list),
+    "follower.replication.throttled.replicas": ("follower_replication_throttled_replicas", _to_list),
 }
 
 assert {f.name for f in fields(LogConfig)} == {name for name, _ in _KEYS.values()}
