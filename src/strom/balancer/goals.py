@@ -13,6 +13,7 @@ are asked for; a plan that cannot satisfy them says so. Soft goals are best effo
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -25,6 +26,7 @@ EPSILON = 1e-9
 # At most this many replicas of one broker are tried per step: keeps a step cheap on brokers with
 # thousands of replicas (the cheapest candidates come first, so the ones tried are the right ones).
 CANDIDATES_PER_BROKER = 400
+SWAP_CANDIDATES = 50
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ Accept = Callable[[Action], bool]
 
 def apply(model: ClusterModel, action: Action) -> Callable[[], None]:
     """Apply an action; returns what undoes it exactly (replica order included)."""
+    brokers, partitions = touched(model, action)
+    versions = {key: model.versions.get(key, 0) for key in (*brokers, *partitions)}
     undo: list[Callable[[], None]] = []
     for step in action:
         if isinstance(step, ReplicaMove):
@@ -59,11 +63,13 @@ def apply(model: ClusterModel, action: Action) -> Callable[[], None]:
     def rollback() -> None:
         for u in reversed(undo):
             u()
+        model.versions.update(versions)  # undone = never happened, for memoized verdicts too
     return rollback
 
 
 def _restore_order(model: ClusterModel, tp: TopicPartition, order: list[int]) -> None:
     current = model.assignment[tp]
+    model._bump(tp, current[0], order[0])
     if current[0] != order[0]:
         model.leads[current[0]] -= 1
         model.leads[order[0]] += 1
@@ -148,6 +154,16 @@ class BrokerMetricGoal(Goal):
         tps.sort(key=lambda tp: (model.size[tp], tp))
         return tps[:CANDIDATES_PER_BROKER]
 
+    def spread(self, model: ClusterModel, brokers: Iterable[int]) -> float:
+        """Squared distance of the brokers from the middle of their bounds: when the bounds cannot all
+        be met (racks may force some brokers above the average), moves that even brokers out still count."""
+        total = 0.0
+        for broker in brokers:
+            limits = self.bounds(model, broker)
+            if limits is not None:
+                total += (self.metric(model, broker) - (limits[0] + limits[1]) / 2) ** 2
+        return total
+
     def _steps(self, model: ClusterModel) -> Iterator[list[Action]]:
         """Per broker outside its bounds (worst first), the actions that could bring it back."""
         scored = [(self.broker_penalty(model, b), b) for b in sorted(model.brokers)]
@@ -171,7 +187,7 @@ class BrokerMetricGoal(Goal):
         destinations = self._by_metric(model, model.receivers)
         for tp in self.candidates(model, broker, excess):
             for destination in destinations:
-                if model.can_receive(tp, destination):
+                if model.can_receive(tp, destination, broker):
                     yield (ReplicaMove(tp, broker, destination),)
 
     def _actions_into(self, model: ClusterModel, broker: int) -> Iterator[Action]:
@@ -181,22 +197,29 @@ class BrokerMetricGoal(Goal):
             if donor == broker:
                 break
             for tp in self.candidates(model, donor, 0):
-                if model.can_receive(tp, broker):
+                if model.can_receive(tp, broker, donor):
                     yield (ReplicaMove(tp, donor, broker),)
 
     def optimize(self, model: ClusterModel, accept: Accept) -> None:
+        judged: dict[Action, tuple[int, ...]] = {}  # actions refused, with the state they were refused in
         for _ in range(20 * len(model.partitions) + 100):
             progressed = False
             for actions in self._steps(model):
                 for action in actions:
                     brokers, partitions = touched(model, action)
-                    before = self.penalty(model, brokers, partitions)
+                    stamp = model.stamp(brokers, partitions)
+                    if judged.get(action) == stamp:
+                        continue
+                    before = (self.penalty(model, brokers, partitions), self.spread(model, brokers))
                     rollback = apply(model, action)
-                    improves = self.penalty(model, brokers, partitions) < before - EPSILON
+                    after = (self.penalty(model, brokers, partitions), self.spread(model, brokers))
                     rollback()
+                    improves = after[0] < before[0] - EPSILON or (
+                        after[0] <= before[0] + EPSILON and after[1] < before[1] * (1 - 1e-6) - EPSILON)
                     if improves and accept(action):
                         progressed = True
                         break
+                    judged[action] = stamp
                 if progressed:
                     break
             if not progressed:
@@ -318,7 +341,7 @@ class DiskUsageDistributionGoal(BrokerMetricGoal):
     def candidates(self, model: ClusterModel, broker: int, excess: float) -> list[TopicPartition]:
         tps = [tp for tp in model.replicas_of[broker] if model.movable(tp, broker) and model.size[tp] > 0]
         tps.sort(key=lambda tp: (-model.size[tp], tp))  # biggest first: fewest moves for the same bytes
-        return tps[:CANDIDATES_PER_BROKER]
+        return tps[:SWAP_CANDIDATES]
 
     def _actions_out_of(self, model: ClusterModel, broker: int) -> Iterator[Action]:
         yield from super()._actions_out_of(model, broker)
@@ -333,15 +356,24 @@ class DiskUsageDistributionGoal(BrokerMetricGoal):
                 yield from self._swaps(model, other, broker)
 
     def _swaps(self, model: ClusterModel, fuller: int, emptier: int) -> Iterator[Action]:
-        """A big replica of `fuller` for a smaller one of `emptier`: counts stay, bytes move."""
+        """A big replica of `fuller` for a smaller one of `emptier`: counts stay, bytes move. For each
+        big replica, the small ones whose difference in size comes closest to half the gap are tried."""
         if fuller not in model.receivers or emptier not in model.receivers:
             return
+        gap = self.metric(model, fuller) - self.metric(model, emptier)
+        if gap <= 0:
+            return
+        capacity = model.capacity(fuller) if self._relative else None
+        wanted = gap / 2 * (capacity or 1)  # bytes to shift from fuller to emptier
         small = sorted((tp for tp in model.replicas_of[emptier] if model.movable(tp, emptier, fuller)),
-                       key=lambda tp: (model.size[tp], tp))[:40]
-        for big in self.candidates(model, fuller, 0)[:40]:
-            for tp in small:
-                if (model.size[tp] < model.size[big] and tp != big and model.can_receive(big, emptier)
-                        and model.can_receive(tp, fuller)):
+                       key=lambda tp: (model.size[tp], tp))
+        sizes = [model.size[tp] for tp in small]
+        for big in self.candidates(model, fuller, 0)[:SWAP_CANDIDATES]:
+            if not model.can_receive(big, emptier, fuller):
+                continue
+            at = bisect.bisect_left(sizes, model.size[big] - wanted)
+            for tp in small[max(0, at - 2):at + 2]:
+                if model.size[tp] < model.size[big] and tp != big and model.can_receive(tp, fuller, emptier):
                     yield (ReplicaMove(big, fuller, emptier), ReplicaMove(tp, emptier, fuller))
 
     def describe(self, value: float) -> str:
@@ -398,6 +430,17 @@ class RackAwareGoal(Goal):
         self._racks = len(set(racks)) if self._active else 0
         self._receiving_racks = {model.rack(b) for b in model.receivers}
 
+    def allows(self, model: ClusterModel, tp: TopicPartition, source: int, destination: int) -> bool:
+        """Moving `tp`'s replica from `source` to `destination` leaves its racks no less spread."""
+        if not self._active or model.rack(source) == model.rack(destination):
+            return True
+        replicas = model.assignment[tp]
+        limit = self._per_rack_limit(len(replicas))
+        counts = Counter(model.rack(b) for b in replicas)
+        worse = counts[model.rack(destination)] + 1 > limit
+        better = counts[model.rack(source)] > limit
+        return better or not worse
+
     def _per_rack_limit(self, replicas: int) -> int:
         return math.ceil(replicas / self._racks)
 
@@ -430,7 +473,7 @@ class RackAwareGoal(Goal):
                               key=lambda b: (len(model.replicas_of[b]), b))
         for source in crowded:
             for destination in destinations:
-                if model.can_receive(tp, destination):
+                if model.can_receive(tp, destination, source):
                     yield (ReplicaMove(tp, source, destination),)
 
     def violations(self, model: ClusterModel) -> list[str]:

@@ -8,7 +8,7 @@ move is undone exactly.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from strom.server_common.types import TopicPartition
@@ -91,6 +91,11 @@ class ClusterModel:
         self.replicas_of: dict[int, set[TopicPartition]] = {b: set() for b in self.brokers}
         self.bytes_of: dict[int, int] = dict.fromkeys(self.brokers, 0)
         self.leads: dict[int, int] = dict.fromkeys(self.brokers, 0)
+        # Bumped whenever a broker's or a partition's share changes: a goal can tell that an action it
+        # already judged would be judged the same again (its verdict depends only on what it touches).
+        self.versions: dict[object, int] = {}
+        # Cheap checks of hard goals (source, destination) that rule a move out before it is tried.
+        self.placement_rules: list[Callable[[TopicPartition, int, int], bool]] = []
         for p in partitions:
             self._add_partition(p)
         self.partitions: list[TopicPartition] = sorted(self.assignment)
@@ -147,8 +152,11 @@ class ClusterModel:
             return False
         return not self.added(tp, broker) or (destination is not None and destination in self.original[tp])
 
-    def can_receive(self, tp: TopicPartition, broker: int) -> bool:
-        return broker in self.receivers and broker not in self.assignment[tp]
+    def can_receive(self, tp: TopicPartition, broker: int, source: int | None = None) -> bool:
+        """Whether `broker` may take a replica of `tp` (from `source`: then hard goals' rules apply too)."""
+        if broker not in self.receivers or broker in self.assignment[tp]:
+            return False
+        return source is None or all(rule(tp, source, broker) for rule in self.placement_rules)
 
     def can_lead(self, tp: TopicPartition, broker: int) -> bool:
         """Preferred leadership may go to a receiving broker whose replica is (or will be, once the
@@ -156,9 +164,18 @@ class ClusterModel:
         return (broker in self.receivers and broker in self.assignment[tp]
                 and (broker in self.isr[tp] or self.added(tp, broker)))
 
+    def stamp(self, brokers: Iterable[int], partitions: Iterable[TopicPartition]) -> tuple[int, ...]:
+        return (tuple(self.versions.get(b, 0) for b in sorted(brokers))
+                + tuple(self.versions.get(tp, 0) for tp in sorted(partitions)))
+
+    def _bump(self, *keys: object) -> None:
+        for key in keys:
+            self.versions[key] = self.versions.get(key, 0) + 1
+
     # -- changing -------------------------------------------------------------------------------------
     def move_replica(self, tp: TopicPartition, source: int, destination: int) -> None:
         """Replace `source` by `destination` in the same position of the replica list."""
+        self._bump(tp, source, destination)
         replicas = self.assignment[tp]
         index = replicas.index(source)
         replicas[index] = destination
@@ -175,6 +192,7 @@ class ClusterModel:
         """Put `broker` first in the replica list; returns the broker that was first (to undo)."""
         replicas = self.assignment[tp]
         previous = replicas[0]
+        self._bump(tp, previous, broker)
         replicas.remove(broker)
         replicas.insert(0, broker)
         self.leads[previous] -= 1

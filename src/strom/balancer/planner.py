@@ -6,8 +6,19 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 
-from strom.balancer.goals import ALIASES, DEFAULT_GOALS, GOALS, HARD_GOALS, Action, Goal, apply, touched
+from strom.balancer.goals import (
+    ALIASES,
+    DEFAULT_GOALS,
+    GOALS,
+    HARD_GOALS,
+    Action,
+    Goal,
+    RackAwareGoal,
+    apply,
+    touched,
+)
 from strom.balancer.model import BalancerConstraints, BrokerInfo, ClusterModel, PartitionInfo, PlanError
 
 
@@ -100,6 +111,7 @@ def plan_rebalance(brokers: Iterable[BrokerInfo], partitions: Iterable[Partition
     for goal in goals:
         goal.prepare(model)
     hard = [g for g in goals if g.hard]
+    model.placement_rules = [partial(g.allows, model) for g in hard if isinstance(g, RackAwareGoal)]
     optimized: list[Goal] = []
     for goal in goals:
         guards = list(dict.fromkeys(optimized + hard))
