@@ -33,7 +33,12 @@ from kafka.admin import (
 )
 from kafka.admin import ResourceType as KpResourceType
 from kafka.errors import ClusterAuthorizationFailedError, TopicAuthorizationFailedError
-from kafka.protocol.admin import AlterUserScramCredentialsRequest, DescribeUserScramCredentialsRequest
+from kafka.protocol.admin import (
+    AlterPartitionReassignmentsRequest,
+    AlterUserScramCredentialsRequest,
+    DescribeUserScramCredentialsRequest,
+    ListPartitionReassignmentsRequest,
+)
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from strom.protocol import codec
@@ -276,3 +281,21 @@ def test_client_quota_apis_need_describe_configs_and_alter_configs_on_the_cluste
     found = sasl_call(broker.bootstrap, "alice", "alice-secret", describe, 1)  # AlterConfigs implies Describe
     assert found.error_code == 0
     assert [(e.entity[0].entity_name, e.values[0].value) for e in found.entries] == [("acl-quota-app", 1024.0)]
+
+
+def test_reassignment_apis_need_alter_and_describe_on_the_cluster(broker: BrokerProcess) -> None:
+    """AlterPartitionReassignments: ALTER on the cluster (every partition and the top level refused);
+    ListPartitionReassignments: DESCRIBE on the cluster. The super user gets real answers."""
+    alter = AlterPartitionReassignmentsRequest(timeout_ms=30_000, topics=[
+        AlterPartitionReassignmentsRequest.ReassignableTopic(name="any", partitions=[
+            AlterPartitionReassignmentsRequest.ReassignableTopic.ReassignablePartition(partition_index=0,
+                                                                                      replicas=[1])])])
+    listing = ListPartitionReassignmentsRequest(timeout_ms=30_000, topics=None)
+    refused = sasl_call(broker.bootstrap, "alice", "alice-secret", alter, 0)
+    assert refused.error_code == 31 and refused.error_message
+    assert [p.error_code for t in refused.responses for p in t.partitions] == [31]
+    assert sasl_call(broker.bootstrap, "alice", "alice-secret", listing, 0).error_code == 31
+    allowed = sasl_call(broker.bootstrap, "admin", "admin-secret", alter, 0)
+    assert allowed.error_code == 0
+    assert [p.error_code for t in allowed.responses for p in t.partitions] == [3]  # no such topic
+    assert sasl_call(broker.bootstrap, "admin", "admin-secret", listing, 0).error_code == 0

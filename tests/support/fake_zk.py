@@ -513,6 +513,47 @@ class FakeZkClient:
             self._raise_fenced(exc, what)
         return {(topic, p): int(r.version) for (topic, p, _, _), r in zip(updates, results[1:], strict=True)}
 
+    def update_assignments_and_states(self, assignments: list[TopicAssignment], names: list[str],
+                                      updates: list[tuple[str, int, LeaderIsrAndControllerEpoch, int]],
+                                      controller_epoch_zk_version: int) -> dict[tuple[str, int], int]:
+        ops: list[tuple[Any, ...]] = [("check", zd.CONTROLLER_EPOCH_PATH, controller_epoch_zk_version)]
+        ops += [("set", zd.topic_path(name), zd.encode_topic_assignment(a.topic_id, a.partitions, a.adding_replicas,
+                                                                         a.removing_replicas), ANY_VERSION)
+                for name, a in zip(names, assignments, strict=True)]
+        ops += [("set", zd.partition_state_path(topic, p), zd.encode_partition_state(state), version)
+                for topic, p, state, version in updates]
+        try:
+            results = self._multi(ops)
+        except ZkOpError as exc:
+            self._raise_fenced(exc, exc.path)
+        return {(topic, p): int(r.version)
+                for (topic, p, _, _), r in zip(updates, results[1 + len(names):], strict=True)}
+
+    # -- /admin/reassign_partitions --
+    def get_partition_reassignment(self) -> dict[tuple[str, int], list[int]] | None:
+        node = self._data(zd.REASSIGN_PARTITIONS_PATH)
+        return zd.decode_partition_reassignment(node.data) if node else None
+
+    def create_partition_reassignment(self, reassignment: dict[tuple[str, int], list[int]]) -> None:
+        try:
+            self._multi([("create", zd.REASSIGN_PARTITIONS_PATH, zd.encode_partition_reassignment(reassignment),
+                          False, False)])
+        except ZkOpError as exc:
+            raise NodeExistsError(f"{zd.REASSIGN_PARTITIONS_PATH}: {exc.reason}") from exc
+
+    def set_or_delete_partition_reassignment(self, remaining: dict[tuple[str, int], list[int]],
+                                             controller_epoch_zk_version: int) -> None:
+        if not remaining:
+            self._delete_fenced([zd.REASSIGN_PARTITIONS_PATH], controller_epoch_zk_version)
+            return
+        try:
+            self._multi([("check", zd.CONTROLLER_EPOCH_PATH, controller_epoch_zk_version),
+                         ("set", zd.REASSIGN_PARTITIONS_PATH, zd.encode_partition_reassignment(remaining),
+                          ANY_VERSION)])
+        except ZkOpError as exc:
+            if exc.reason != NO_NODE or exc.index == 0:
+                self._raise_fenced(exc, zd.REASSIGN_PARTITIONS_PATH)
+
     @staticmethod
     def _raise_fenced(exc: ZkOpError, what: str) -> Any:
         """`KafkaZkClient._raise_fenced`: op 0 checks `/controller_epoch`."""

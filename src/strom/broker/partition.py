@@ -67,6 +67,9 @@ class Partition:
         self.partition_epoch = state.partition_epoch
         self.replicas = list(state.replicas)
         self.isr = list(state.isr)
+        # A reassignment under way: replicas joining (they count for the HW only once in the ISR) and leaving.
+        self.adding_replicas = list(state.adding_replicas)
+        self.removing_replicas = list(state.removing_replicas)
         self.pending_isr: list[int] | None = None  # proposed to the controller, not yet committed
         self.leader_epoch_start_offset = log.log_end_offset
         self._followers: dict[int, FollowerState] = {}
@@ -210,6 +213,8 @@ class Partition:
         self.partition_epoch = state.partition_epoch
         self.replicas = list(state.replicas)
         self.isr = list(state.isr)
+        self.adding_replicas = list(state.adding_replicas)
+        self.removing_replicas = list(state.removing_replicas)
         self.pending_isr = None
         if self.is_leader and (new_epoch or not was_leader):
             self.make_leader()

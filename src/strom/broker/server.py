@@ -26,6 +26,7 @@ from strom.broker.handlers import (
     alter_client_quotas,
     alter_configs,
     alter_partition,
+    alter_partition_reassignments,
     alter_user_scram_credentials,
     api_versions,
     controlled_shutdown,
@@ -57,6 +58,7 @@ from strom.broker.handlers import (
     leave_group,
     list_groups,
     list_offsets,
+    list_partition_reassignments,
     list_transactions,
     metadata,
     offset_commit,
@@ -142,6 +144,8 @@ HANDLER_MODULES = [
     sasl_handshake, sasl_authenticate, describe_user_scram_credentials, alter_user_scram_credentials,
     # authorization (ACLs)
     describe_acls, create_acls, delete_acls,
+    # partition reassignment (the controller answers; a single node answers for itself)
+    alter_partition_reassignments, list_partition_reassignments,
 ]
 
 

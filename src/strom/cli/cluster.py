@@ -11,7 +11,8 @@ order; their pids are written to `<data-dir>/pids` in case this command itself i
 While it runs it supervises: a broker that dies is reported (which one, its exit status or
 signal, its log) and the others keep running; `strom cluster stop-broker|start-broker|
 restart-broker N --data-dir DIR` ask it to act on one broker (see strom.cli.cluster_control
-for the state file and the request files they use).
+for the state file and the request files they use); `add-broker` asks it for one more broker and
+`retire-broker N` moves N's replicas away (strom.cli.broker_retirement) before asking it to drop N.
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ def _how_to(bootstrap: str, brokers: int, data_dir: Path, zookeeper_connect: str
         "--producer-property acks=all\n"
         f"  consume:  strom console-consumer --bootstrap-server {bootstrap} --topic demo --from-beginning\n"
         f"  one broker: strom cluster stop-broker|start-broker|restart-broker <id> --data-dir {data_dir}\n"
+        f"  grow, shrink: strom cluster add-broker | retire-broker <id> --data-dir {data_dir}\n"
         "  stop:     Ctrl-C"
     )
 
@@ -419,12 +421,23 @@ def _act(request: dict, members: list[LocalBroker], zk, startup_timeout: float, 
     member = next((m for m in members if m.broker_id == broker_id), None)
     if action not in cluster_control.ACTIONS:
         return False, f"unknown action {action!r}"
-    if member is None:
+    if action == "add":
+        member, problem = _new_member(members)
+        if member is None:
+            return False, problem
+        members.append(member)
+        broker_id = member.broker_id
+    elif member is None:
         return False, f"no broker {broker_id} in this cluster (brokers {', '.join(str(m.broker_id) for m in members)})"
     if action == "start" and member.running():
         return False, f"broker {broker_id} is already running (pid {member.proc.pid})"  # type: ignore[union-attr]
     if action == "stop" and not member.running():
         return False, f"broker {broker_id} is not running"
+    if action == "retire":
+        member.stop(stop_timeout)
+        members.remove(member)
+        return True, (f"broker {broker_id} stopped ({member.how_it_ended()}) and removed from the cluster; "
+                      f"its data stays in {member.dir}")
     if action in ("stop", "restart") and member.running():
         member.stop(stop_timeout)
         if action == "stop":
@@ -447,14 +460,34 @@ def _act(request: dict, members: list[LocalBroker], zk, startup_timeout: float, 
     deadline = time.monotonic() + startup_timeout
     while stop_requested["signal"] is None and time.monotonic() < deadline:
         if member.exited() is not None:
+            if action == "add":
+                members.remove(member)
             return False, (f"broker {broker_id} died while starting: {member.how_it_ended()}; its log is "
                            f"{member.log_path}, last lines:\n{_log_tail(member.log_path, 15)}")
         registered, _ = _read_zookeeper(zk)
         if broker_id in registered and _port_open(member.port):
-            verb = "restarted" if action == "restart" else "started"
+            verb = {"restart": "restarted", "add": "added"}.get(action, "started")
             return True, f"broker {broker_id} {verb} (pid {member.proc.pid}, {member.address})"  # type: ignore[union-attr]
         time.sleep(POLL)
     return False, f"broker {broker_id} (pid {member.proc.pid}) is not serving after {startup_timeout:g} s; see {member.log_path}"  # type: ignore[union-attr]
+
+
+def _new_member(members: list[LocalBroker]) -> tuple[LocalBroker | None, str]:
+    """A broker with the next free id (above every id this data dir has used, so a retired broker's old
+    logs are never picked up again) on the port and metrics port that `cluster up`'s numbering gives it."""
+    if not members:
+        return None, "the cluster has no broker left to take its settings from"
+    first = min(members, key=lambda m: m.broker_id)
+    data_dir = first.dir.parent
+    used = {m.broker_id for m in members} | {int(d.name.removeprefix("broker-")) for d in data_dir.glob("broker-*")
+                                             if d.name.removeprefix("broker-").isdigit()}
+    broker_id = max(used) + 1
+    port = first.port + broker_id - first.broker_id
+    metrics_port = first.metrics_port + broker_id - first.broker_id if first.metrics_port else None
+    for wanted in (port, metrics_port):
+        if wanted is not None and (wanted > 65535 or _port_open(wanted)):
+            return None, f"cannot add broker {broker_id}: port {wanted} on {HOST} is in use or out of range"
+    return LocalBroker(broker_id, port, data_dir, first.zookeeper_connect, first.overrides, metrics_port), ""
 
 
 def _stop_all(zk, zookeeper, members: list[LocalBroker], timeout: float) -> None:  # noqa: ANN001
@@ -526,3 +559,77 @@ def restart_broker(broker_id: BrokerIdArgument, data_dir: DataDirOption = Path("
                    timeout: TimeoutOption = 180) -> None:
     """Stop one broker if it runs, then start it again; waits until it serves."""
     _request("restart", broker_id, data_dir, timeout)
+
+
+def _running_state(data_dir: Path) -> dict:
+    state = cluster_control.read_state(data_dir)
+    if state is None:
+        fail(f"No `strom cluster up` is running with --data-dir {data_dir} "
+             f"(no {cluster_control.STATE_FILE} there, or the process that wrote it is gone).")
+    return state
+
+
+def _bootstrap(state: dict, without: int | None = None) -> str:
+    """The running brokers' addresses (but `without`'s), as a bootstrap list."""
+    return ",".join(b["address"] for i, b in sorted(state["brokers"].items(), key=lambda kv: int(kv[0]))
+                    if b.get("state") == "running" and int(i) != without)
+
+
+@cluster_app.command("add-broker")
+def add_broker(data_dir: DataDirOption = Path("cluster-data"), timeout: TimeoutOption = 180) -> None:
+    """Start one more broker (the next free id) in the running cluster; it holds no replicas until moved."""
+    with cli_errors():
+        data_dir = data_dir.resolve()
+        supervisor = int(_running_state(data_dir)["supervisor_pid"])
+        reply = cluster_control.send_request(data_dir, "add", None, timeout,
+                                             lambda: cluster_control.pid_alive(supervisor))
+        if not reply.get("ok"):
+            fail(str(reply.get("message")))
+        typer.echo(str(reply.get("message")))
+        state = _running_state(data_dir)
+        ids = ",".join(sorted(state["brokers"], key=int))
+        typer.echo(
+            "It holds no replicas yet: nothing moves to a new broker by itself. To give it a share, reassign "
+            "partitions to it, e.g.\n"
+            f"  strom reassign-partitions --bootstrap-server {_bootstrap(state)} --generate "
+            f"--topics-to-move-json-file topics.json --broker-list {ids}\n"
+            "then save the proposed plan and run it with --execute --reassignment-json-file plan.json "
+            "[--throttle BYTES_PER_S], and --verify until it is complete.")
+
+
+@cluster_app.command("retire-broker")
+def retire_broker(
+    broker_id: BrokerIdArgument,
+    data_dir: DataDirOption = Path("cluster-data"),
+    throttle: Annotated[int, typer.Option(
+        "--throttle", help="Replication throttle in bytes/s while its replicas move; -1 = none.")] = 50_000_000,
+    timeout: Annotated[float, typer.Option(
+        "--timeout", help="Seconds to wait for its replicas to move.")] = 1800,
+    isr_wait: Annotated[float, typer.Option(
+        "--isr-wait", help="Seconds to wait for lagging replicas to be back in sync before refusing.")] = 60,
+) -> None:
+    """Move every replica off one broker (reassignment, throttled), then stop it and drop it from the cluster."""
+    from strom.cli.broker_retirement import move_replicas_off
+    from strom.cli.reassign_partitions import run_admin
+
+    with cli_errors():
+        data_dir = data_dir.resolve()
+        state = _running_state(data_dir)
+        if str(broker_id) not in state.get("brokers", {}):
+            fail(f"The cluster in {data_dir} has no broker {broker_id} "
+                 f"(brokers {', '.join(sorted(state.get('brokers', {}), key=int))}).")
+        if state["brokers"][str(broker_id)].get("state") != "running":
+            fail(f"Broker {broker_id} is not running: start it (`strom cluster start-broker {broker_id}`) so its "
+                 "replicas can be copied from it, then retire it.")
+        bootstrap = _bootstrap(state, without=broker_id)
+        if not bootstrap:
+            fail(f"Broker {broker_id} is the only running broker; there is nowhere to move its replicas.")
+        moved = run_admin(bootstrap, None, lambda admin: move_replicas_off(
+            admin, broker_id, throttle, timeout, isr_wait, lambda line: typer.echo(f"retire-broker: {line}")))
+        typer.echo(f"retire-broker: broker {broker_id} holds no replicas any more ({moved} moved); stopping it")
+        supervisor = int(state["supervisor_pid"])
+        reply = cluster_control.send_request(data_dir, "retire", broker_id, 180,
+                                             lambda: cluster_control.pid_alive(supervisor))
+        if not reply.get("ok"):
+            fail(str(reply.get("message")))
+        typer.echo(str(reply.get("message")))

@@ -11,7 +11,10 @@ they hand a request to it through the cluster's data dir and wait for its answer
 * `<data-dir>/control/<id>.request`: `{"action": "stop"|"start"|"restart", "broker": N}`,
   written by the command; `cluster up` polls the directory while it supervises, acts on the
   broker by the pid it holds (SIGTERM, as at teardown) or starts the recorded command line,
-  and answers in `<id>.reply`: `{"ok": bool, "message": str}`.
+  and answers in `<id>.reply`: `{"ok": bool, "message": str}`. `add` (broker null) starts a
+  broker with the next free id and supervises it from then on; `retire` stops one (controlled
+  shutdown) and removes it from the supervised set, after `strom cluster retire-broker` has
+  moved its replicas away.
 
 Processes are only ever addressed by pid; a state file whose supervisor pid is gone means no
 cluster is running there (a `cluster up` killed with SIGKILL leaves its children's pids in it).
@@ -30,7 +33,7 @@ from typing import Any
 
 STATE_FILE = "cluster.json"
 CONTROL_DIR = "control"
-ACTIONS = ("stop", "start", "restart")
+ACTIONS = ("stop", "start", "restart", "add", "retire")
 
 
 def write_json_atomically(path: Path, payload: dict[str, Any]) -> None:
@@ -81,7 +84,7 @@ def answer(request_path: Path, ok: bool, message: str) -> None:
         request_path.unlink()
 
 
-def send_request(data_dir: Path, action: str, broker_id: int, timeout: float,
+def send_request(data_dir: Path, action: str, broker_id: int | None, timeout: float,
                  still_running: Callable[[], bool]) -> dict[str, Any]:
     """Hand one request to the supervisor and wait for its reply (None-free: a timeout is a reply too)."""
     control = data_dir / CONTROL_DIR

@@ -16,6 +16,7 @@ from strom.cli import (
     get_offsets,
     leader_election,
     perf_test,
+    reassign_partitions,
     topics,
     zookeeper_shell,
 )
@@ -47,6 +48,7 @@ app.command("console-consumer", no_args_is_help=True)(console_consumer.console_c
 app.command("get-offsets", no_args_is_help=True)(get_offsets.get_offsets)
 app.command("dump-log", no_args_is_help=True)(dump_log.dump_log)
 app.command("leader-election", no_args_is_help=True)(leader_election.leader_election)
+app.command("reassign-partitions", no_args_is_help=True)(reassign_partitions.reassign_partitions)
 app.command(
     "producer-perf-test",
     no_args_is_help=True,

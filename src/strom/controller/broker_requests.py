@@ -64,7 +64,8 @@ class BrokerRequests:
                 LeaderAndIsrRequest, _PARTITION_STATES,
                 partition_index=tp[1], controller_epoch=pl.controller_epoch, leader=pl.leader,
                 leader_epoch=pl.leader_epoch, isr=list(pl.isr), partition_epoch=pl.zk_version,
-                replicas=list(pl.replicas), adding_replicas=[], removing_replicas=[], is_new=is_new,
+                replicas=list(pl.replicas), adding_replicas=list(pl.adding), removing_replicas=list(pl.removing),
+                is_new=is_new,
                 leader_recovery_state=0)
             for b in pl.replicas:
                 if b in self.ctx.live_brokers and (only is None or b in only):
@@ -139,6 +140,23 @@ class BrokerRequests:
                     per_broker.setdefault(b, {}).setdefault(tp[0], []).append(
                         {"partition_index": tp[1], "leader_epoch": -2 if delete else pl.leader_epoch,
                          "delete_partition": delete})
+        for b, topics in per_broker.items():
+            request = build(StopReplicaRequest,
+                controller_id=self.broker_id, is_k_raft_controller=False, controller_epoch=self.ctx.epoch,
+                broker_epoch=self.ctx.live_brokers[b].epoch, ungrouped_partitions=[], topics=[],
+                topic_states=[{"topic_name": t, "partition_states": states} for t, states in topics.items()])
+            self.channel.send(b, request, STOP_REPLICA_VERSION)
+
+
+    async def stop_removed_replicas(self, removed: dict[TopicPartition, list[int]]) -> None:
+        """StopReplica with deletion to replicas a reassignment took out of the replica set (they are no longer
+        in the assignment, so ``stop_replica`` would not reach them)."""
+        per_broker: dict[int, dict[str, list[dict[str, Any]]]] = {}
+        async for tp, brokers in paced(list(removed.items())):
+            for b in brokers:
+                if b in self.ctx.live_brokers:
+                    per_broker.setdefault(b, {}).setdefault(tp[0], []).append(
+                        {"partition_index": tp[1], "leader_epoch": -2, "delete_partition": True})
         for b, topics in per_broker.items():
             request = build(StopReplicaRequest,
                 controller_id=self.broker_id, is_k_raft_controller=False, controller_epoch=self.ctx.epoch,

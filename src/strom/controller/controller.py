@@ -35,6 +35,7 @@ from strom.controller.broker_requests import BrokerRequests
 from strom.controller.controller_channel import ControllerChannelManager
 from strom.controller.controller_zk import ControllerZk
 from strom.controller.pacing import paced
+from strom.controller.reassignment_manager import PartitionResult, ReassignmentManager
 from strom.metadata.zk import zk_data as zd
 from strom.metadata.zk.errors import BadVersionError, ControllerMovedError, KafkaZkError, ZNodeNotFoundError
 from strom.metadata.zk.kafka_zk_client import SessionState
@@ -62,6 +63,9 @@ class PartitionLeadership:
     isr: list[int] = field(default_factory=list)
     controller_epoch: int = 0
     zk_version: int = -1  # -1: no state znode yet (new partition)
+    # While the partition is being reassigned (KIP-455): replicas joining and leaving the replica set.
+    adding: list[int] = field(default_factory=list)
+    removing: list[int] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -129,6 +133,7 @@ class KafkaController:
         self._elected_session: int | None = None
         # After a lost session: not a candidate until this broker is registered in the new one.
         self._awaiting_registration = False
+        self.reassignments = ReassignmentManager(self, ZK_STATE_BATCH)
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -293,6 +298,8 @@ class KafkaController:
                 (zd.CONFIG_CHANGES_PATH, "config-change", self._on_config_change),
                 (zd.LOG_DIR_EVENT_NOTIFICATION_PATH, "log-dir-event", self._on_log_dir_events)):
             await self._zk(self.zk.watch_children, path, self._term_watch(name, handler))  # reads at once
+        await self._zk(self.zk.watch_data, zd.REASSIGN_PARTITIONS_PATH,  # fires at once too: the old tools' moves
+                       self._term_watch("reassign-partitions", self.reassignments.on_zk_request))
         # Kafka's onBrokerFailure at failover: a replica whose broker is not registered is offline,
         # so it leaves every ISR now, not after the leaders' replica.lag.time.max.ms.
         hosted: set[int] = set()
@@ -306,6 +313,7 @@ class KafkaController:
         all_tps = list(self.ctx.partitions)
         await self.requests.update_metadata(list(self.ctx.live_brokers), all_tps)
         await self.requests.leader_and_isr(all_tps)
+        await self.reassignments.resume()  # moves recorded in the topic znodes go on
         if self.config.get("auto.leader.rebalance.enable"):
             self._rebalance_task = self._loop.create_task(self._auto_rebalance_loop(), name="leader-rebalance")
 
@@ -343,8 +351,11 @@ class KafkaController:
             known = self.ctx.partitions.get(tp)
             if known is not None:
                 known.replicas = list(replicas)
+                known.adding = list(assignment.adding_replicas.get(p, ()))
+                known.removing = list(assignment.removing_replicas.get(p, ()))
                 continue
-            pl = PartitionLeadership(list(replicas))
+            pl = PartitionLeadership(list(replicas), adding=list(assignment.adding_replicas.get(p, ())),
+                                     removing=list(assignment.removing_replicas.get(p, ())))
             if p in states:
                 st, version = states[p]
                 pl.leader, pl.leader_epoch, pl.isr = st.leader, st.leader_epoch, list(st.isr)
@@ -718,6 +729,9 @@ class KafkaController:
                     await self.requests.update_metadata(list(self.ctx.live_brokers), updated)
                 if not future.done():
                     future.set_result(result)
+                if updated:  # after the leader has its answer: a move whose targets are all in sync completes
+                    self._events.put_nowait(ControllerEvent(
+                        "reassignment-isr-change", lambda: self.reassignments.on_isr_changed(updated)))
 
         if not self.active:
             future.set_exception(Errors.NotControllerError(f"broker {self.broker_id} is not the controller"))
@@ -945,6 +959,24 @@ class KafkaController:
             return await (self._elect_unclean(chosen) if unclean else self.elect_preferred_leaders(chosen))
 
         return self._run_as_event("elect-leaders", work)
+
+    # -- partition reassignment (KIP-455) ---------------------------------------------------------------
+    def alter_partition_reassignments(self, requests: dict[TopicPartition, list[int] | None]
+                                      ) -> asyncio.Future[dict[TopicPartition, PartitionResult]]:
+        """AlterPartitionReassignments: target replicas per partition (None cancels); see reassignment.py."""
+        return self._run_as_event("alter-partition-reassignments", lambda: self.reassignments.alter(requests))
+
+    def list_partition_reassignments(self, tps: list[TopicPartition] | None) -> asyncio.Future[dict[Any, Any]]:
+        """ListPartitionReassignments: the moves under way (of the partitions named, or all)."""
+        async def work() -> dict[Any, Any]:
+            return self.reassignments.list(tps)
+
+        return self._run_as_event("list-partition-reassignments", work)
+
+    def check_session(self) -> None:
+        """Raise ControllerMoved unless the session that elected this controller still lives (before a write)."""
+        if not self._session_current():
+            raise ControllerMoved(f"the ZooKeeper session that elected controller {self.broker_id} ended")
 
     def topic_name(self, topic_id: uuid.UUID | None) -> str | None:
         """AlterPartition names topics by id (v2+); the controller's own view, not the broker cache."""

@@ -61,6 +61,16 @@ class ControllerZk(Protocol):
 
     def remove_topic_deletion(self, name: str, expected_controller_epoch_zk_version: int | None = None) -> None: ...
 
+    # -- partition reassignment (KIP-455) --
+    def update_assignments_and_states(self, assignments: list[TopicAssignment], names: list[str],
+                                      updates: list[tuple[str, int, LeaderIsrAndControllerEpoch, int]],
+                                      controller_epoch_zk_version: int) -> dict[tuple[str, int], int]: ...
+
+    def get_partition_reassignment(self) -> dict[tuple[str, int], list[int]] | None: ...
+
+    def set_or_delete_partition_reassignment(self, remaining: dict[tuple[str, int], list[int]],
+                                             controller_epoch_zk_version: int) -> None: ...
+
     # -- log dir failures (KIP-112) --
     def get_log_dir_events(self) -> dict[str, int | None]: ...
 

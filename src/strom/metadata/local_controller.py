@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING
 import kafka.errors as Errors
 
 from strom.broker.replica_manager import LeaderAndIsrPartition
+from strom.controller.reassignment import ReplicaAssignment, invalid_target
 from strom.metadata.image import MetadataDelta
-from strom.metadata.store import TopicMetadata
+from strom.metadata.store import MetadataStore, TopicMetadata
 
 if TYPE_CHECKING:
     from strom.metadata.embedded import EmbeddedMetadataStore
@@ -139,3 +140,26 @@ class LocalController:
             forgotten = await self.store.write_deletion(name, recorded_elsewhere=tombstoned > 0)
             self.store.publish_delta(MetadataDelta.of(deleted=[forgotten]))
             await rm.purge_tombstones()
+
+
+def local_reassignment_results(store: MetadataStore, broker_id: int,
+                               requests: dict[TopicPartition, list[int] | None]) -> dict[TopicPartition, tuple[int, str | None]]:
+    """AlterPartitionReassignments on a single node (a one-broker cluster): nothing is ever being moved, a
+    target equal to the current replicas is done at once, and any other broker is not registered."""
+    results: dict[TopicPartition, tuple[int, str | None]] = {}
+    for tp, target in requests.items():
+        topic = store.topic(tp[0])
+        state = topic.partitions.get(tp[1]) if topic is not None else None
+        if state is None:
+            results[tp] = (Errors.UnknownTopicOrPartitionError.errno, "The partition does not exist.")
+            continue
+        current = ReplicaAssignment(list(state.replicas))
+        if target is None:
+            results[tp] = (Errors.NoReassignmentInProgressError.errno,
+                           f"No reassignment of {tp[0]}-{tp[1]} is in progress.")
+            continue
+        why = invalid_target(target, current, [broker_id])
+        if why is None and sorted(target) != sorted(state.replicas):
+            why = f"Only broker {broker_id} can host replicas on a single node."
+        results[tp] = (0, None) if why is None else (Errors.InvalidReplicationAssignmentError.errno, why)
+    return results

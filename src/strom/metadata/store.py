@@ -52,6 +52,9 @@ class PartitionState:
     isr: list[int]
     partition_epoch: int = 0  # the state znode's version: AlterPartition must name the current one
     offline_replicas: list[int] = field(default_factory=list)
+    # While the partition is being reassigned (KIP-455, from LeaderAndIsr): replicas joining and leaving.
+    adding_replicas: list[int] = field(default_factory=list)
+    removing_replicas: list[int] = field(default_factory=list)
 
 
 @dataclass

@@ -426,6 +426,8 @@ class ZkMetadataStore(MetadataStore):
         if got is None:
             raise KeyError(name)
         current = zd.decode_topic_assignment(got[0])
+        if current.adding_replicas or current.removing_replicas:  # as Kafka: a move's state must not be lost
+            raise Errors.ReassignmentInProgressError(f"A partition reassignment of topic {name} is in progress.")
         if set(assignment) & set(current.partitions) or min(assignment, default=0) != len(current.partitions):
             raise Errors.InvalidPartitionsError(
                 f"Topic {name} has {len(current.partitions)} partitions now; retry with that count.")

@@ -26,7 +26,8 @@ async def handle(ctx: RequestContext, request: Any) -> LeaderAndIsrResponse:
         return _all(request, Errors.StaleBrokerEpochError.errno)
     partitions = [
         LeaderAndIsrPartition(t.topic_name, t.topic_id, PartitionState(
-            p.partition_index, p.leader, p.leader_epoch, list(p.replicas), list(p.isr), p.partition_epoch),
+            p.partition_index, p.leader, p.leader_epoch, list(p.replicas), list(p.isr), p.partition_epoch,
+            adding_replicas=list(p.adding_replicas or ()), removing_replicas=list(p.removing_replicas or ())),
             bool(p.is_new))
         for t in request.topic_states for p in t.partition_states]
     # Replicas created here need their topic's configs: read any missing from ZooKeeper off the loop.

@@ -794,6 +794,78 @@ class KafkaZkClient:
         self._raise_fenced(index, error, controller_epoch_zk_version, f"state of {topic}-{p}")
         raise AssertionError("unreachable")
 
+    def update_assignments_and_states(
+        self,
+        assignments: list[TopicAssignment],
+        names: list[str],
+        updates: list[tuple[str, int, LeaderIsrAndControllerEpoch, int]],
+        controller_epoch_zk_version: int,
+    ) -> dict[tuple[str, int], int]:
+        """A reassignment's step in one fenced multi-op: the topics' full assignments (``names[i]`` is
+        ``assignments[i]``'s topic, written whatever its version, as Kafka's controller does: only the
+        controller writes a topic's adding/removing replicas) and the partitions' new states (conditional
+        on their versions). Returns the states' new versions; errors as ``update_partition_states``."""
+        topics = [(zd.topic_path(name), zd.encode_topic_assignment(a.topic_id, a.partitions, a.adding_replicas,
+                                                                   a.removing_replicas))
+                  for name, a in zip(names, assignments, strict=True)]
+        encoded = [(topic, p, zd.encode_partition_state(state), version) for topic, p, state, version in updates]
+
+        def build(txn: Any) -> None:
+            txn.check(zd.CONTROLLER_EPOCH_PATH, controller_epoch_zk_version)
+            for path, data in topics:
+                txn.set_data(path, data)
+            for topic, p, data, version in encoded:
+                txn.set_data(zd.partition_state_path(topic, p), data, version)
+
+        results = self._commit(build)
+        failed = self._first_error(results)
+        states = results[1 + len(topics):]
+        if failed is None:
+            return {(topic, p): r.version for (topic, p, _, _), r in zip(encoded, states, strict=True)}
+        index, error = failed
+        if index > len(topics) and isinstance(error, KazooBadVersionError) and all(
+                (got := self._get(zd.partition_state_path(topic, p))) is not None
+                and got[0] == data and got[1].version == version + 1 for topic, p, data, version in encoded) and all(
+                (got := self._get(path)) is not None and got[0] == data for path, data in topics):
+            return {(topic, p): version + 1 for topic, p, _, version in encoded}  # ours, retried after a lost reply
+        what = (f"assignment of {names[index - 1]}" if 0 < index <= len(topics) else
+                f"state of {encoded[index - 1 - len(topics)][0]}-{encoded[index - 1 - len(topics)][1]}"
+                if index else "assignments")
+        self._raise_fenced(index, error, controller_epoch_zk_version, what)
+        raise AssertionError("unreachable")
+
+    # -- /admin/reassign_partitions (the pre-KIP-455 tools' path) --------------------------------------
+    def get_partition_reassignment(self) -> dict[tuple[str, int], list[int]] | None:
+        """What ``/admin/reassign_partitions`` asks for; None when it does not exist."""
+        got = self._get(zd.REASSIGN_PARTITIONS_PATH)
+        return zd.decode_partition_reassignment(got[0]) if got is not None else None
+
+    def create_partition_reassignment(self, reassignment: dict[tuple[str, int], list[int]]) -> None:
+        """What the old tool did: create ``/admin/reassign_partitions``; raises ``ZkNodeExistsError`` while
+        one is in progress."""
+        try:
+            self._call(self._zk.create, zd.REASSIGN_PARTITIONS_PATH,
+                       zd.encode_partition_reassignment(reassignment), makepath=True)
+        except NodeExistsError as exc:
+            raise ZkNodeExistsError(f"{zd.REASSIGN_PARTITIONS_PATH} exists: a reassignment is in progress") from exc
+
+    def set_or_delete_partition_reassignment(self, remaining: dict[tuple[str, int], list[int]],
+                                             controller_epoch_zk_version: int) -> None:
+        """The controller's bookkeeping: ``/admin/reassign_partitions`` keeps what is still to do; it is
+        deleted once nothing is (fenced by the controller epoch)."""
+        if not remaining:
+            self._delete_fenced(lambda: [zd.REASSIGN_PARTITIONS_PATH], controller_epoch_zk_version)
+            return
+        data = zd.encode_partition_reassignment(remaining)
+
+        def build(txn: Any) -> None:
+            txn.check(zd.CONTROLLER_EPOCH_PATH, controller_epoch_zk_version)
+            txn.set_data(zd.REASSIGN_PARTITIONS_PATH, data)
+
+        failed = self._first_error(self._commit(build))
+        if failed is not None and not isinstance(failed[1], NoNodeError):
+            self._raise_fenced(*failed, controller_epoch_zk_version, zd.REASSIGN_PARTITIONS_PATH)
+
     # -- topic deletion ------------------------------------------------------------------
     def mark_topic_for_deletion(self, name: str) -> None:
         """Create `/admin/delete_topics/<t>` (what kafka-topics --delete does); idempotent."""

@@ -29,6 +29,7 @@ CONFIG_PATH = "/config"
 CONFIG_CHANGES_PATH = "/config/changes"
 CONFIG_CHANGE_PREFIX = "config_change_"
 DELETE_TOPICS_PATH = "/admin/delete_topics"
+REASSIGN_PARTITIONS_PATH = "/admin/reassign_partitions"  # the pre-KIP-455 tools' way to ask for a reassignment
 ISR_CHANGE_NOTIFICATION_PATH = "/isr_change_notification"
 LOG_DIR_EVENT_NOTIFICATION_PATH = "/log_dir_event_notification"
 LOG_DIR_EVENT_PREFIX = "log_dir_event_"
@@ -285,6 +286,33 @@ def decode_topic_assignment(data: bytes, zk_version: int = -1) -> TopicAssignmen
         removing_replicas=ints(js.get("removing_replicas")),
         zk_version=zk_version,
     )
+
+
+# -- /admin/reassign_partitions ---------------------------------------------
+def encode_partition_reassignment(reassignment: dict[tuple[str, int], list[int]]) -> bytes:
+    """Version 1, as kafka-reassign-partitions.sh (before KIP-455) and Kafka's controller write it."""
+    return to_json_bytes({"version": 1, "partitions": [
+        {"topic": t, "partition": p, "replicas": list(r)} for (t, p), r in sorted(reassignment.items())]})
+
+
+def decode_partition_reassignment(data: bytes | None) -> dict[tuple[str, int], list[int]]:
+    """(topic, partition) -> target replicas; entries that are not well formed are left out (Kafka skips
+    them too), and garbage reads as nothing asked."""
+    try:
+        js = parse_json(data) or {}
+        entries = js.get("partitions") or [] if isinstance(js, dict) else []
+    except ValueError:
+        return {}
+    out: dict[tuple[str, int], list[int]] = {}
+    for entry in entries:
+        try:
+            topic, partition, replicas = entry["topic"], entry["partition"], entry["replicas"]
+        except (KeyError, TypeError):
+            continue
+        if (isinstance(topic, str) and isinstance(partition, int) and isinstance(replicas, list)
+                and all(isinstance(r, int) and not isinstance(r, bool) for r in replicas)):
+            out[(topic, partition)] = list(replicas)
+    return out
 
 
 # -- /brokers/topics/<t>/partitions/<p>/state -------------------------------
