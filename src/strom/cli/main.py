@@ -17,6 +17,7 @@ from strom.cli import (
     leader_election,
     perf_test,
     reassign_partitions,
+    rebalance,
     topics,
     zookeeper_shell,
 )
@@ -49,6 +50,7 @@ app.command("get-offsets", no_args_is_help=True)(get_offsets.get_offsets)
 app.command("dump-log", no_args_is_help=True)(dump_log.dump_log)
 app.command("leader-election", no_args_is_help=True)(leader_election.leader_election)
 app.command("reassign-partitions", no_args_is_help=True)(reassign_partitions.reassign_partitions)
+app.command("rebalance")(rebalance.rebalance)
 app.command(
     "producer-perf-test",
     no_args_is_help=True,

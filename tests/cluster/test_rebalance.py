@@ -1,0 +1,153 @@
+"""`strom rebalance` as an operator runs it: a subprocess against a real cluster that grows.
+
+Topics are created while only brokers 1 and 2 run; broker 3 then joins holding nothing. The dry run
+must show a plan and change nothing; `--execute` must give broker 3 its share of replicas and
+preferred leaders through throttled reassignments (the throttle configs are gone afterwards), while
+a confluent-kafka acks=all producer writes and the checker reads every acknowledged record back.
+A disk threshold below what a broker holds moves partitions away from it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.checker import SequenceProducer, check_topic
+from tests.support.cluster import ClusterProcess
+from tests.support.replicas import create_topic
+
+pytestmark = pytest.mark.cluster
+
+BOUND = 240.0  # seconds: generous on a loaded 2-core machine; never an assertion on time
+
+
+def rebalance(cluster: ClusterProcess, *args: str, timeout: float = BOUND) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "strom.cli.main", "rebalance", "--bootstrap-server",
+                           cluster.bootstrap, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def proposed(output: str) -> dict[tuple[str, int], list[int]]:
+    lines = output.splitlines()
+    if "Proposed partition reassignment configuration" not in lines:
+        return {}
+    doc = json.loads(lines[lines.index("Proposed partition reassignment configuration") + 1])
+    return {(p["topic"], p["partition"]): p["replicas"] for p in doc["partitions"]}
+
+
+def assignments(cluster: ClusterProcess, topics: list[str]) -> dict[tuple[str, int], list[int]]:
+    return {(t, p): r for t in topics for p, r in cluster.topic_assignment(t).items()}
+
+
+def zk_config(cluster: ClusterProcess, kind: str, name: str) -> dict[str, str]:
+    if cluster.zk.exists(f"/config/{kind}/{name}") is None:
+        return {}
+    data, _ = cluster.zk.get(f"/config/{kind}/{name}")
+    return json.loads(data).get("config", {}) if data else {}
+
+
+@pytest.fixture
+def growing(tmp_path: Path) -> Iterator[ClusterProcess]:
+    """Brokers 1 and 2 running; broker 3 configured but not started."""
+    cluster = ClusterProcess(tmp_path, broker_ids=[1, 2, 3], offsets_replication_factor=2,
+                             overrides={"auto.leader.rebalance.enable": "false"})
+    try:
+        cluster.start_zookeeper()
+        for broker_id in (1, 2):
+            cluster.start_broker(broker_id, timeout=90)
+        cluster.wait_for(lambda: cluster.controller_id() is not None, BOUND, "a controller")
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def test_a_joining_broker_gets_its_share_and_nothing_is_lost(growing: ClusterProcess) -> None:
+    cluster = growing
+    topics = [create_topic(cluster, partitions=6, replication_factor=2, config={"min.insync.replicas": "1"},
+                           replicas=[[1, 2], [2, 1]] * 3),
+              create_topic(cluster, replicas=[[1, 2], [2, 1]] * 3)]
+    producer = SequenceProducer(cluster.broker(1).bootstrap + "," + cluster.broker(2).bootstrap, topics[0],
+                                config={"acks": "all", "enable.idempotence": True}).start()
+    try:
+        assert producer.wait_acked(200, BOUND), producer
+        cluster.start_broker(3, timeout=90)
+
+        before = assignments(cluster, topics)
+        dry = rebalance(cluster)
+        assert dry.returncode == 0, dry.stderr
+        plan = proposed(dry.stdout)
+        assert plan, dry.stdout
+        assert any(3 in replicas for replicas in plan.values()), dry.stdout
+        assert "Broker" in dry.stdout and "Replicas before" in dry.stdout
+        assert assignments(cluster, topics) == before  # a dry run moves nothing
+
+        done = rebalance(cluster, "--execute", "--throttle", "10000000", "--batch-size", "4")
+        assert done.returncode == 0, (done.stdout, done.stderr)
+        assert "replication throttles removed" in done.stdout, done.stdout
+        assert producer.wait_acked(producer.acked_count() + 200, BOUND), producer
+    finally:
+        producer.stop()
+
+    after = assignments(cluster, topics)
+    per_broker = Counter(b for replicas in after.values() for b in replicas)
+    assert per_broker == {1: 8, 2: 8, 3: 8}, after  # 24 replicas over 3 brokers
+    for replicas in after.values():
+        assert len(replicas) == 2 == len(set(replicas))
+    # Every partition's ISR is its full new replica set, and leaders follow the preferred order.
+    leaders = Counter()
+    for (topic, partition), replicas in after.items():
+        state = cluster.wait_isr(topic, partition, replicas, timeout=BOUND)
+        leaders[state.leader] += 1
+    assert leaders[3] >= 3, leaders  # the newcomer leads its share (4 of 12, give or take one)
+    # Throttles are removed from the brokers and topics once the moves are done.
+    for broker_id in (1, 2, 3):
+        assert not {k for k in zk_config(cluster, "brokers", str(broker_id)) if "throttled" in k}
+    for topic in topics:
+        assert not {k for k in zk_config(cluster, "topics", topic) if "throttled" in k}
+
+    report = check_topic(cluster.bootstrap, topics[0], producer.acked, timeout=BOUND)
+    assert report.lost == 0 and report.duplicated == 0, report
+
+    # A second run finds nothing left to do.
+    again = rebalance(cluster)
+    assert again.returncode == 0 and "nothing to move" in again.stdout, again.stdout
+
+
+def test_a_broker_past_the_disk_threshold_sheds_partitions(growing: ClusterProcess) -> None:
+    cluster = growing
+    cluster.start_broker(3, timeout=90)
+    big = create_topic(cluster, replicas=[[1]])
+    small = create_topic(cluster, replicas=[[2], [3]])
+    producer = SequenceProducer(cluster.bootstrap, big, config={"acks": "all"})
+    producer.produce_some(3000)
+    deadline = time.monotonic() + BOUND
+    while time.monotonic() < deadline and not (cluster.log_dir(1) / f"{big}-0").exists():
+        time.sleep(0.2)
+    size = sum(f.stat().st_size for f in (cluster.log_dir(1) / f"{big}-0").glob("*.log"))
+    assert size > 10_000
+    # Capacity such that broker 1 is above 50 %: its one partition must go to a broker below the limit.
+    capacity = str(int(size * 1.5))
+    out = rebalance(cluster, "--execute", "--goals", "disk-capacity", "--disk-capacity", capacity,
+                    "--disk-threshold", "50", "--throttle", "-1")
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    moved = cluster.topic_assignment(big)[0]
+    assert moved != [1] and len(moved) == 1, out.stdout
+    report = check_topic(cluster.bootstrap, big, producer.acked, timeout=BOUND)
+    assert report.lost == 0, report
+    assert cluster.topic_assignment(small) == {0: [2], 1: [3]}
+
+
+def test_bad_options_are_one_clear_line(growing: ClusterProcess) -> None:
+    for args, message in [(("--goals", "nope"), "unknown goal 'nope'"),
+                          (("--disk-threshold", "0"), "--disk-threshold is a percentage"),
+                          (("--dry-run", "--execute"), "not both"),
+                          (("--throttle", "-5"), "bytes/s")]:
+        out = rebalance(growing, *args)
+        assert out.returncode == 1, (args, out.stdout, out.stderr)
+        assert out.stderr.startswith("Error: ") and message in out.stderr and "Traceback" not in out.stderr
