@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -122,24 +121,25 @@ def test_a_joining_broker_gets_its_share_and_nothing_is_lost(growing: ClusterPro
 def test_a_broker_past_the_disk_threshold_sheds_partitions(growing: ClusterProcess) -> None:
     cluster = growing
     cluster.start_broker(3, timeout=90)
-    big = create_topic(cluster, replicas=[[1]])
+    big = create_topic(cluster, replicas=[[1], [1]])
     small = create_topic(cluster, replicas=[[2], [3]])
-    producer = SequenceProducer(cluster.bootstrap, big, config={"acks": "all"})
-    producer.produce_some(3000)
-    deadline = time.monotonic() + BOUND
-    while time.monotonic() < deadline and not (cluster.log_dir(1) / f"{big}-0").exists():
-        time.sleep(0.2)
-    size = sum(f.stat().st_size for f in (cluster.log_dir(1) / f"{big}-0").glob("*.log"))
-    assert size > 10_000
-    # Capacity such that broker 1 is above 50 %: its one partition must go to a broker below the limit.
-    capacity = str(int(size * 1.5))
-    out = rebalance(cluster, "--execute", "--goals", "disk-capacity", "--disk-capacity", capacity,
+    producers = [SequenceProducer(cluster.bootstrap, big, name=f"p{p}", config={"acks": "all"}, partition=p)
+                 for p in (0, 1)]
+    for producer in producers:
+        producer.produce_some(2000)
+    total = sum(f.stat().st_size for p in (0, 1) for f in (cluster.log_dir(1) / f"{big}-{p}").glob("*.log"))
+    assert total > 20_000
+    # Broker 1 holds both partitions, 2/3 of its capacity; the limit (50 %) fits one partition, not two.
+    out = rebalance(cluster, "--execute", "--goals", "disk-capacity", "--disk-capacity", str(int(total * 1.5)),
                     "--disk-threshold", "50", "--throttle", "-1")
     assert out.returncode == 0, (out.stdout, out.stderr)
-    moved = cluster.topic_assignment(big)[0]
-    assert moved != [1] and len(moved) == 1, out.stdout
-    report = check_topic(cluster.bootstrap, big, producer.acked, timeout=BOUND)
-    assert report.lost == 0, report
+    moved = cluster.topic_assignment(big)
+    assert sorted(len(r) for r in moved.values()) == [1, 1] and [1] in moved.values(), out.stdout
+    assert {b for r in moved.values() for b in r} - {1}, out.stdout  # one partition left broker 1
+    for p, replicas in moved.items():
+        cluster.wait_isr(big, p, replicas, timeout=BOUND)
+    report = check_topic(cluster.bootstrap, big, [a for pr in producers for a in pr.acked], timeout=BOUND)
+    assert report.lost == 0 and report.acked == 4000, report
     assert cluster.topic_assignment(small) == {0: [2], 1: [3]}
 
 
