@@ -164,7 +164,7 @@ class BrokerMetricGoal(Goal):
                 total += (self.metric(model, broker) - (limits[0] + limits[1]) / 2) ** 2
         return total
 
-    def _steps(self, model: ClusterModel) -> Iterator[list[Action]]:
+    def _steps(self, model: ClusterModel) -> Iterator[Iterator[Action]]:
         """Per broker outside its bounds (worst first), the actions that could bring it back."""
         scored = [(self.broker_penalty(model, b), b) for b in sorted(model.brokers)]
         for penalty, broker in sorted(scored, key=lambda s: (-s[0], s[1])):
@@ -173,9 +173,9 @@ class BrokerMetricGoal(Goal):
             limits = self.bounds(model, broker)
             assert limits is not None
             if self.metric(model, broker) > limits[1]:
-                yield list(self._actions_out_of(model, broker))
+                yield self._actions_out_of(model, broker)
             else:
-                yield list(self._actions_into(model, broker))
+                yield self._actions_into(model, broker)
 
     def _by_metric(self, model: ClusterModel, brokers: Iterable[int], descending: bool = False) -> list[int]:
         sign = -1 if descending else 1
@@ -193,9 +193,12 @@ class BrokerMetricGoal(Goal):
     def _actions_into(self, model: ClusterModel, broker: int) -> Iterator[Action]:
         if broker not in model.receivers:
             return
-        for donor in self._by_metric(model, model.receivers, descending=True):
-            if donor == broker:
-                break
+        # Donors in the receiver's rack first: a move within a rack never upsets rack spread.
+        rack = model.rack(broker)
+        donors = [b for b in self._by_metric(model, model.receivers, descending=True)
+                  if self.metric(model, b) > self.metric(model, broker)]
+        donors.sort(key=lambda b: model.rack(b) != rack)  # stable: by metric within each group
+        for donor in donors:
             for tp in self.candidates(model, donor, 0):
                 if model.can_receive(tp, broker, donor):
                     yield (ReplicaMove(tp, donor, broker),)
@@ -377,7 +380,7 @@ class DiskUsageDistributionGoal(BrokerMetricGoal):
                     yield (ReplicaMove(big, fuller, emptier), ReplicaMove(tp, emptier, fuller))
 
     def describe(self, value: float) -> str:
-        return f"{value:.1%}" if self._relative else f"{int(value)} bytes"
+        return f"{value * 100:.3g}% of its disk" if self._relative else f"{int(value)} bytes"
 
 
 class LeaderReplicaDistributionGoal(BrokerMetricGoal):

@@ -134,7 +134,7 @@ def format_plan(plan: Plan) -> str:
     for note in plan.notes:
         out.append(f"Note: {note}\n")
     for line in plan.unsatisfied_soft:
-        out.append(f"Not met (best effort): {line}\n")
+        out.append(f"Soft goal not fully met (racks, sizes or earlier goals allow no better): {line}\n")
     return "".join(out)
 
 
