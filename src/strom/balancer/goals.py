@@ -18,6 +18,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 
 from strom.balancer.model import ClusterModel
 from strom.server_common.types import TopicPartition
@@ -54,11 +55,11 @@ def apply(model: ClusterModel, action: Action) -> Callable[[], None]:
     for step in action:
         if isinstance(step, ReplicaMove):
             model.move_replica(step.tp, step.source, step.destination)
-            undo.append(lambda s=step: model.move_replica(s.tp, s.destination, s.source))
+            undo.append(partial(model.move_replica, step.tp, step.destination, step.source))
         else:
             order = list(model.assignment[step.tp])
             model.set_preferred(step.tp, step.broker)
-            undo.append(lambda s=step, o=order: _restore_order(model, s.tp, o))
+            undo.append(partial(_restore_order, model, step.tp, order))
 
     def rollback() -> None:
         for u in reversed(undo):
@@ -495,7 +496,7 @@ class MinimalMovementGoal(Goal):
     summary = "move the fewest bytes: drop every move no other goal needs"
 
     def optimize(self, model: ClusterModel, accept: Accept) -> None:
-        moves = []
+        moves: list[tuple[int, TopicPartition, int, int]] = []
         for tp in model.partitions:
             current, original = model.assignment[tp], model.original[tp]
             added = [b for b in current if b not in original]

@@ -115,7 +115,7 @@ def plan_rebalance(brokers: Iterable[BrokerInfo], partitions: Iterable[Partition
     optimized: list[Goal] = []
     for goal in goals:
         guards = list(dict.fromkeys(optimized + hard))
-        goal.optimize(model, lambda action, guards=guards: _accept(model, action, guards))
+        goal.optimize(model, partial(_accept, model, guards=guards))
         optimized.append(goal)
     _check(model)
     reassignments = tuple(
@@ -135,7 +135,7 @@ def plan_rebalance(brokers: Iterable[BrokerInfo], partitions: Iterable[Partition
                 notes=tuple(notes))
 
 
-def _accept(model: ClusterModel, action: Action, guards: list[Goal]) -> bool:
+def _accept(model: ClusterModel, action: Action, *, guards: list[Goal]) -> bool:
     """Apply `action` if no guard goal gets worse on what it touches; undo it otherwise."""
     for step in action:
         if hasattr(step, "destination") and step.destination not in model.receivers:  # type: ignore[union-attr]
