@@ -151,3 +151,47 @@ def test_bad_options_are_one_clear_line(growing: ClusterProcess) -> None:
         out = rebalance(growing, *args)
         assert out.returncode == 1, (args, out.stdout, out.stderr)
         assert out.stderr.startswith("Error: ") and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_controller_balancer_gives_a_joining_broker_its_share(tmp_path: Path) -> None:
+    """strom.balancer.enable: no command at all; the controller moves replicas to the newcomer in throttled
+    batches, clears the throttles and elects preferred leaders; an acks=all producer loses nothing."""
+    cluster = ClusterProcess(tmp_path, broker_ids=[1, 2, 3], offsets_replication_factor=2,
+                             overrides={"auto.leader.rebalance.enable": "false", "strom.balancer.enable": "true",
+                                        "strom.balancer.interval.ms": 2000,
+                                        "strom.balancer.max.partition.movements": 3,
+                                        "strom.balancer.throttle.bytes.per.sec": 10_000_000})
+    try:
+        cluster.start_zookeeper()
+        for broker_id in (1, 2):
+            cluster.start_broker(broker_id, timeout=90)
+        cluster.wait_for(lambda: cluster.controller_id() is not None, BOUND, "a controller")
+        topic = create_topic(cluster, replicas=[[1, 2], [2, 1]] * 6)
+        assert Counter(b for r in cluster.topic_assignment(topic).values() for b in r) == {1: 12, 2: 12}
+        producer = SequenceProducer(cluster.broker(1).bootstrap + "," + cluster.broker(2).bootstrap, topic,
+                                    config={"acks": "all", "enable.idempotence": True}).start()
+        try:
+            assert producer.wait_acked(200, BOUND), producer
+            cluster.start_broker(3, timeout=90)
+
+            def balanced() -> dict[int, list[int]] | None:
+                assignment = cluster.topic_assignment(topic)
+                counts = Counter(b for r in assignment.values() for b in r)
+                return assignment if counts == {1: 8, 2: 8, 3: 8} else None
+
+            assignment = cluster.wait_for(balanced, BOUND, "broker 3 holding 8 of the 24 replicas")
+            assert producer.wait_acked(producer.acked_count() + 200, BOUND), producer
+        finally:
+            producer.stop()
+
+        def settled() -> bool:
+            leaders = Counter(cluster.wait_isr(topic, p, r, timeout=BOUND).leader for p, r in assignment.items())
+            throttled = [k for b in (1, 2, 3) for k in zk_config(cluster, "brokers", str(b)) if "throttled" in k]
+            throttled += [k for k in zk_config(cluster, "topics", topic) if "throttled" in k]
+            return leaders[3] >= 3 and not throttled
+
+        cluster.wait_for(settled, BOUND, "preferred leaders elected and throttles removed")
+        report = check_topic(cluster.bootstrap, topic, producer.acked, timeout=BOUND)
+        assert report.lost == 0 and report.duplicated == 0, report
+    finally:
+        cluster.close()

@@ -32,6 +32,14 @@ DESCRIBE_LOG_DIRS_VERSION = 4
 LOG_DIRS_TIMEOUT_S = 30.0
 # A joining broker registers before its first LeaderAndIsr settles; plan a little later.
 JOIN_DELAY_S = 2.0
+# Goals of the controller's balancer: the hard ones plus counts of replicas and leaders. Not disk-usage
+# distribution: sizes change while producers write, so a plan that evens bytes now is undone by the next
+# one, and partitions would move back and forth (the disk-capacity goal still moves partitions off a
+# broker past its threshold).
+GOALS = ("replica-distribution", "leader-distribution", "minimal-movement")
+# A partition the balancer moved is left alone for this many intervals: plans made from slightly different
+# numbers must not move it again and again.
+COOLDOWN_INTERVALS = 10
 BROKER_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 TOPIC_REPLICAS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
 
@@ -69,6 +77,7 @@ class AutoBalancer:
         self._throttled_brokers: set[int] = set()
         self._throttled_topics: set[str] = set()
         self._moved: set[TopicPartition] = set()
+        self._cooling: dict[TopicPartition, float] = {}  # partition -> when it may move again (loop time)
 
     @property
     def enabled(self) -> bool:
@@ -113,7 +122,7 @@ class AutoBalancer:
         if not brokers:
             return
         disk_threshold = controller.config.get("strom.balancer.disk.threshold.percent") / 100
-        constraints = BalancerConstraints(disk_threshold=disk_threshold)
+        constraints = BalancerConstraints(goals=GOALS, disk_threshold=disk_threshold)
         plan = await asyncio.get_running_loop().run_in_executor(None, plan_rebalance, brokers, partitions,
                                                                  constraints)
         batch = batch_of(plan, controller.config.get("strom.balancer.max.partition.movements"))
@@ -126,6 +135,9 @@ class AutoBalancer:
                                                         for r in batch})
         started = [tp for tp, (code, _) in results.items() if not code]
         self._moved.update(started)
+        loop = asyncio.get_running_loop()
+        until = loop.time() + COOLDOWN_INTERVALS * controller.config.get("strom.balancer.interval.ms") / 1000
+        self._cooling.update(dict.fromkeys(started, until))
         log.info("auto-balancer: started %d of %d planned reassignments (%d bytes to move in this batch)",
                  len(started), len(plan.reassignments), sum(r.bytes_to_move for r in batch))
         if not controller.reassignments.list(started):  # leader-only changes complete at once
@@ -153,8 +165,12 @@ class AutoBalancer:
             if response is None:
                 offline = True  # no answer: not a safe destination this round
             brokers.append(BrokerInfo(broker_id, ctx.live_brokers[broker_id].rack, total or None, offline))
+        now = asyncio.get_running_loop().time()
+        self._cooling = {tp: until for tp, until in self._cooling.items() if until > now}
+        # Moving, being deleted or moved lately: the planner leaves it alone.
         partitions = [PartitionInfo(tp[0], tp[1], tuple(pl.replicas), pl.leader, sizes.get(tp, 0), tuple(pl.isr),
-                                    reassigning=bool(pl.adding or pl.removing) or tp[0] in ctx.deleting)
+                                    reassigning=bool(pl.adding or pl.removing) or tp[0] in ctx.deleting
+                                    or tp in self._cooling)
                       for tp, pl in sorted(ctx.partitions.items()) if pl.replicas]
         return brokers, partitions
 
