@@ -42,7 +42,8 @@ def strom(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
 
 
 def fill(bootstrap: str, topic: str, mib: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 20, "batch.size": 1 << 20,
+    # acks=all: the followers hold everything before the probe starts, so its baseline is a quiet cluster's.
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20, "batch.size": 1 << 20,
                          "log_level": 0})
     for _ in range(mib * 1024):
         while True:
@@ -127,19 +128,31 @@ def one_run(data_dir: Path, mib: int, throttle: int, probe_rate: int) -> dict[st
         fill(bootstrap, "bulk", mib)
         held = dir_bytes(data_dir / "broker-2" / "data")
         probe = Probe(bootstrap, "probe", probe_rate).start()
-        time.sleep(10)
+        time.sleep(5)  # connections made, metadata cached: not part of the baseline
+        baseline = time.monotonic()
+        time.sleep(15)
         started = time.monotonic()
-        retired = strom("cluster", "retire-broker", "2", "--data-dir", str(data_dir), "--throttle", str(throttle),
-                        timeout=1800)
+        retire = subprocess.Popen([sys.executable, "-m", "strom.cli.main", "cluster", "retire-broker", "2",
+                                   "--data-dir", str(data_dir), "--throttle", str(throttle)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines, moved = [], None
+        assert retire.stdout is not None
+        for line in retire.stdout:  # the moment the replicas are all elsewhere splits moving from stopping
+            lines.append(line.rstrip("\n"))
+            if "holds no replicas any more" in line:
+                moved = time.monotonic()
+        errors = retire.stderr.read() if retire.stderr else ""
         ended = time.monotonic()
         time.sleep(2)
         probe.stop()
-        if retired.returncode:
-            raise RuntimeError(retired.stdout + retired.stderr)
+        if retire.wait(60) or moved is None:
+            raise RuntimeError("\n".join(lines) + errors)
         return {"throttle_bytes_per_s": throttle, "broker_2_bytes": held, "retire_s": round(ended - started, 1),
-                "probe_before": probe.percentiles(started - 10, started),
-                "probe_during": probe.percentiles(started, ended), "probe_errors": probe.errors,
-                "output": retired.stdout.strip().splitlines()}
+                "move_s": round(moved - started, 1), "stop_s": round(ended - moved, 1),
+                "probe_before": probe.percentiles(baseline, started),
+                "probe_while_moving": probe.percentiles(started, moved),
+                "probe_while_stopping": probe.percentiles(moved, ended + 2), "probe_errors": probe.errors,
+                "output": lines}
     finally:
         if probe is not None:
             probe.stop()

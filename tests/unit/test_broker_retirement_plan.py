@@ -56,4 +56,11 @@ def test_a_partition_being_moved_counts_with_the_replication_factor_it_keeps() -
     plan = plan_retirement(cluster, 2, skip={("t", 0)}, targets={("t", 0): [1, 3, 4]})
     assert plan.moves == {("t", 1): [1, 4, 3]}
     with pytest.raises(CliError, match="replication factor 4 but only 3"):
-        plan_retirement(cluster, 2, skip={("t", 0)})
+        plan_retirement(cluster, 2)
+
+
+def test_a_finished_move_still_listed_with_its_old_replicas_does_not_refuse() -> None:
+    # The controller has completed ("t", 0) but this broker's Metadata still shows old and new replicas.
+    cluster = view({1: None, 2: None, 3: None, 4: None}, {("t", 0): [1, 2, 3, 4], ("t", 1): [2, 3, 4]})
+    plan = plan_retirement(cluster, 2, skip={("t", 0)})
+    assert plan.moves == {("t", 1): [1, 3, 4]}

@@ -19,12 +19,13 @@ a partition would depend on N alone for acks=all writes while the move catches u
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from strom.cli.common import fail
+from strom.cli.common import CliError, fail
 from strom.cli.reassign_partitions import clear_throttles, set_throttles
 from strom.cli.reassignment_client import ClusterView, ReassignmentAdmin, TopicPartition, error_name
 
@@ -46,7 +47,8 @@ def plan_retirement(view: ClusterView, broker_id: int,
     `targets` are the final replica sets of reassignments in progress: while one runs, Metadata lists
     the old and the new replicas together, which is not the replication factor the partition keeps."""
     remaining = sorted(b for b in view.brokers if b != broker_id)
-    factors = {tp: len((targets or {}).get(tp, info.replicas)) for tp, info in view.partitions.items()}
+    factors = {tp: len((targets or {}).get(tp, info.replicas)) for tp, info in view.partitions.items()
+               if tp not in skip}  # ours, moving: a broker's Metadata may still list old and new replicas
     max_rf = max(factors.values(), default=0)
     if max_rf > len(remaining):
         widest = sorted({t for (t, p), rf in factors.items() if rf == max_rf})
@@ -64,6 +66,8 @@ def plan_retirement(view: ClusterView, broker_id: int,
             continue
         used_racks = {racks.get(r) for r in info.replicas if r != broker_id}
         candidates = [b for b in remaining if b not in info.replicas]
+        if not candidates:
+            continue  # only when `view` is a stale mid-move picture; the next look plans it
         target = min(candidates, key=lambda b: (racks[b] is not None and racks[b] in used_racks, load[b], b))
         load[target] += 1
         current[tp] = list(info.replicas)
@@ -143,12 +147,15 @@ async def _wait_done(admin: ReassignmentAdmin, broker_id: int, waiting: set[Topi
     deadline = time.monotonic() + timeout_s
     reported = -1
     while True:
+        late: RetirementPlan | None = None
         ongoing = await admin.list_reassignments()
         view = await admin.load_metadata()
         holding = {tp for tp, info in view.partitions.items() if broker_id in info.replicas}
-        late = plan_retirement(view, broker_id, waiting | set(ongoing),  # partitions created meanwhile
-                               {tp: state.target for tp, state in ongoing.items()})
-        if late.moves:
+        # Partitions created on the broker meanwhile (the stale-metadata refusal is the first look's job).
+        with contextlib.suppress(CliError):
+            late = plan_retirement(view, broker_id, waiting | set(ongoing),
+                                   {tp: state.target for tp, state in ongoing.items()})
+        if late is not None and late.moves:
             results = await admin.alter_reassignments(late.moves)
             waiting |= {tp for tp, (code, _) in results.items() if not code}
             total = len(waiting)

@@ -613,6 +613,8 @@ def retire_broker(
     from strom.cli.reassign_partitions import run_admin
 
     with cli_errors():
+        if throttle < -1:
+            fail("--throttle is a rate in bytes/s (or -1 for none).")
         data_dir = data_dir.resolve()
         state = _running_state(data_dir)
         if str(broker_id) not in state.get("brokers", {}):

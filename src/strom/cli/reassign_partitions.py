@@ -60,6 +60,7 @@ BROKER_THROTTLES = ("leader.replication.throttled.rate", "follower.replication.t
 LEADER_THROTTLED_REPLICAS = "leader.replication.throttled.replicas"
 FOLLOWER_THROTTLED_REPLICAS = "follower.replication.throttled.replicas"
 TOPIC_THROTTLES = (LEADER_THROTTLED_REPLICAS, FOLLOWER_THROTTLED_REPLICAS)
+METADATA_SETTLE_TRIES = 10
 
 
 def run_admin(bootstrap: str, command_config: Path | None, fn: Callable[[ReassignmentAdmin], Awaitable[T]]) -> T:
@@ -323,8 +324,16 @@ async def _move_log_dirs(admin: ReassignmentAdmin, moves: list[PartitionMove], t
 
 # -- --verify ------------------------------------------------------------------------------------------------
 async def _verify(admin: ReassignmentAdmin, moves: list[PartitionMove], preserve_throttles: bool) -> None:
-    view = await admin.load_metadata({m.topic for m in moves})
+    topics = {m.topic for m in moves}
     ongoing = await admin.list_reassignments([(m.topic, m.partition) for m in moves])
+    view = await admin.load_metadata(topics)
+    for _ in range(METADATA_SETTLE_TRIES):
+        # A move the controller has just finished reaches the brokers' Metadata a moment later.
+        if all((m.topic, m.partition) in ongoing or (m.topic, m.partition) not in view.partitions
+               or view.partitions[(m.topic, m.partition)].replicas == m.replicas for m in moves):
+            break
+        await asyncio.sleep(0.5)
+        view = await admin.load_metadata(topics)
     write_out("Status of partition reassignment:\n")
     done = True
     for move in moves:
