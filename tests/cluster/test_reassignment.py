@@ -9,6 +9,8 @@ recorded (``/brokers/topics/<t>`` with adding/removing replicas, the partition s
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -248,3 +250,27 @@ def test_the_old_tools_znode_moves_partitions_and_is_deleted_when_done(cluster_f
     assert (a["partitions"], a["adding_replicas"], a["removing_replicas"]) == ({"0": [3, 2], "1": [3, 1]}, {}, {})
     cluster.wait_for(lambda: not partition_dir(cluster, 1, topic, 0).exists()
                      and not partition_dir(cluster, 2, topic, 1).exists(), BOUND, "removed replicas deleted")
+
+
+def test_a_move_waits_for_a_dead_new_replica_and_topics_describe_shows_it(cluster_factory) -> None:  # noqa: ANN001
+    """The new replica's broker dies before it caught up: the move waits (ISR and leader untouched),
+    `strom topics --describe` shows it as kafka-topics.sh does, and it completes once the broker is back."""
+    cluster: ClusterProcess = cluster_factory(3)
+    topic = create_topic(cluster, replicas=[[1, 2]])
+    SequenceProducer(cluster.bootstrap, topic, config={"acks": "all"}).produce_some(500)
+    cluster.sigstop(3)
+    try:
+        assert reassign(cluster, {(topic, 0): [2, 3]}) == {(topic, 0): 0}
+    finally:
+        cluster.kill9(3)
+    cluster.wait_for(lambda: 3 not in cluster.registered_brokers(), BOUND, "broker 3's session ended")
+    out = subprocess.run([sys.executable, "-m", "strom.cli.main", "topics", "--bootstrap-server",
+                          cluster.broker(1).bootstrap, "--describe", "--topic", topic],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (f"\tTopic: {topic}\tPartition: 0\tLeader: 1\tReplicas: 2,3,1\tIsr: 1,2\t"
+            "Adding Replicas: 3\tRemoving Replicas: 1\n") in out.stdout, out.stdout
+    assert listed(cluster) == {(topic, 0): ([2, 3, 1], [3], [1])}
+    cluster.start_broker(3)
+    wait_moved(cluster, topic, [2, 3])
+    cluster.wait_for(lambda: not partition_dir(cluster, 1, topic).exists(), BOUND, "broker 1 deleted its replica")

@@ -518,7 +518,7 @@ class FakeZkClient:
                                       controller_epoch_zk_version: int) -> dict[tuple[str, int], int]:
         ops: list[tuple[Any, ...]] = [("check", zd.CONTROLLER_EPOCH_PATH, controller_epoch_zk_version)]
         ops += [("set", zd.topic_path(name), zd.encode_topic_assignment(a.topic_id, a.partitions, a.adding_replicas,
-                                                                         a.removing_replicas), ANY_VERSION)
+                                                                         a.removing_replicas), a.zk_version)
                 for name, a in zip(names, assignments, strict=True)]
         ops += [("set", zd.partition_state_path(topic, p), zd.encode_partition_state(state), version)
                 for topic, p, state, version in updates]

@@ -67,6 +67,7 @@ async def test_a_move_starts_wide_and_completes_once_the_new_replica_is_in_sync(
     assert sorted(sent) == [1, 2, 3]
     s = sent[3][("t", 0)]
     assert (list(s.replicas), list(s.adding_replicas), list(s.removing_replicas)) == ([2, 3, 1], [3], [1])
+    assert [sent[b][("t", 0)].is_new for b in (1, 2, 3)] == [False, False, True]  # 3 is a new replica
     assert c.sent_since(mark, StopReplicaRequest) == []
     listed = await c.controller.list_partition_reassignments(None)
     assert {tp: (a.replicas, a.adding, a.removing) for tp, a in listed.items()} == {("t", 0): ([2, 3, 1], [3], [1])}
@@ -103,6 +104,11 @@ async def test_requests_the_controller_refuses(c: Cluster) -> None:
         assert code == Errors.InvalidReplicationAssignmentError.errno and message
     code, _ = (await c.controller.alter_partition_reassignments({("t", 0): None}))[("t", 0)]
     assert code == Errors.NoReassignmentInProgressError.errno
+    # Kafka's order of checks: the target first, then a move to cancel, then whether the partition exists.
+    results = await c.controller.alter_partition_reassignments({("nope", 0): None, ("nope", 1): [9]})
+    assert {tp: code for tp, (code, _) in results.items()} == {
+        ("nope", 0): Errors.NoReassignmentInProgressError.errno,
+        ("nope", 1): Errors.InvalidReplicationAssignmentError.errno}
     assert assignment(c, "t").partitions == {0: [1, 2]}  # nothing was written
 
 
@@ -197,3 +203,58 @@ async def test_a_thousand_partitions_move_in_a_few_zookeeper_round_trips(c: Clus
     assert len(state_writes) == count
     assert len({w.zxid for w in state_writes}) <= 3  # batched multi-ops, not one round trip per partition
     assert assignment(c, "big").adding_replicas == {p: [3] for p in range(count)}
+
+
+@scenario_with()
+async def test_partitions_added_meanwhile_are_kept_in_the_topic_znode(c: Cluster) -> None:
+    """CreatePartitions rewrote the topic znode and the controller has not handled the watch yet: the move
+    writes the znode as it is now (on its version), not the controller's older picture of the topic."""
+    topic_id = c.create_topic("t", {0: [1, 2]})
+    await c.start()
+    current = assignment(c, "t")
+    c.admin.set_topic_assignment("t", topic_id, {0: [1, 2], 1: [3, 1]}, current.zk_version)
+    results = await c.controller.alter_partition_reassignments({("t", 0): [2, 3]})  # queued before the watch
+    assert results == {("t", 0): (0, None)}
+    a = assignment(c, "t")
+    assert (a.partitions, a.adding_replicas) == ({0: [2, 3, 1], 1: [3, 1]}, {0: [3]})
+    await settle(c.controller)
+    assert c.state("t", 1).leader == 3  # and the added partition still comes online
+
+
+@scenario_with()
+async def test_a_move_found_in_sync_at_failover_completes_then(c: Cluster) -> None:
+    """The controller died after the ISR grew but before it completed the move: the next one completes it
+    when it loads the cluster (Kafka checks at failover too), without waiting for another ISR change."""
+    c.create_topic("t", {0: [1, 2]})
+    await c.start()
+    await c.controller.alter_partition_reassignments({("t", 0): [3, 2]})
+    await c.controller.shutdown()  # its seat stays taken until broker 1's session ends
+    state, version = c.admin.get_partition_state("t", 0) or (None, -1)
+    assert state is not None
+    epoch = c.admin.get_controller_epoch()
+    assert epoch is not None
+    c.admin.update_partition_state("t", 0, zd.LeaderIsrAndControllerEpoch(1, state.leader_epoch, [1, 2, 3],
+                                                                          state.controller_epoch), version, epoch[1])
+    channels: list[RecordingChannel] = []
+    other = KafkaController(2, BrokerConfig({"broker.id": "2", "auto.leader.rebalance.enable": "false"}),
+                            c.sessions[2], lambda _t: False,
+                            channel_factory=lambda *a: channels.append(RecordingChannel(*a)) or channels[-1])
+    other.startup()
+    try:
+        c.kill_broker(CONTROLLER_ID)
+        await settle(other)
+        a = assignment(c, "t")
+        assert (a.partitions, a.adding_replicas, a.removing_replicas) == ({0: [3, 2]}, {}, {})
+        assert (c.state("t", 0).leader, c.state("t", 0).isr) == (3, [2, 3])
+    finally:
+        await other.shutdown()
+
+
+@scenario_with()
+async def test_an_unreadable_znode_asks_for_nothing_and_goes(c: Cluster) -> None:
+    c.create_topic("t", {0: [1, 2]})
+    await c.start()
+    c.admin._multi([("create", zd.REASSIGN_PARTITIONS_PATH, b'{"version":1,"partitions":7}', False, False)])
+    await settle(c.controller)
+    assert c.admin._data(zd.REASSIGN_PARTITIONS_PATH) is None
+    assert assignment(c, "t").partitions == {0: [1, 2]} and c.controller.active

@@ -242,6 +242,7 @@ def _describe(admin: Any, pattern: str | None, exclude_internal: bool, if_exists
     metadata = asyncio.run(_send_to_bootstrap(",".join(addresses), request, 12, security))
     described = {t.name: t for t in metadata.topics}
     live = {b.node_id for b in metadata.brokers}
+    moving = _moves_under_way(metadata, names, security)
     configs_by_topic: dict[str, str] = {}
     min_isr_by_topic: dict[str, int | None] = {}
     try:
@@ -285,8 +286,39 @@ def _describe(admin: Any, pattern: str | None, exclude_internal: bool, if_exists
             isr = ",".join(str(r) for r in p.isr_nodes)
             write_out(
                 f"\tTopic: {name}\tPartition: {p.partition_index}\tLeader: {_node_id(p.leader_id)}\t"
-                f"Replicas: {replicas}\tIsr: {isr}\n"
+                f"Replicas: {replicas}\tIsr: {isr}{_move_of(moving.get((name, p.partition_index)))}\n"
             )
+
+
+def _moves_under_way(metadata: Any, names: list[str], security: Any) -> dict[tuple[str, int], Any]:
+    """Partitions being reassigned, from ListPartitionReassignments to the controller (as kafka-topics.sh);
+    nothing when the controller cannot say (it moved, or is an older broker)."""
+    import asyncio
+
+    from kafka.protocol.admin import ListPartitionReassignmentsRequest
+
+    from strom.cli.configs import _send_to_bootstrap
+
+    controller = next((b for b in metadata.brokers if b.node_id == metadata.controller_id), None)
+    if controller is None:
+        return {}
+    request = ListPartitionReassignmentsRequest(timeout_ms=10_000, topics=None)
+    try:
+        answer = asyncio.run(_send_to_bootstrap(f"{controller.host}:{controller.port}", request, 0, security))
+    except Exception:  # noqa: BLE001 - the moves are extra information: the description stands without them
+        return {}
+    if answer.error_code:
+        return {}
+    wanted = set(names)
+    return {(t.name, p.partition_index): p for t in answer.topics if t.name in wanted for p in t.partitions}
+
+
+def _move_of(move: Any) -> str:
+    """kafka-topics.sh's suffix for a partition being reassigned."""
+    if move is None:
+        return ""
+    return (f"\tAdding Replicas: {','.join(str(r) for r in move.adding_replicas)}"
+            f"\tRemoving Replicas: {','.join(str(r) for r in move.removing_replicas)}")
 
 
 def _alter(admin: Any, topic: str, partitions: int, if_exists: bool) -> None:

@@ -60,16 +60,20 @@ class BrokerRequests:
             pl = self.ctx.partitions.get(tp)
             if pl is None or pl.zk_version < 0:
                 continue
-            state = build_nested(
-                LeaderAndIsrRequest, _PARTITION_STATES,
+            fields = dict(
                 partition_index=tp[1], controller_epoch=pl.controller_epoch, leader=pl.leader,
                 leader_epoch=pl.leader_epoch, isr=list(pl.isr), partition_epoch=pl.zk_version,
                 replicas=list(pl.replicas), adding_replicas=list(pl.adding), removing_replicas=list(pl.removing),
-                is_new=is_new,
                 leader_recovery_state=0)
+            state = build_nested(LeaderAndIsrRequest, _PARTITION_STATES, is_new=is_new, **fields)
+            # A replica a reassignment adds (not in sync yet) is a new replica, as Kafka marks it: its log may be
+            # created in any online dir (nothing of it is relied on yet).
+            new_replica = None if is_new or not pl.adding else build_nested(
+                LeaderAndIsrRequest, _PARTITION_STATES, is_new=True, **fields)
             for b in pl.replicas:
                 if b in self.ctx.live_brokers and (only is None or b in only):
-                    per_broker.setdefault(b, {}).setdefault(tp[0], []).append(state)
+                    chosen = new_replica if new_replica is not None and b in pl.adding and b not in pl.isr else state
+                    per_broker.setdefault(b, {}).setdefault(tp[0], []).append(chosen)
         for b, all_topics in per_broker.items():
             for topics in _in_parts(all_topics, split_topics=True):
                 leaders = {s.leader for states in topics.values() for s in states}

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 # (error code, message) per partition, as AlterPartitionReassignments answers.
 PartitionResult = tuple[int, str | None]
 Plan = tuple[TopicPartition, ReplicaAssignment]
+LOG_EACH = 20  # partitions logged one by one per step; above, one summary line
 
 
 def assignment_of(pl: PartitionLeadership) -> ReplicaAssignment:
@@ -71,11 +72,9 @@ class ReassignmentManager:
         results: dict[TopicPartition, PartitionResult] = {}
         plans: list[Plan] = []
         async for tp, target in paced(list(requests.items())):
+            # Kafka's order of checks: the target, then whether there is a move to cancel, then the partition.
             pl = ctx.partitions.get(tp)
-            if pl is None or tp[0] in ctx.deleting or pl.zk_version < 0:
-                results[tp] = (Errors.UnknownTopicOrPartitionError.errno, "The partition does not exist.")
-                continue
-            current = assignment_of(pl)
+            current = assignment_of(pl) if pl is not None else ReplicaAssignment([])
             why = None if target is None else invalid_target(target, current, ctx.live_brokers)
             if why is not None:
                 results[tp] = (Errors.InvalidReplicationAssignmentError.errno, why)
@@ -84,6 +83,9 @@ class ReassignmentManager:
             if wanted is None:
                 results[tp] = (Errors.NoReassignmentInProgressError.errno,
                                f"No reassignment of {tp[0]}-{tp[1]} is in progress.")
+                continue
+            if pl is None or tp[0] in ctx.deleting or pl.zk_version < 0:
+                results[tp] = (Errors.UnknownTopicOrPartitionError.errno, "The partition does not exist.")
                 continue
             plans.append((tp, wanted))
         return results, plans
@@ -200,14 +202,7 @@ class ReassignmentManager:
         if not written:
             return set()
         changed = [tp for tp, _, _ in written]
-        for tp, _, finished in written:
-            pl = c.ctx.partitions[tp]
-            if finished:
-                log.info("controller: reassignment of %s-%d complete: replicas %s, leader %d, ISR %s", *tp,
-                         pl.replicas, pl.leader, pl.isr)
-            else:
-                log.info("controller: reassigning %s-%d: replicas %s, adding %s, removing %s", *tp, pl.replicas,
-                         pl.adding, pl.removing)
+        self._log_steps(written)
         await c.requests.leader_and_isr(changed)
         removed = {tp: gone for tp, gone, _ in written if gone}
         if removed:
@@ -218,23 +213,46 @@ class ReassignmentManager:
                                         and self._done(tp, self.zk_requested[tp])])
         return set(changed)
 
+    def _log_steps(self, written: list[tuple[TopicPartition, list[int], bool]]) -> None:
+        """One line per partition for a few; a count for many (a move of 1,000 partitions is not 2,000 lines)."""
+        partitions = self.controller.ctx.partitions
+        finished = sum(1 for _, _, done in written if done)
+        if len(written) > LOG_EACH:
+            log.info("controller: %d reassignments started or changed, %d completed", len(written) - finished, finished)
+            return
+        for tp, _, done in written:
+            pl = partitions[tp]
+            if done:
+                log.info("controller: reassignment of %s-%d complete: replicas %s, leader %d, ISR %s", *tp,
+                         pl.replicas, pl.leader, pl.isr)
+            else:
+                log.info("controller: reassigning %s-%d: replicas %s, adding %s, removing %s", *tp, pl.replicas,
+                         pl.adding, pl.removing)
+
     async def _write(self, chunk: list[tuple[TopicPartition, PartitionLeadership, ReassignmentStep]]) -> bool:
         """One fenced multi-op: the touched topics' full assignments and the partitions' states (leader epoch
         bumped). False if a state changed since it was read (nothing was written then)."""
         c = self.controller
         c.check_session()
         ctx = c.ctx
-        steps = {tp: step for tp, _, step in chunk}
-        topics = sorted({tp[0] for tp in steps})
+        by_topic: dict[str, dict[int, ReassignmentStep]] = {}
+        for tp, _, step in chunk:
+            by_topic.setdefault(tp[0], {})[tp[1]] = step
+        topics = sorted(by_topic)
         assignments: list[zd.TopicAssignment] = []
         for topic in topics:
-            partitions: dict[int, list[int]] = {}
-            adding: dict[int, list[int]] = {}
-            removing: dict[int, list[int]] = {}
-            async for tp in paced(ctx.partitions_of(topic)):
-                a = steps[tp].assignment if tp in steps else assignment_of(ctx.partitions[tp])
-                partitions[tp[1]], adding[tp[1]], removing[tp[1]] = a.replicas, a.adding, a.removing
-            assignments.append(zd.TopicAssignment(ctx.topic_ids.get(topic), partitions, adding, removing))
+            # The topic znode as it is (partitions may have been added since the controller read it), written
+            # back with this chunk's partitions changed, on the version read.
+            current = await c._zk(c.zk.get_topic_assignment, topic)
+            if current is None:
+                return False
+            partitions = dict(current.partitions)
+            adding = dict(current.adding_replicas)
+            removing = dict(current.removing_replicas)
+            for p, step in by_topic[topic].items():
+                a = step.assignment
+                partitions[p], adding[p], removing[p] = a.replicas, a.adding, a.removing
+            assignments.append(zd.TopicAssignment(current.topic_id, partitions, adding, removing, current.zk_version))
         updates = [(tp[0], tp[1], zd.LeaderIsrAndControllerEpoch(step.leader, pl.leader_epoch + 1, list(step.isr),
                                                                   ctx.epoch), pl.zk_version)
                    for tp, pl, step in chunk]

@@ -150,16 +150,18 @@ def local_reassignment_results(store: MetadataStore, broker_id: int,
     for tp, target in requests.items():
         topic = store.topic(tp[0])
         state = topic.partitions.get(tp[1]) if topic is not None else None
-        if state is None:
-            results[tp] = (Errors.UnknownTopicOrPartitionError.errno, "The partition does not exist.")
-            continue
-        current = ReplicaAssignment(list(state.replicas))
         if target is None:
             results[tp] = (Errors.NoReassignmentInProgressError.errno,
                            f"No reassignment of {tp[0]}-{tp[1]} is in progress.")
             continue
-        why = invalid_target(target, current, [broker_id])
-        if why is None and sorted(target) != sorted(state.replicas):
-            why = f"Only broker {broker_id} can host replicas on a single node."
-        results[tp] = (0, None) if why is None else (Errors.InvalidReplicationAssignmentError.errno, why)
+        why = invalid_target(target, ReplicaAssignment(list(state.replicas) if state else []), [broker_id])
+        if why is not None:
+            results[tp] = (Errors.InvalidReplicationAssignmentError.errno, why)
+        elif state is None:
+            results[tp] = (Errors.UnknownTopicOrPartitionError.errno, "The partition does not exist.")
+        elif sorted(target) != sorted(state.replicas):  # recorded on another broker id: nothing can move here
+            results[tp] = (Errors.InvalidReplicationAssignmentError.errno,
+                           f"Only broker {broker_id} can host replicas on a single node.")
+        else:
+            results[tp] = (0, None)
     return results

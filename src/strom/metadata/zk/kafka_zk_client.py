@@ -802,18 +802,17 @@ class KafkaZkClient:
         controller_epoch_zk_version: int,
     ) -> dict[tuple[str, int], int]:
         """A reassignment's step in one fenced multi-op: the topics' full assignments (``names[i]`` is
-        ``assignments[i]``'s topic, written whatever its version, as Kafka's controller does: only the
-        controller writes a topic's adding/removing replicas) and the partitions' new states (conditional
-        on their versions). Returns the states' new versions; errors as ``update_partition_states``."""
+        ``assignments[i]``'s topic, set on its ``zk_version``; -1: any) and the partitions' new states
+        (conditional on their versions). Returns the states' new versions; errors as ``update_partition_states``."""
         topics = [(zd.topic_path(name), zd.encode_topic_assignment(a.topic_id, a.partitions, a.adding_replicas,
-                                                                   a.removing_replicas))
+                                                                   a.removing_replicas), a.zk_version)
                   for name, a in zip(names, assignments, strict=True)]
         encoded = [(topic, p, zd.encode_partition_state(state), version) for topic, p, state, version in updates]
 
         def build(txn: Any) -> None:
             txn.check(zd.CONTROLLER_EPOCH_PATH, controller_epoch_zk_version)
-            for path, data in topics:
-                txn.set_data(path, data)
+            for path, data, version in topics:
+                txn.set_data(path, data, version)
             for topic, p, data, version in encoded:
                 txn.set_data(zd.partition_state_path(topic, p), data, version)
 
@@ -826,7 +825,7 @@ class KafkaZkClient:
         if index > len(topics) and isinstance(error, KazooBadVersionError) and all(
                 (got := self._get(zd.partition_state_path(topic, p))) is not None
                 and got[0] == data and got[1].version == version + 1 for topic, p, data, version in encoded) and all(
-                (got := self._get(path)) is not None and got[0] == data for path, data in topics):
+                (got := self._get(path)) is not None and got[0] == data for path, data, _ in topics):
             return {(topic, p): version + 1 for topic, p, _, version in encoded}  # ours, retried after a lost reply
         what = (f"assignment of {names[index - 1]}" if 0 < index <= len(topics) else
                 f"state of {encoded[index - 1 - len(topics)][0]}-{encoded[index - 1 - len(topics)][1]}"

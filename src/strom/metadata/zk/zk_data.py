@@ -299,12 +299,12 @@ def decode_partition_reassignment(data: bytes | None) -> dict[tuple[str, int], l
     """(topic, partition) -> target replicas; entries that are not well formed are left out (Kafka skips
     them too), and garbage reads as nothing asked."""
     try:
-        js = parse_json(data) or {}
-        entries = js.get("partitions") or [] if isinstance(js, dict) else []
+        js = parse_json(data)
     except ValueError:
         return {}
+    entries = js.get("partitions") if isinstance(js, dict) else None
     out: dict[tuple[str, int], list[int]] = {}
-    for entry in entries:
+    for entry in entries if isinstance(entries, list) else []:
         try:
             topic, partition, replicas = entry["topic"], entry["partition"], entry["replicas"]
         except (KeyError, TypeError):
