@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,6 +33,7 @@ from strom.balancer import BalancerConstraints, BrokerInfo, PartitionInfo, Plan,
 from strom.balancer.goals import GOALS
 from strom.cli.common import (
     BootstrapOption,
+    CliError,
     CommandConfigOption,
     admin_client,
     cli_errors,
@@ -40,8 +42,15 @@ from strom.cli.common import (
     print_warning,
     write_out,
 )
-from strom.cli.reassign_partitions import clear_throttles, set_throttles
-from strom.cli.reassignment_client import Broker, ReassignmentAdmin, TopicPartition, error_name
+from strom.cli.reassign_partitions import BROKER_THROTTLES, TOPIC_THROTTLES, set_throttles
+from strom.cli.reassignment_client import (
+    BROKER_RESOURCE,
+    TOPIC_RESOURCE,
+    Broker,
+    ReassignmentAdmin,
+    TopicPartition,
+    error_name,
+)
 from strom.cli.reassignment_json import format_assignment
 
 DESCRIBE_LOG_DIRS_VERSION = 4  # the first version with each dir's total and usable bytes
@@ -60,7 +69,7 @@ class RebalanceAdmin(ReassignmentAdmin):
 
 
 async def read_cluster(admin: RebalanceAdmin, disk_capacity: int | None
-                       ) -> tuple[list[BrokerInfo], list[PartitionInfo]]:
+                       ) -> tuple[list[BrokerInfo], list[PartitionInfo], set[str]]:
     """The planner's input: live brokers (rack, disk capacity, offline dirs) and every partition with its size."""
     view = await admin.load_metadata()
     ongoing = await admin.list_reassignments()
@@ -90,7 +99,7 @@ async def read_cluster(admin: RebalanceAdmin, disk_capacity: int | None
         replicas = moving.target if moving is not None else info.replicas
         partitions.append(PartitionInfo(tp[0], tp[1], tuple(replicas), info.leader, sizes.get(tp, 0),
                                         tuple(info.isr), reassigning=moving is not None))
-    return brokers, partitions
+    return brokers, partitions, {t for t, _ in ongoing}
 
 
 def human_bytes(n: float) -> str:
@@ -154,37 +163,59 @@ def batches(plan: Plan, size: int) -> list[list[Any]]:
 
 
 async def execute(admin: RebalanceAdmin, plan: Plan, throttle: int, batch_size: int, timeout_s: float,
-                  say: Callable[[str], None]) -> None:
-    """Submit the plan batch by batch, throttled, and wait for each; throttles are removed at the end."""
+                  say: Callable[[str], None], leftover_topics: Iterable[str] = ()) -> None:
+    """Submit the plan batch by batch, throttled, and wait for each. Once all are done the throttles are
+    removed, also those of `leftover_topics` (moves found running, maybe from a run cut short); a run that
+    fails or times out leaves them, so that the moves still running stay throttled."""
     deadline = time.monotonic() + timeout_s
     groups = batches(plan, batch_size)
     moved_bytes, total_bytes = 0, plan.bytes_to_move
     topics: set[str] = set()
-    try:
-        for number, group in enumerate(groups, 1):
-            current = {(r.topic, r.partition): list(r.current_replicas) for r in group}
-            targets = {(r.topic, r.partition): list(r.target_replicas) for r in group}
-            copying = any(not r.leader_only for r in group)
-            if copying and throttle >= 0:
-                await admin.load_metadata([])
-                await set_throttles(admin, current, targets, throttle, -1)
-                topics.update(t for t, _ in targets)
-            results = await admin.alter_reassignments(targets)
-            refused = {tp: r for tp, r in results.items() if r[0]}
-            for (t, p), (code, message) in sorted(refused.items()):
-                print_warning(f"The controller refused to move {t}-{p}: {message or error_name(code)}; skipped.")
-            waiting = set(targets) - set(refused)
-            what = "preferred-leader change(s)" if not copying else "partition move(s)"
-            say(f"batch {number}/{len(groups)}: {len(waiting)} {what} submitted")
-            await _wait(admin, waiting, deadline, lambda left, n=number, w=len(waiting): say(
-                f"batch {n}/{len(groups)}: {w - left}/{w} done"))
-            moved_bytes += sum(r.bytes_to_move for r in group if (r.topic, r.partition) in waiting)
-            if copying:
-                say(f"moved {human_bytes(moved_bytes)} of {human_bytes(total_bytes)}")
-    finally:
-        if topics:
-            await clear_throttles(admin, topics, announce=False)
-            say("replication throttles removed")
+    for number, group in enumerate(groups, 1):
+        current = {(r.topic, r.partition): list(r.current_replicas) for r in group}
+        targets = {(r.topic, r.partition): list(r.target_replicas) for r in group}
+        copying = any(not r.leader_only for r in group)
+        if copying and throttle >= 0:
+            await admin.load_metadata([])
+            await set_throttles(admin, current, targets, throttle, -1)
+            topics.update(t for t, _ in targets)
+        results = await admin.alter_reassignments(dict[TopicPartition, list[int] | None](targets))
+        refused = {tp: r for tp, r in results.items() if r[0]}
+        for (t, p), (code, message) in sorted(refused.items()):
+            print_warning(f"The controller refused to move {t}-{p}: {message or error_name(code)}; skipped.")
+        waiting = set(targets) - set(refused)
+        what = "preferred-leader change(s)" if not copying else "partition move(s)"
+        say(f"batch {number}/{len(groups)}: {len(waiting)} {what} submitted")
+        await _wait(admin, waiting, deadline, partial(_progress, say, f"batch {number}/{len(groups)}", len(waiting)))
+        moved_bytes += sum(r.bytes_to_move for r in group if (r.topic, r.partition) in waiting)
+        if copying:
+            say(f"moved {human_bytes(moved_bytes)} of {human_bytes(total_bytes)}")
+    if topics or leftover_topics:
+        await _clear_throttles(admin, topics | set(leftover_topics), say)
+
+
+def _progress(say: Callable[[str], None], batch: str, submitted: int, left: int) -> None:
+    say(f"{batch}: {submitted - left}/{submitted} done")
+
+
+async def _clear_throttles(admin: RebalanceAdmin, topics: set[str], say: Callable[[str], None]) -> None:
+    """Kafka's throttle configs off every topic named; off the brokers too unless other moves still run."""
+    still = await admin.list_reassignments()
+    view = await admin.load_metadata([])
+    if not still:
+        for broker in sorted(view.brokers):
+            try:
+                await admin.alter_configs(BROKER_RESOURCE, str(broker), {}, BROKER_THROTTLES[:2])
+            except CliError as exc:  # a broker's own configs change only through it
+                print_warning(f"{exc.message} Broker {broker} keeps its throttle until this runs again.")
+    done = sorted(t for t in topics if not any(tp[0] == t for tp in still))
+    for topic in done:
+        await admin.alter_configs(TOPIC_RESOURCE, topic, {}, TOPIC_THROTTLES)
+    if still:
+        say(f"replication throttles removed from {len(done)} topic(s); the brokers keep theirs while "
+            f"{len(still)} other reassignment(s) run")
+    elif topics:
+        say("replication throttles removed")
 
 
 async def _wait(admin: RebalanceAdmin, waiting: set[TopicPartition], deadline: float,
@@ -283,7 +314,7 @@ def rebalance(
         async def main() -> tuple[Plan, list[TopicPartition]]:
             admin = RebalanceAdmin(bootstrap_server, security)
             try:
-                brokers, partitions = await read_cluster(admin, disk_capacity)
+                brokers, partitions, moving_topics = await read_cluster(admin, disk_capacity)
                 try:
                     plan = plan_rebalance(brokers, partitions, constraints)
                 except PlanError as exc:
@@ -296,7 +327,7 @@ def rebalance(
                 if not execute_plan:
                     return plan, []
                 write_out("\n")
-                await execute(admin, plan, throttle, batch_size, timeout, say)
+                await execute(admin, plan, throttle, batch_size, timeout, say, moving_topics)
                 view = await admin.load_metadata()
                 off_preferred = sorted(tp for tp, info in view.partitions.items()
                                        if info.replicas and info.leader != info.replicas[0])
