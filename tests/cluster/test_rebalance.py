@@ -195,3 +195,22 @@ def test_the_controller_balancer_gives_a_joining_broker_its_share(tmp_path: Path
         assert report.lost == 0 and report.duplicated == 0, report
     finally:
         cluster.close()
+
+
+def test_leaders_are_evened_without_copying_data(growing: ClusterProcess) -> None:
+    """Every partition prefers broker 1: the plan only reorders replicas (no byte moves) and the preferred
+    leader election at the end hands half the leaderships to broker 2."""
+    cluster = growing
+    topic = create_topic(cluster, replicas=[[1, 2]] * 6)
+    out = rebalance(cluster, "--execute")
+    assert out.returncode == 0, (out.stdout, out.stderr)
+    assert "0 B (0 bytes) to move, 3 preferred-leader change(s) only" in out.stdout, out.stdout
+    assignment = cluster.topic_assignment(topic)
+    assert sorted(Counter(r[0] for r in assignment.values()).values()) == [3, 3], assignment
+    assert all(sorted(r) == [1, 2] for r in assignment.values())
+
+    def leaders() -> Counter[int] | None:
+        led = Counter(cluster.partition_state(topic, p).leader for p in assignment)
+        return led if led == Counter(r[0] for r in assignment.values()) else None
+
+    cluster.wait_for(leaders, BOUND, "the preferred replicas leading")

@@ -329,8 +329,10 @@ def rebalance(
                 write_out("\n")
                 await execute(admin, plan, throttle, batch_size, timeout, say, moving_topics)
                 view = await admin.load_metadata()
-                off_preferred = sorted(tp for tp, info in view.partitions.items()
-                                       if info.replicas and info.leader != info.replicas[0])
+                # The plan's partitions by what it wrote (a broker's Metadata may not show the new replica
+                # order yet; the controller elects from its own), and any other partition led off-preferred.
+                off_preferred = sorted({(r.topic, r.partition) for r in plan.reassignments} | {
+                    tp for tp, info in view.partitions.items() if info.replicas and info.leader != info.replicas[0]})
                 return plan, off_preferred
             finally:
                 await admin.close()
