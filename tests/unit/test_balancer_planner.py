@@ -227,3 +227,17 @@ def test_random_clusters_keep_replication_factor_and_use_only_receiving_brokers(
         assert len(r.target_replicas) == len(current) == len(set(r.target_replicas))
         assert set(r.adding) <= receivers
         assert 99 not in current
+
+
+def test_the_controller_balancer_batches_and_throttles_as_kafka_tools_do() -> None:
+    from strom.balancer import Reassignment
+    from strom.controller.auto_balancer import batch_of, throttle_configs
+
+    plan = plan_rebalance([BrokerInfo(1), BrokerInfo(2), BrokerInfo(3)], two_broker_cluster(12, size=MB))
+    moves = [r for r in plan.reassignments if not r.leader_only]
+    batch = batch_of(plan, 3)
+    assert [r for r in batch if not r.leader_only] == sorted(moves, key=lambda r: (r.bytes_to_move, r.partition))[:3]
+    brokers, topics = throttle_configs([Reassignment("t", 0, (1, 2), (3, 2), MB), Reassignment("t", 1, (2, 1), (1, 2), 0)])
+    assert brokers == {1, 2, 3}  # the leader-only change throttles nothing
+    assert topics == {"t": {"leader.replication.throttled.replicas": "0:1,0:2",
+                            "follower.replication.throttled.replicas": "0:3"}}
