@@ -44,7 +44,10 @@ def main() -> None:
     runs = []
     for n in (int(x) for x in args.partitions.split(",")):
         brokers, partitions = cluster(n, args.brokers, args.seed)
-        total = sum(p.size_bytes * len(p.replicas) for p in partitions)
+        racks = {b.broker_id: b.rack for b in brokers}
+        newcomer_rack = racks[args.brokers]
+        in_rack = sum(p.size_bytes for p in partitions for b in p.replicas if racks[b] == newcomer_rack)
+        rack_brokers = sum(1 for r in racks.values() if r == newcomer_rack)
         start = time.perf_counter()
         plan = plan_rebalance(brokers, partitions)
         seconds = time.perf_counter() - start
@@ -52,7 +55,9 @@ def main() -> None:
             "partitions": n, "brokers": args.brokers, "plan_seconds": round(seconds, 3),
             "reassignments": len(plan.reassignments), "replica_moves": plan.replica_moves,
             "bytes_moved": plan.bytes_to_move,
-            "newcomer_share_bytes": total // args.brokers,  # what the newcomer holds when bytes are even
+            # What the newcomer holds when its rack's bytes are even (one replica per rack: its rack's share).
+            "newcomer_rack_share_bytes": in_rack // rack_brokers,
+            "newcomer_bytes_after": next(b.disk_bytes for b in plan.after if b.broker_id == args.brokers),
             "replicas_after": {b.broker_id: b.replicas for b in plan.after},
             "leaders_after": {b.broker_id: b.leaders for b in plan.after},
             "unsatisfied_hard": len(plan.unsatisfied_hard), "unsatisfied_soft": len(plan.unsatisfied_soft),
