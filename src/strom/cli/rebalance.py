@@ -27,7 +27,7 @@ from typing import Annotated, Any
 
 import kafka.errors as Errors
 import typer
-from kafka.protocol.admin import DescribeLogDirsRequest
+from kafka.protocol.admin import DescribeConfigsRequest, DescribeLogDirsRequest
 
 from strom.balancer import BalancerConstraints, BrokerInfo, PartitionInfo, Plan, PlanError, plan_rebalance
 from strom.balancer.goals import GOALS
@@ -45,6 +45,7 @@ from strom.cli.common import (
 from strom.cli.reassign_partitions import BROKER_THROTTLES, TOPIC_THROTTLES, set_throttles
 from strom.cli.reassignment_client import (
     BROKER_RESOURCE,
+    DESCRIBE_CONFIGS_VERSION,
     TOPIC_RESOURCE,
     Broker,
     ReassignmentAdmin,
@@ -67,10 +68,21 @@ class RebalanceAdmin(ReassignmentAdmin):
             fail(f"Broker {broker.node_id} refused DescribeLogDirs: {error_name(response.error_code)}")
         return response
 
+    async def throttled_topics(self, topics: list[str]) -> set[str]:
+        """Topics with throttled-replica configs left on them (by a run cut short, or Kafka's tool)."""
+        if not topics:
+            return set()
+        request = DescribeConfigsRequest(resources=[(TOPIC_RESOURCE, t, list(TOPIC_THROTTLES)) for t in topics],
+                                         include_synonyms=False)
+        response = await self._send(None, request, DESCRIBE_CONFIGS_VERSION)
+        return {r.resource_name for r in response.results if not r.error_code
+                and any(c.name in TOPIC_THROTTLES and c.value for c in r.configs)}
+
 
 async def read_cluster(admin: RebalanceAdmin, disk_capacity: int | None
                        ) -> tuple[list[BrokerInfo], list[PartitionInfo], set[str]]:
-    """The planner's input: live brokers (rack, disk capacity, offline dirs) and every partition with its size."""
+    """The planner's input: live brokers (rack, disk capacity, offline dirs), every partition with its size,
+    and the topics whose throttles a run must clear once nothing moves (moving now, or throttled already)."""
     view = await admin.load_metadata()
     ongoing = await admin.list_reassignments()
     sizes: dict[TopicPartition, int] = {}
@@ -99,7 +111,8 @@ async def read_cluster(admin: RebalanceAdmin, disk_capacity: int | None
         replicas = moving.target if moving is not None else info.replicas
         partitions.append(PartitionInfo(tp[0], tp[1], tuple(replicas), info.leader, sizes.get(tp, 0),
                                         tuple(info.isr), reassigning=moving is not None))
-    return brokers, partitions, {t for t, _ in ongoing}
+    leftover = {t for t, _ in ongoing} | await admin.throttled_topics(view.topics())
+    return brokers, partitions, leftover
 
 
 def human_bytes(n: float) -> str:
