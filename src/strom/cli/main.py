@@ -18,6 +18,7 @@ from strom.cli import (
     log_dirs,
     perf_test,
     reassign_partitions,
+    rebalance,
     topics,
     zookeeper_shell,
 )
@@ -51,6 +52,7 @@ app.command("dump-log", no_args_is_help=True)(dump_log.dump_log)
 app.command("leader-election", no_args_is_help=True)(leader_election.leader_election)
 app.command("reassign-partitions", no_args_is_help=True)(reassign_partitions.reassign_partitions)
 app.command("log-dirs", no_args_is_help=True)(log_dirs.log_dirs)
+app.command("rebalance")(rebalance.rebalance)
 app.command(
     "producer-perf-test",
     no_args_is_help=True,

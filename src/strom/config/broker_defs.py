@@ -151,6 +151,17 @@ _BROKER_DEFS: list[ConfigDef] = [
     ConfigDef("leader.imbalance.per.broker.percentage", T.INT, 10,
               "Share of a broker's preferred partitions led elsewhere that triggers a preferred leader election."),
     ConfigDef("leader.imbalance.check.interval.seconds", T.LONG, 300, "How often leader imbalance is checked."),
+    # self-balancing (beyond Kafka; docs/decisions/0042-self-balancing.md)
+    ConfigDef("strom.balancer.enable", T.BOOLEAN, False,
+              "The controller evens replicas, leaders and disk use by throttled reassignments (`strom rebalance`)."),
+    ConfigDef("strom.balancer.interval.ms", T.LONG, 300000, "How often the controller's balancer plans.", at_least(1)),
+    ConfigDef("strom.balancer.max.partition.movements", T.INT, 10, "Partitions the balancer moves at once.",
+              at_least(1)),
+    ConfigDef("strom.balancer.throttle.bytes.per.sec", T.LONG, 50000000,
+              "Replication throttle of the balancer's moves in bytes/s; -1 = none.", at_least(-1)),
+    ConfigDef("strom.balancer.disk.threshold.percent", T.INT, 80,
+              "Share of a broker's disk its replicas may fill before the balancer moves partitions away.",
+              between(1, 100)),
     # coordination store
     ConfigDef("zookeeper.connect", T.STRING, "", "ZooKeeper connect string; empty = embedded single-node store."),
     ConfigDef("zookeeper.session.timeout.ms", T.INT, 18000, "ZooKeeper session timeout."),

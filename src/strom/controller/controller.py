@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 import kafka.errors as Errors
 
 from strom.config import BrokerConfig
+from strom.controller.auto_balancer import AutoBalancer
 from strom.controller.broker_requests import BrokerRequests
 from strom.controller.controller_channel import ControllerChannelManager
 from strom.controller.controller_zk import ControllerZk
@@ -134,6 +135,7 @@ class KafkaController:
         # After a lost session: not a candidate until this broker is registered in the new one.
         self._awaiting_registration = False
         self.reassignments = ReassignmentManager(self, ZK_STATE_BATCH)
+        self.auto_balancer = AutoBalancer(self)  # strom.balancer.enable, off by default
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def startup(self) -> None:
@@ -273,6 +275,7 @@ class KafkaController:
         if self._rebalance_task is not None:
             self._rebalance_task.cancel()
             self._rebalance_task = None
+        self.auto_balancer.stop()
         if self.channel is not None:
             await self.channel.close()
             self.channel = None
@@ -316,6 +319,7 @@ class KafkaController:
         await self.reassignments.resume()  # moves recorded in the topic znodes go on
         if self.config.get("auto.leader.rebalance.enable"):
             self._rebalance_task = self._loop.create_task(self._auto_rebalance_loop(), name="leader-rebalance")
+        self.auto_balancer.start()
 
     def _add_live_broker(self, reg: zd.BrokerRegistration) -> None:
         self.ctx.live_brokers[reg.id] = reg
@@ -529,6 +533,8 @@ class KafkaController:
         if changed:
             await self.requests.leader_and_isr(sorted(changed))
         await self.requests.update_metadata([b for b in live if b not in new], sorted(changed))
+        if new:
+            self.auto_balancer.broker_joined()
 
     async def _on_brokers_failed(self, dead: set[int]) -> list[TopicPartition]:
         """New leaders for what the dead brokers led; drop them from every ISR (leader epoch bumps)."""
