@@ -189,8 +189,9 @@ class ReplicaAlterLogDirsManager:
             try:
                 moved_away = await asyncio.shield(swapping)
             except asyncio.CancelledError:  # cancelled (a newer request, shutdown) while swapping: finish first
-                if await swapping is not None:
-                    self._after_swap(tp, part, current, future, await swapping)
+                moved = await swapping
+                if moved is not None:
+                    self._after_swap(tp, part, current, future, moved)
                 raise
             if moved_away is not None:
                 break

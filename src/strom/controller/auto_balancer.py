@@ -112,7 +112,7 @@ class AutoBalancer:
     async def run_round(self) -> None:
         """One round (a controller event): finish the previous batch, or plan and start the next one."""
         controller = self.controller
-        if not controller.active or controller.reassignments.list(None):
+        if not controller.active or controller.reassignments.in_progress(None):
             return
         await self._clear_throttles()
         if self._moved:
@@ -140,7 +140,7 @@ class AutoBalancer:
         self._cooling.update(dict.fromkeys(started, until))
         log.info("auto-balancer: started %d of %d planned reassignments (%d bytes to move in this batch)",
                  len(started), len(plan.reassignments), sum(r.bytes_to_move for r in batch))
-        if not controller.reassignments.list(started):  # leader-only changes complete at once
+        if not controller.reassignments.in_progress(started):  # leader-only changes complete at once
             self.broker_joined()
 
     async def _read_cluster(self) -> tuple[list[BrokerInfo], list[PartitionInfo]]:

@@ -975,7 +975,7 @@ class KafkaController:
     def list_partition_reassignments(self, tps: list[TopicPartition] | None) -> asyncio.Future[dict[Any, Any]]:
         """ListPartitionReassignments: the moves under way (of the partitions named, or all)."""
         async def work() -> dict[Any, Any]:
-            return self.reassignments.list(tps)
+            return self.reassignments.in_progress(tps)
 
         return self._run_as_event("list-partition-reassignments", work)
 

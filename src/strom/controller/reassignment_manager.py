@@ -90,7 +90,7 @@ class ReassignmentManager:
             plans.append((tp, wanted))
         return results, plans
 
-    def list(self, tps: Iterable[TopicPartition] | None) -> dict[TopicPartition, ReplicaAssignment]:
+    def in_progress(self, tps: Iterable[TopicPartition] | None) -> dict[TopicPartition, ReplicaAssignment]:
         """ListPartitionReassignments: the partitions (of those named, or all) being moved."""
         partitions = self.controller.ctx.partitions
         wanted = partitions if tps is None else tps

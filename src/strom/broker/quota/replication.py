@@ -80,7 +80,7 @@ class ReplicationQuotaManager:
         if not entries:
             return False
         partitions = throttled_partitions(entries, self.broker_id)
-        return partitions is ALL_PARTITIONS or partition in partitions
+        return partitions is None or partition in partitions
 
     def is_quota_exceeded(self) -> bool:
         """The rate over the window is above the bound (never with no bound)."""
