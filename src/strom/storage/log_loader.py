@@ -144,6 +144,10 @@ class LogLoader:
         os.makedirs(self.directory, exist_ok=True)
         bases, names = self._clean_directory()
         segments = [LogSegment(self.directory, base, self.config, self.now_ms, active=False) for base in bases]
+        listed = set(names)
+        for seg in segments:  # absent index files are known from the listing, not a stat each
+            seg.offset_index.note_listed(listed)
+            seg.time_index.note_listed(listed)
         recovered: set[int] = set()
         indexed: set[int] = set()  # small active segments indexed from their batches, as expected
         if not self.clean_shutdown:

@@ -514,8 +514,8 @@ class LogSegment:
         self.time_index.sanity_check()
 
     def index_files_absent(self) -> bool:
-        """Neither index file exists (two stats)."""
-        return not os.path.exists(self.offset_index.path) and not os.path.exists(self.time_index.path)
+        """Neither index file exists (known after the first check: see AbstractIndex.file_exists)."""
+        return not self.offset_index.file_exists() and not self.time_index.file_exists()
 
     def keeps_indexes_in_memory(self) -> bool:
         """Whether this segment, if active, leaves its index files unwritten at flush and close: it has
