@@ -16,9 +16,11 @@ Unlike Kafka, entries live in process memory, not in a memory-mapped file:
 - indexes of old segments are read only when first used (Kafka's LazyIndex), so a
   restart touches no index file it does not need.
 
-The file is written when the segment is rolled, flushed or closed. An index file
-that is stale after a crash is harmless: segments past the recovery point are
-recovered (their indexes rebuilt from the log) and older ones were written at flush.
+The file is written when the segment is rolled, flushed or closed, except a small
+active segment's, which a load rebuilds from its batches instead (see
+LogSegment.keeps_indexes_in_memory). An index file that is stale after a crash is
+harmless: segments past the recovery point are recovered (their indexes rebuilt from
+the log) and older ones were written at flush.
 """
 
 from __future__ import annotations
