@@ -9,9 +9,10 @@ Steps (following Kafka's LogLoader):
    batches lie below the recovery point (fsynced with their indexes): expected, so not warned
    about per segment (LogManager logs one summary per start); empty segments have
    nothing to recover, and their index files may be absent (an empty log's indexes are
-   empty), as may a small active segment's (it keeps its indexes in memory; a load builds them from
-   its batches, counted in LogManager's summary); any other segment whose index file is missing or torn was damaged (a clean
-   shutdown and every flush write them), so it is recovered too, with a WARNING naming it;
+   empty), as may a small active segment's (it keeps its indexes in memory; a load builds them
+   from its batches, counted in LogManager's summary); any other segment whose index file is
+   missing or torn was damaged (a clean shutdown, a roll and every flush write them), so it is
+   recovered too, with a WARNING naming it;
 4. compute the log end offset and rebuild producer state from the newest
    snapshot plus a replay of batch headers; recovered segments get their transaction
    index (aborted transactions) rebuilt by the same replay;
