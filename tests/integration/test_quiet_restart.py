@@ -6,7 +6,10 @@ import glob
 import os
 
 from confluent_kafka import Consumer, TopicPartition
+from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 
+from strom.protocol.record_batch import build_batch
+from tests.integration.test_api_version_matrix import call
 from tests.integration.test_produce_consume import consume_all, new_topic, produce
 from tests.support.broker import BrokerProcess
 
@@ -93,3 +96,53 @@ def test_torn_batch_after_a_crash_is_a_warning_naming_the_segment(broker_factory
     assert len(warnings) == 1 and "recovery truncated" in warnings[0], warnings
     got = consume_all(b, topic, 40)
     assert len(got) == 40 and [m.offset() for m in got] == list(range(40))
+
+
+def idempotent_produce(broker: BrokerProcess, topic: str, producer: tuple[int, int], seq: int) -> tuple[int, int]:
+    """One idempotent batch of two records (sequences ``seq``, ``seq + 1``) to partition 0, as a client
+    retrying it would send it again: (error code, base offset)."""
+    pid, epoch = producer
+    batch = build_batch([(b"k", b"idem-%d" % (seq + i), [], 1_700_000_000_000 + seq + i) for i in range(2)],
+                        producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+    req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=5000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)])])
+    part = call(broker, req, 8).responses[0].partition_responses[0]
+    return part.error_code, part.base_offset
+
+
+def test_clean_restart_rebuilds_what_the_shutdown_left_unwritten(broker_factory) -> None:  # noqa: ANN001
+    """Partitions holding a little data: the SIGTERM writes no index file and no producer snapshot; the
+    next start rebuilds both from the batches, quietly, and answers as before: reads, offsets by
+    timestamp, and an idempotent producer's retried batch recognised as a duplicate."""
+    b = broker_factory()
+    topic = new_topic(b, partitions=3)
+    t0 = 1_600_000_000_000
+    produce(b, topic, [{"value": b"v" * 300, "partition": 1 + i % 2, "timestamp": t0 + 1_000 * i}
+                       for i in range(40)], **{"batch.num.messages": 1})
+    init = call(b, InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60_000, producer_id=-1,
+                                         producer_epoch=-1), 4)
+    assert init.error_code == 0
+    producer = (init.producer_id, init.producer_epoch)
+    assert [idempotent_produce(b, topic, producer, seq) for seq in (0, 2, 4)] == [(0, 0), (0, 2), (0, 4)]
+    assert b.stop() == 0
+    left = [n for p in range(3) for n in os.listdir(os.path.join(b.data_dir, f"{topic}-{p}"))]
+    assert not [n for n in left if n.endswith((".index", ".timeindex", ".snapshot"))], left
+
+    mark = os.path.getsize(b.log_path)
+    b.start()
+    assert idempotent_produce(b, topic, producer, 4) == (0, 4)  # the retry: its original offset, no copy
+    assert idempotent_produce(b, topic, producer, 8)[0] == 45  # OUT_OF_ORDER_SEQUENCE_NUMBER: 6 is missing
+    assert idempotent_produce(b, topic, producer, 6) == (0, 6)
+    consumer = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "quiet-restart-times"})
+    try:
+        for i in range(40):
+            wanted = TopicPartition(topic, 1 + i % 2, t0 + 1_000 * i - 500)
+            (found,) = consumer.offsets_for_times([wanted], timeout=10)
+            assert found.offset == i // 2, (i, found)
+    finally:
+        consumer.close()
+    assert len(consume_all(b, topic, 48, partitions=3)) == 48
+    lines = log_since(b, mark)
+    assert not recovery_warnings(lines), recovery_warnings(lines)
+    assert [ln for ln in lines if "small active segments from their batches" in ln]

@@ -16,9 +16,11 @@ Unlike Kafka, entries live in process memory, not in a memory-mapped file:
 - indexes of old segments are read only when first used (Kafka's LazyIndex), so a
   restart touches no index file it does not need.
 
-The file is written when the segment is rolled, flushed or closed. An index file
-that is stale after a crash is harmless: segments past the recovery point are
-recovered (their indexes rebuilt from the log) and older ones were written at flush.
+The file is written when the segment is rolled, flushed or closed, except a small
+active segment's, which a load rebuilds from its batches instead (see
+LogSegment.keeps_indexes_in_memory). An index file that is stale after a crash is
+harmless: segments past the recovery point are recovered (their indexes rebuilt from
+the log) and older ones were written at flush.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import logging
 import os
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import ClassVar
 
 NO_TIMESTAMP = -1
@@ -61,6 +63,9 @@ class AbstractIndex:
         self._partial_entry = False  # the file ended in a partial entry (torn or foreign)
         self._on_corrupt = on_corrupt
         self._file_lock = threading.RLock()
+        # Whether the file exists, once a stat, load or write told us (None: not known yet). A small active
+        # segment asks at every flush and close whether its files were ever written.
+        self._exists: bool | None = None
 
     # -- loading -----------------------------------------------------------------------------------
 
@@ -79,8 +84,10 @@ class AbstractIndex:
         try:
             with open(self.path, "rb") as f:
                 raw = f.read()
+            self._exists = True
         except FileNotFoundError:
             raw = b""
+            self._exists = False
         whole = len(raw) - len(raw) % self._entry_size
         self._partial_entry = whole != len(raw)
         self._buf = bytearray(memoryview(raw)[:whole])
@@ -236,12 +243,14 @@ class AbstractIndex:
                     os.close(fd)
             except OSError:
                 self._written = -1
+                self._exists = None
                 try:
                     os.unlink(self.path)
                 except OSError:
                     pass
                 raise
             self._written = entries
+            self._exists = True
 
     def flush(self) -> None:
         self.write_file(fsync=True)
@@ -257,7 +266,7 @@ class AbstractIndex:
         try:
             os.replace(self.path, new_path)
         except FileNotFoundError:
-            pass
+            self._exists = False
         self.path = new_path
 
     def delete(self) -> None:
@@ -265,18 +274,35 @@ class AbstractIndex:
             self._buf = bytearray()
             self._entries = 0
             self._written = 0
+            self._exists = False
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
 
+    def file_exists(self) -> bool:
+        """Whether the index file exists (a stat the first time, then known from this object's writes)."""
+        if self._exists is None:
+            self._exists = os.path.exists(self.path)
+        return self._exists
+
+    def note_listed(self, names: Container[str]) -> None:
+        """The directory's listing (taken by the loader) does not name the file: it does not exist."""
+        if os.path.basename(self.path) not in names:
+            self._exists = False
+
     def file_size_ok(self, missing_ok: bool = False) -> bool:
         """Cheap check at load (one stat, no read): the file exists (unless ``missing_ok``) and holds
         whole entries."""
-        try:
-            return os.stat(self.path).st_size % self._entry_size == 0
-        except FileNotFoundError:
+        if self._exists is False:
             return missing_ok
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            self._exists = False
+            return missing_ok
+        self._exists = True
+        return size % self._entry_size == 0
 
 
 class OffsetIndex(AbstractIndex):

@@ -290,12 +290,20 @@ class LocalLog:
                     to_flush.append(seg)
             rolled = self._rolled_since_flush
             self._rolled_since_flush = False
+            # A small active segment's indexes stay in memory: a load rebuilds them from its batches.
+            in_memory = self._segments[-1] if self._segments[-1].keeps_indexes_in_memory() else None
         for seg in to_flush:
             try:
-                seg.flush()
+                seg.flush(indexes=seg is not in_memory)
             except (OSError, ValueError):
                 if not seg.deleted:
                     raise
+        if in_memory is not None and in_memory in to_flush:
+            with self.lock:
+                rolled_meanwhile = in_memory is not self._segments[-1] and not in_memory.deleted
+            if rolled_meanwhile:  # the roll wrote its index files: make them as durable as its batches
+                in_memory.offset_index.flush()
+                in_memory.time_index.flush()
         if rolled:
             fsync_dir(self.directory)
         with self.lock:
@@ -437,11 +445,12 @@ class LocalLog:
 
         I/O errors (a full disk) are logged, not raised: the files are closed regardless."""
         ok = True
+        active = self._segments[-1]
         for seg in self._segments:
             if for_deletion:
                 seg.deleted = True  # nothing to trim
             try:
-                seg.close()
+                seg.close(indexes=seg is not active or not seg.keeps_indexes_in_memory())
             except OSError as exc:
                 ok = False
                 log.warning("error closing segment %s: %s", seg.log_path, exc)

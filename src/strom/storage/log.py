@@ -112,6 +112,7 @@ class Log:
             self.directory, config, recovery_point, log_start_offset, clean_shutdown, now_ms
         ).load()
         self.recovered_segments = loaded.recovered_segments  # for LogManager's start-up summary
+        self.indexed_segments = loaded.indexed_segments  # likewise
         self._local = LocalLog(self.directory, config, loaded.segments, loaded.log_end_offset,
                                loaded.recovery_point, self._lock, now_ms)
         # The first offset readers see. Local data starts at or below it (LocalLog.first_base_offset);
@@ -624,7 +625,7 @@ class Log:
         return self._local.needs_flush(now_ms)
 
     def close(self, snapshot: bool = True) -> bool:
-        """Snapshot producer state at the LEO, trim indexes, close files (no fsync: see LogManager).
+        """Snapshot producer state at the LEO (unless cheap to rebuild), write indexes, close files.
 
         I/O errors (a full disk) are logged, not raised: the files are closed regardless.
         Returns False if something was not persisted, so the caller knows recovery is needed.
@@ -639,13 +640,18 @@ class Log:
                 ok = False
                 log.warning("could not delete old segments of %s-%d: %s", self.topic, self.partition, exc)
             # A log holding no batches and no producers restarts to the same empty state without a
-            # snapshot; skipping it spares a file and two fsyncs per empty partition at shutdown. So does
-            # a log whose snapshot at the LEO already holds its producer state (nothing written since).
+            # snapshot; skipping it spares a file per empty partition at shutdown. So does a log whose
+            # snapshot at the LEO already holds its producer state (nothing written since), and one whose
+            # replay from its newest snapshot is a small active segment (a load reads it anyway).
             end = self._local.end_offset
             empty = not self.producer_state.producers and end == self._local.first_base_offset
-            if snapshot and not empty and not self.producer_state.snapshot_is_current(end, durable=True):
+            if snapshot and not empty and not self.producer_state.snapshot_is_current(end) \
+                    and not self._replay_is_short():
                 try:
-                    self.producer_state.take_snapshot(end, fsync=True)
+                    # Not fsynced: the snapshot only shortens the replay at load. The marker vouches for
+                    # the batches, and a torn or lost snapshot fails its CRC or is not found, so the load
+                    # replays them from the previous one instead (the same state).
+                    self.producer_state.take_snapshot(end, fsync=False)
                 except OSError as exc:
                     ok = False
                     log.warning("could not snapshot producer state of %s-%d: %s", self.topic, self.partition, exc)
@@ -654,6 +660,18 @@ class Log:
             self.producer_state.cancel_pending_snapshots()
             closed_cleanly = self._local.close(for_deletion=not snapshot)
             return ok and closed_cleanly
+
+    def _replay_is_short(self) -> bool:
+        """Whether a load would rebuild the producer state from the newest snapshot file (or the log
+        start) by replaying no more than the active segment, and that is small: its few batches are
+        read at load anyway (``LogSegment.keeps_indexes_in_memory``), so a snapshot at the LEO saves
+        less than creating its file costs the shutdown."""
+        active = self._local.active_segment
+        if not active.keeps_indexes_in_memory():
+            return False
+        offsets = self.producer_state.snapshot_offsets()
+        newest = offsets[-1] if offsets else self._local.first_base_offset
+        return newest >= active.base_offset
 
     def delete(self) -> None:
         """Close and remove the whole partition directory."""

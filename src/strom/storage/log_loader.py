@@ -9,8 +9,10 @@ Steps (following Kafka's LogLoader):
    batches lie below the recovery point (fsynced with their indexes): expected, so not warned
    about per segment (LogManager logs one summary per start); empty segments have
    nothing to recover, and their index files may be absent (an empty log's indexes are
-   empty); any other segment whose index file is missing or torn was damaged (a clean
-   shutdown and every flush write them), so it is recovered too, with a WARNING naming it;
+   empty), as may a small active segment's (it keeps its indexes in memory; a load builds them
+   from its batches, counted in LogManager's summary); any other segment whose index file is
+   missing or torn was damaged (a clean shutdown, a roll and every flush write them), so it is
+   recovered too, with a WARNING naming it;
 4. compute the log end offset and rebuild producer state from the newest
    snapshot plus a replay of batch headers; recovered segments get their transaction
    index (aborted transactions) rebuilt by the same replay;
@@ -52,6 +54,7 @@ class LoadedLog:
     producer_state: ProducerStateManager
     leader_epoch_cache: LeaderEpochFileCache
     recovered_segments: int = 0  # segments validated and re-indexed by this load
+    indexed_segments: int = 0  # small active segments indexed from their batches (no index files, as expected)
 
 
 def marker_of(seg: LogSegment, header: RecordBatchHeader) -> Marker | None:
@@ -142,7 +145,12 @@ class LogLoader:
         os.makedirs(self.directory, exist_ok=True)
         bases, names = self._clean_directory()
         segments = [LogSegment(self.directory, base, self.config, self.now_ms, active=False) for base in bases]
+        listed = set(names)
+        for seg in segments:  # absent index files are known from the listing, not a stat each
+            seg.offset_index.note_listed(listed)
+            seg.time_index.note_listed(listed)
         recovered: set[int] = set()
+        indexed: set[int] = set()  # small active segments indexed from their batches, as expected
         if not self.clean_shutdown:
             # Expected after a crash: segments past the recovery point were never flushed, so their
             # indexes may be missing or stale. The count is reported once per start (LogManager).
@@ -153,15 +161,30 @@ class LogLoader:
             # An empty segment has nothing to validate or index; nor has the one holding the recovery
             # point if all its batches lie below it (a crash after a clean start that wrote nothing).
             unflushed = [seg for seg in segments[start:] if seg.size]
-            if unflushed and unflushed[0].base_offset <= self.recovery_point \
-                    and unflushed[0].holds_only_below(self.recovery_point):
-                unflushed.pop(0)
+            if unflushed and unflushed[0].base_offset <= self.recovery_point:
+                first = unflushed[0]
+                if first is segments[-1] and first.index_files_absent():  # kept its indexes in memory
+                    if first.index_from_batches(below=self.recovery_point):
+                        indexed.add(unflushed.pop(0).base_offset)
+                elif first.holds_only_below(self.recovery_point):
+                    unflushed.pop(0)
             recovered.update(seg.base_offset for seg in unflushed)
         for seg in segments:
-            # A clean shutdown or a flush wrote these files (if the log has data): missing or torn is damage.
-            if seg.base_offset not in recovered and not seg.index_files_usable():
-                log.warning("index files of %s are missing or torn; recovering the segment", seg.log_path)
-                recovered.add(seg.base_offset)
+            if seg.base_offset in recovered or seg.base_offset in indexed or seg.index_files_usable():
+                continue
+            # A small active segment keeps its indexes in memory (flush and close leave its files
+            # unwritten): absent files are expected there, and its batches, fsynced by the clean shutdown,
+            # rebuild them. Anywhere else a clean shutdown, a roll and a flush wrote the files (if the
+            # segment holds data): missing or torn is damage.
+            if self.clean_shutdown and seg is segments[-1] and seg.index_files_absent() \
+                    and seg.index_from_batches():
+                indexed.add(seg.base_offset)
+                if not seg.keeps_indexes_in_memory():
+                    log.warning("index files of %s were missing after a clean shutdown; rebuilt them from "
+                                "its batches", seg.log_path)
+                continue
+            log.warning("index files of %s are missing or torn; recovering the segment", seg.log_path)
+            recovered.add(seg.base_offset)
         for i, seg in enumerate(segments):
             if seg.base_offset in recovered:
                 self._recover_segment(seg, segments[i + 1] if i + 1 < len(segments) else None)
@@ -172,7 +195,7 @@ class LogLoader:
         for seg in segments[:-1]:
             if seg.base_offset in recovered:
                 seg.on_become_inactive()
-        if segments[-1].base_offset in recovered:
+        if segments[-1].base_offset in recovered and not segments[-1].keeps_indexes_in_memory():
             segments[-1].offset_index.persist()
             segments[-1].time_index.persist()
         log_end_offset = segments[-1].next_offset()
@@ -181,12 +204,10 @@ class LogLoader:
         producer_state = ProducerStateManager(self.directory)
         producer_state.snapshot_offsets(names)  # from the listing above, not another listdir
         rebuild_producer_state(producer_state, segments, log_end_offset, reindex=recovered)
-        if self.clean_shutdown:
-            producer_state.snapshot_loaded_after_clean_shutdown()
         producer_state.delete_snapshots_before(segments[0].base_offset)
         epochs = load_leader_epoch_cache(self.directory, segments, log_start_offset, log_end_offset)
         return LoadedLog(segments, log_start_offset, log_end_offset, recovery_point, producer_state, epochs,
-                         recovered_segments=len(recovered))
+                         recovered_segments=len(recovered), indexed_segments=len(indexed))
 
     def _clean_directory(self) -> tuple[list[int], list[str]]:
         """Delete leftovers and orphaned indexes; returns the segments' base offsets and the names left

@@ -231,7 +231,7 @@ class LogManager:
                     clean = False  # unreadable recovery points: trust nothing
                     recovery_points = {}
                 started = time.monotonic()
-                recovered_segments = recovered_logs = 0
+                recovered_segments = recovered_logs = indexed_segments = 0
                 for name in sorted(os.listdir(log_dir)):
                     path = os.path.join(log_dir, name)
                     if not os.path.isdir(path):
@@ -267,6 +267,7 @@ class LogManager:
                     if self._logs[tp].recovered_segments:
                         recovered_segments += self._logs[tp].recovered_segments
                         recovered_logs += 1
+                    indexed_segments += self._logs[tp].indexed_segments
                 if not clean and recovered_segments:
                     # Rebuilding unflushed segments after a crash is expected: one line, not one per
                     # partition. Real damage (torn or corrupt batches) is warned about where it is found.
@@ -274,6 +275,11 @@ class LogManager:
                         "%s was not shut down cleanly: recovered %d segments of %d partitions in %.2f s",
                         log_dir, recovered_segments, recovered_logs, time.monotonic() - started,
                     )
+                elif indexed_segments:
+                    # Small active segments keep their indexes in memory only: rebuilding them is expected.
+                    log.info("loaded %d partitions of %s in %.2f s; indexed %d small active segments from "
+                             "their batches", self._log_dir_of.partitions_in(log_dir),
+                             log_dir, time.monotonic() - started, indexed_segments)
                 # A crash from here on must trigger recovery at the next start.
                 if os.path.exists(marker):
                     os.unlink(marker)
@@ -612,10 +618,12 @@ class LogManager:
             logs = dict(self._logs)
             futures = list(self.future_logs.values())
         self.close_executors()  # file mutations already queued finish before the logs close
-        # Logs are independent and their shutdown is fsyncs (segment, indexes, producer snapshot):
-        # several in flight wait on the disk together instead of one partition after another.
-        # A log nothing was written to since its last flush (or since a clean load) costs no fsync: its
-        # segments are at the recovery point and its producer snapshot already holds its state.
+        # Logs are independent and their shutdown is fsyncs of the segments written since the last flush
+        # (and of index files where written): several in flight wait on the disk together instead of one
+        # partition after another. A log nothing was written to since its last flush (or since a clean
+        # load) costs no fsync. Only batches and checkpoints must be durable before the marker: a small
+        # active segment's indexes are not written, and producer snapshots are written without fsync
+        # (or not at all when the replay is short), see Log.close and ADR 0044.
         started = time.monotonic()
         closed = self.fan_out(_flush_and_close, [*logs.values(), *futures])
         self._close_fan_out()

@@ -137,10 +137,10 @@ class ProducerStateManager:
         # Snapshot file offsets, listed once and kept up to date by every write and _unlink (start-up
         # looks them up several times per partition; a listdir each is a syscall per partition each).
         self._snapshots: list[int] | None = None
-        # (offset, durable) of the snapshot file holding exactly the state in memory; None once the state
-        # changed. A clean shutdown skips writing that snapshot again. Deferred (roll) snapshots never
-        # set it: the state may have moved on by the time their file lands.
-        self._current_snapshot: tuple[int, bool] | None = None
+        # Offset of the snapshot file holding exactly the state in memory; None once the state changed.
+        # A clean shutdown skips writing that snapshot again. Deferred (roll) snapshots never set it: the
+        # state may have moved on by the time their file lands.
+        self._current_snapshot: int | None = None
 
     # -- validation (before anything is written) ---------------------------------------------------
 
@@ -316,16 +316,11 @@ class ProducerStateManager:
                 self._snapshots = sorted(offsets)
             return list(self._snapshots)
 
-    def snapshot_is_current(self, offset: int, durable: bool) -> bool:
-        """Whether the snapshot file at ``offset`` holds the state in memory (and was fsynced, or read
-        back after a clean shutdown, if ``durable``): then writing it again would change nothing."""
-        current = self._current_snapshot
-        return current is not None and current[0] == offset == self.map_end_offset and (current[1] or not durable)
-
-    def snapshot_loaded_after_clean_shutdown(self) -> None:
-        """The snapshot just loaded was vouched for by the clean-shutdown marker: it is durable."""
-        if self._current_snapshot is not None:
-            self._current_snapshot = (self._current_snapshot[0], True)
+    def snapshot_is_current(self, offset: int) -> bool:
+        """Whether the snapshot file at ``offset`` holds the state in memory (written or read back by this
+        process): then writing it again would change nothing. Whether it reached the disk does not
+        matter: a snapshot that did not fails its CRC or is missing, and the load replays from an older one."""
+        return self._current_snapshot == offset == self.map_end_offset
 
     def take_snapshot(self, offset: int | None = None, fsync: bool = False) -> str:
         """Write state as of ``offset`` (default: map end) atomically; returns the path."""
@@ -335,7 +330,7 @@ class ProducerStateManager:
         write_atomically(path, self._snapshot_bytes(), fsync=fsync)
         self._note_snapshot_file(offset)
         if offset == self.map_end_offset:
-            self._current_snapshot = (offset, fsync)
+            self._current_snapshot = offset
         return path
 
     def _note_snapshot_file(self, offset: int) -> None:
@@ -468,7 +463,7 @@ class ProducerStateManager:
                 continue
             self._reindex_ongoing()
             self.map_end_offset = offset
-            self._current_snapshot = (offset, False)
+            self._current_snapshot = offset
             return offset
         self.reset()
         return None
@@ -486,7 +481,7 @@ class ProducerStateManager:
                 self._unlink(snap)
 
     def _unlink(self, offset: int) -> None:
-        if self._current_snapshot is not None and self._current_snapshot[0] == offset:
+        if self._current_snapshot == offset:
             self._current_snapshot = None
         with self._pending_lock:
             if self._snapshots is not None and offset in self._snapshots:

@@ -44,6 +44,11 @@ DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"  # a compacted copy being prepared beside the segment it replaces
 
 _SCAN_CHUNK = 16 * 1024
+# An active segment at most this big keeps its indexes in memory only (flush and close do not create
+# their files): a load rebuilds them from its few batches for less than creating two files costs, and
+# a clean shutdown of thousands of partitions holding a little data each then creates no file.
+SMALL_SEGMENT_BYTES = 64 * 1024
+SMALL_SEGMENT_BATCHES = 64
 _RECOVERY_WINDOW = 1024 * 1024
 try:
     _IOV_MAX = max(16, os.sysconf("SC_IOV_MAX"))
@@ -157,6 +162,9 @@ class LogSegment:
         self._offset_of_max_timestamp = base_offset
         self._rolling_based_timestamp: int | None = None
         self._next_offset: int | None = base_offset if self._size == 0 else None
+        # Batches in the file, where known (created empty, or every batch seen by recovery or an index
+        # rebuild); None otherwise. Decides whether the segment is small (keeps_indexes_in_memory).
+        self._batch_count: int | None = 0 if self._size == 0 else None
         self.deleted = False
 
     # -- basic properties --------------------------------------------------------------------------
@@ -288,6 +296,8 @@ class LogSegment:
         self._size = pos
         if batches:
             self._next_offset = batches[-1][0] + 1
+            if self._batch_count is not None:
+                self._batch_count += len(batches)
 
     def _finish_partial_write(self, group: list[Buffer], written: int, pos: int) -> None:
         skip = written
@@ -411,15 +421,47 @@ class LogSegment:
         Returns the number of bytes truncated.  Called for segments past the recovery
         point after an unclean shutdown and for segments with a missing/corrupt index.
         """
+        file_size = os.fstat(self._fd).st_size
+        pos, next_offset, batches = self._index_valid_batches(file_size)
+        truncated = file_size - pos
+        if truncated:
+            os.ftruncate(self._fd, pos)
+        self._size = pos
+        self._next_offset = next_offset
+        self._batch_count = batches
+        return truncated
+
+    def index_from_batches(self, below: int | None = None) -> bool:
+        """Build both indexes in memory from the batches, validated as recovery does, without cutting
+        anything; False (indexes left partial: recover next) if a batch is torn or corrupt, or ends at or
+        past ``below``.
+
+        For index files that are absent as expected: a small active segment keeps its indexes in memory
+        only (``keeps_indexes_in_memory``). Its batches were fsynced by the flush or clean shutdown that
+        skipped the files, so this finds them whole; the next offset, the largest timestamp and the
+        batch count come with the pass.
+        """
+        file_size = os.fstat(self._fd).st_size
+        pos, next_offset, batches = self._index_valid_batches(file_size)
+        if pos != file_size or (below is not None and next_offset > below):
+            return False
+        self._size = pos
+        self._next_offset = next_offset
+        self._batch_count = batches
+        return True
+
+    def _index_valid_batches(self, file_size: int) -> tuple[int, int, int]:
+        """Rebuild the indexes (in memory) from the valid batches at the start of the file; returns the
+        position where they end, the next offset and how many there are."""
         self.offset_index.reset()
         self.time_index.reset()
         self._max_timestamp_so_far = NO_TIMESTAMP
         self._offset_of_max_timestamp = self.base_offset
         self._bytes_since_last_index_entry = 0
         self._rolling_based_timestamp = None
-        file_size = os.fstat(self._fd).st_size
         fd = self._fd
         pos = 0
+        batches = 0
         next_offset = self.base_offset
         window = b""
         window_start = 0
@@ -463,17 +505,26 @@ class LogSegment:
             self._bytes_since_last_index_entry += size
             next_offset = header.next_offset
             pos += size
-        truncated = file_size - pos
-        if truncated:
-            os.ftruncate(fd, pos)
-        self._size = pos
-        self._next_offset = next_offset
-        return truncated
+            batches += 1
+        return pos, next_offset, batches
 
     def sanity_check(self) -> None:
         """Index checks (done lazily when an index is first read); raises CorruptIndexError."""
         self.offset_index.sanity_check(self._size)
         self.time_index.sanity_check()
+
+    def index_files_absent(self) -> bool:
+        """Neither index file exists (known after the first check: see AbstractIndex.file_exists)."""
+        return not self.offset_index.file_exists() and not self.time_index.file_exists()
+
+    def keeps_indexes_in_memory(self) -> bool:
+        """Whether this segment, if active, leaves its index files unwritten at flush and close: it has
+        none yet and is small (SMALL_SEGMENT_BYTES, SMALL_SEGMENT_BATCHES), so a load rebuilds its indexes
+        from its batches (``index_from_batches``) for less than creating the files costs a shutdown.
+        A roll always writes them: inactive segments are indexed on disk."""
+        count = self._batch_count
+        return (count is not None and count <= SMALL_SEGMENT_BATCHES and self._size <= SMALL_SEGMENT_BYTES
+                and self.index_files_absent())
 
     def index_files_usable(self) -> bool:
         """Cheap load-time check (stat only): both index files exist and hold whole entries.
@@ -558,6 +609,7 @@ class LogSegment:
         os.ftruncate(self._fd, pos)
         self._size = pos
         self._next_offset = header.base_offset
+        self._batch_count = 0 if pos == 0 else None
         self.txn_index.truncate_to(header.base_offset)
         self._max_timestamp_so_far = None  # re-read from the truncated time index
         self._bytes_since_last_index_entry = 0
@@ -577,16 +629,20 @@ class LogSegment:
         self.offset_index.persist()
         self.time_index.persist()
 
-    def flush(self) -> None:
+    def flush(self, indexes: bool = True) -> None:
+        """fsync the log file and the index files (written first); ``indexes`` False leaves the offset
+        and time index files unwritten (an active segment that keeps_indexes_in_memory)."""
         os.fsync(self._fd)
-        self.offset_index.flush()
-        self.time_index.flush()
+        if indexes:
+            self.offset_index.flush()
+            self.time_index.flush()
         self.txn_index.flush()
 
-    def close(self) -> None:
+    def close(self, indexes: bool = True) -> None:
+        """Close the file, writing the indexes out first unless deleted or ``indexes`` is False."""
         if self._file.closed:
             return
-        if not self.deleted:
+        if not self.deleted and indexes:
             self.on_become_inactive()
         self._file.close()
 
