@@ -183,3 +183,31 @@ def test_crash_after_a_clean_start_indexes_the_small_active_segments_without_rec
         assert lg.log_end_offset == 5
         assert lg.fetch_offset_by_timestamp(1_003) == (3, 1_003)
     mgr.shutdown()
+
+
+def test_rolled_segments_of_one_small_batch_load_quietly_after_a_clean_shutdown(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One small batch per segment adds no offset-index entry; the rolled segment still has both files,
+    so the next load does not take it for damage and recover it."""
+    from strom.storage.log_config import LogConfig
+
+    mgr = loaded(tmp_path)
+    lg = mgr.get_or_create_log("t", 0, LogConfig.from_props({"segment.bytes": "1024"}))
+    for i in range(6):
+        lg.append_as_leader(build_batch([(b"k", b"x" * 600, [], 1_000 + i)]), 0)
+    lg.high_watermark = lg.log_end_offset
+    assert len(lg.segments) == 6
+    mgr.shutdown()
+    names = os.listdir(tmp_path / "t-0")
+    for base in range(5):  # the rolled ones
+        assert f"{base:020d}.index" in names and f"{base:020d}.timeindex" in names, sorted(names)
+
+    with caplog.at_level(logging.INFO, logger="strom.storage"):
+        mgr = loaded(tmp_path)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    lg = mgr.get_log("t", 0)
+    assert lg is not None and lg.recovered_segments == 0 and lg.log_end_offset == 6
+    assert [lg.read(i, 1).first_batch_offset for i in range(6)] == list(range(6))
+    assert lg.fetch_offset_by_timestamp(1_003) == (3, 1_003)
+    mgr.shutdown()

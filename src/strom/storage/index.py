@@ -255,6 +255,16 @@ class AbstractIndex:
     def flush(self) -> None:
         self.write_file(fsync=True)
 
+    def ensure_file(self) -> None:
+        """Create the file even with no entries: an inactive segment holding data keeps both index files
+        on disk, so that a load can tell a missing file (damage) from an index with nothing in it."""
+        if self.file_exists():
+            return
+        self._data()
+        with self._file_lock:
+            self._written = -1
+        self.persist()
+
     def persist(self) -> None:
         """Write what is not in the file yet; a failure is logged (the next load rebuilds the index)."""
         try:

@@ -628,6 +628,9 @@ class LogSegment:
             )
         self.offset_index.persist()
         self.time_index.persist()
+        if self._size:  # a single small batch adds no offset-index entry, but the file must exist
+            self.offset_index.ensure_file()
+            self.time_index.ensure_file()
 
     def flush(self, indexes: bool = True) -> None:
         """fsync the log file and the index files (written first); ``indexes`` False leaves the offset
