@@ -289,7 +289,7 @@ def test_reassignment_apis_need_alter_and_describe_on_the_cluster(broker: Broker
     alter = AlterPartitionReassignmentsRequest(timeout_ms=30_000, topics=[
         AlterPartitionReassignmentsRequest.ReassignableTopic(name="any", partitions=[
             AlterPartitionReassignmentsRequest.ReassignableTopic.ReassignablePartition(partition_index=0,
-                                                                                      replicas=[1])])])
+                                                                                      replicas=[0])])])
     listing = ListPartitionReassignmentsRequest(timeout_ms=30_000, topics=None)
     refused = sasl_call(broker.bootstrap, "alice", "alice-secret", alter, 0)
     assert refused.error_code == 31 and refused.error_message
