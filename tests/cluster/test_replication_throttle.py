@@ -58,14 +58,14 @@ def alter_topic(admin: AdminClient, topic: str, key: str, value: str | None) -> 
     op = AlterConfigOpType.DELETE if value is None else AlterConfigOpType.SET
     res = ConfigResource(ConfigResource.Type.TOPIC, topic,
                          incremental_configs=[ConfigEntry(key, value or "", incremental_operation=op)])
-    admin.incremental_alter_configs([res])[res].result(30)
+    admin.incremental_alter_configs([res])[res].result(60)
 
 
 def set_broker_rate(admin: AdminClient, broker_id: int, key: str, value: int) -> None:
     """A per-broker dynamic config: librdkafka sends it to that broker itself."""
     res = ConfigResource(ConfigResource.Type.BROKER, str(broker_id), incremental_configs=[
         ConfigEntry(key, str(value), incremental_operation=AlterConfigOpType.SET)])
-    admin.incremental_alter_configs([res])[res].result(30)
+    admin.incremental_alter_configs([res])[res].result(60)
 
 
 @pytest.mark.parametrize("side", ["follower", "leader"])
