@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
+
+import kafka.errors as Errors
 
 from strom.server_common.types import TopicPartition
 
@@ -198,3 +201,21 @@ class ClusterModel:
         self.leads[previous] -= 1
         self.leads[broker] += 1
         return previous
+
+
+def fold_log_dirs(results: Iterable[Any], sizes: dict[tuple[str, int], int]) -> tuple[int, bool]:
+    """One broker's DescribeLogDirs results: records each replica's size in ``sizes`` (the largest copy of a
+    partition counts), returns the bytes in its online dirs and whether one of its dirs is offline."""
+    total, offline = 0, False
+    for result in results:
+        if result.error_code == Errors.KafkaStorageError.errno:
+            offline = True
+            continue
+        if result.error_code:
+            continue
+        total += max(0, result.total_bytes)
+        for topic in result.topics:
+            for p in topic.partitions:
+                key = (topic.name, p.partition_index)
+                sizes[key] = max(sizes.get(key, 0), p.partition_size)
+    return total, offline

@@ -25,12 +25,12 @@ from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
-import kafka.errors as Errors
 import typer
 from kafka.protocol.admin import DescribeConfigsRequest, DescribeLogDirsRequest
 
 from strom.balancer import BalancerConstraints, BrokerInfo, PartitionInfo, Plan, PlanError, plan_rebalance
 from strom.balancer.goals import GOALS
+from strom.balancer.model import fold_log_dirs
 from strom.cli.common import (
     BootstrapOption,
     CliError,
@@ -89,19 +89,7 @@ async def read_cluster(admin: RebalanceAdmin, disk_capacity: int | None
     brokers = []
     for broker_id, broker in sorted(view.brokers.items()):
         response = await admin.describe_log_dirs(broker)
-        offline = False
-        total = 0
-        for result in response.results:
-            if result.error_code == Errors.KafkaStorageError.errno:
-                offline = True
-                continue
-            if result.error_code:
-                continue
-            total += max(0, result.total_bytes)
-            for topic in result.topics:
-                for p in topic.partitions:
-                    key = (topic.name, p.partition_index)
-                    sizes[key] = max(sizes.get(key, 0), p.partition_size)
+        total, offline = fold_log_dirs(response.results, sizes)
         capacity = disk_capacity if disk_capacity is not None else (total or None)
         brokers.append(BrokerInfo(broker_id, broker.rack, capacity, offline))
     partitions = []

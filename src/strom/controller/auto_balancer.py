@@ -17,10 +17,10 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-import kafka.errors as Errors
 from kafka.protocol.admin import DescribeLogDirsRequest
 
 from strom.balancer import BalancerConstraints, BrokerInfo, PartitionInfo, Plan, Reassignment, plan_rebalance
+from strom.balancer.model import fold_log_dirs
 from strom.server_common.types import TopicPartition
 
 if TYPE_CHECKING:
@@ -151,19 +151,9 @@ class AutoBalancer:
         brokers = []
         for broker_id in live:
             response = answers.get(broker_id)
-            offline = bool(ctx.offline_replicas.get(broker_id))
-            total = 0
-            for result in getattr(response, "results", []):
-                if result.error_code == Errors.KafkaStorageError.errno:
-                    offline = True
-                    continue
-                total += max(0, result.total_bytes)
-                for topic in result.topics:
-                    for p in topic.partitions:
-                        key = (topic.name, p.partition_index)
-                        sizes[key] = max(sizes.get(key, 0), p.partition_size)
-            if response is None:
-                offline = True  # no answer: not a safe destination this round
+            total, dir_offline = fold_log_dirs(getattr(response, "results", []), sizes)
+            # A dir reported offline, or no answer: not a safe destination this round.
+            offline = dir_offline or response is None or bool(ctx.offline_replicas.get(broker_id))
             brokers.append(BrokerInfo(broker_id, ctx.live_brokers[broker_id].rack, total or None, offline))
         now = asyncio.get_running_loop().time()
         self._cooling = {tp: until for tp, until in self._cooling.items() if until > now}

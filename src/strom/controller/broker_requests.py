@@ -144,13 +144,16 @@ class BrokerRequests:
                     per_broker.setdefault(b, {}).setdefault(tp[0], []).append(
                         {"partition_index": tp[1], "leader_epoch": -2 if delete else pl.leader_epoch,
                          "delete_partition": delete})
+        self._send_stop_replica(per_broker)
+
+    def _send_stop_replica(self, per_broker: dict[int, dict[str, list[dict[str, Any]]]]) -> None:
+        """One StopReplica per broker, its partitions grouped by topic."""
         for b, topics in per_broker.items():
             request = build(StopReplicaRequest,
                 controller_id=self.broker_id, is_k_raft_controller=False, controller_epoch=self.ctx.epoch,
                 broker_epoch=self.ctx.live_brokers[b].epoch, ungrouped_partitions=[], topics=[],
                 topic_states=[{"topic_name": t, "partition_states": states} for t, states in topics.items()])
             self.channel.send(b, request, STOP_REPLICA_VERSION)
-
 
     async def stop_removed_replicas(self, removed: dict[TopicPartition, list[int]]) -> None:
         """StopReplica with deletion to replicas a reassignment took out of the replica set (they are no longer
@@ -161,12 +164,7 @@ class BrokerRequests:
                 if b in self.ctx.live_brokers:
                     per_broker.setdefault(b, {}).setdefault(tp[0], []).append(
                         {"partition_index": tp[1], "leader_epoch": -2, "delete_partition": True})
-        for b, topics in per_broker.items():
-            request = build(StopReplicaRequest,
-                controller_id=self.broker_id, is_k_raft_controller=False, controller_epoch=self.ctx.epoch,
-                broker_epoch=self.ctx.live_brokers[b].epoch, ungrouped_partitions=[], topics=[],
-                topic_states=[{"topic_name": t, "partition_states": states} for t, states in topics.items()])
-            self.channel.send(b, request, STOP_REPLICA_VERSION)
+        self._send_stop_replica(per_broker)
 
 
 def _in_parts(topics: dict[str, list[Any]], split_topics: bool, size: int = CONTROL_REQUEST_PARTITIONS
