@@ -68,7 +68,7 @@ class ApiKey(IntEnum):
 # (min, max) advertised per API. Group APIs are added by the group coordinator
 # module when it registers its handlers.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 10),
+    ApiKey.PRODUCE: (0, 10),  # v0-v2 carry message format v0/v1, up-converted on append
     ApiKey.FETCH: (4, 16),
     ApiKey.LIST_OFFSETS: (1, 11),
     ApiKey.METADATA: (0, 13),
