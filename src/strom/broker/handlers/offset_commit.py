@@ -17,7 +17,7 @@ from strom.protocol.api_keys import ApiKey
 from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.OFFSET_COMMIT
-VERSIONS = (2, 9)
+VERSIONS = (0, 9)  # v0 (no generation, member) and v1 are stored like v2+ (docs/protocol.md)
 Topic = OffsetCommitResponse.OffsetCommitResponseTopic
 Part = Topic.OffsetCommitResponsePartition
 

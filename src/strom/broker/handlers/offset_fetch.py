@@ -16,7 +16,7 @@ from strom.protocol.api_keys import ApiKey
 from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.OFFSET_FETCH
-VERSIONS = (1, 9)
+VERSIONS = (0, 9)  # v0 reads what v0 stored: __consumer_offsets, as every version
 Group = OffsetFetchResponse.OffsetFetchResponseGroup
 GroupTopic = Group.OffsetFetchResponseTopics
 GroupPart = GroupTopic.OffsetFetchResponsePartitions
