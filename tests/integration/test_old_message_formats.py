@@ -9,8 +9,9 @@ import zlib
 
 import lz4.frame
 import pytest
-from confluent_kafka import Consumer, TopicPartition
-from kafka import KafkaProducer
+from confluent_kafka import Consumer, Producer, TopicPartition
+from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata
+from kafka import TopicPartition as KafkaTopicPartition
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
@@ -171,3 +172,51 @@ def test_old_produce_versions_answer_in_their_layout(broker: BrokerProcess, vers
         expected = 4 + 2 + len(topic) + 4 + 14 + (8 if version >= 2 else 0) + (4 if version >= 1 else 0)
         assert len(body) == expected  # correlation id aside: nothing more, nothing less
     assert [m.value() for m in read_all(broker, topic, 2)] == [b"legacy", b"modern"]
+
+
+@pytest.mark.parametrize("api_version", OLD_CLIENTS, ids=lambda v: ".".join(map(str, v)))
+def test_old_kafka_python_consumes_in_a_group_commits_and_lists_offsets(broker: BrokerProcess,
+                                                                        api_version: tuple) -> None:
+    """What a modern client wrote (with headers, and a transaction's markers) an old consumer reads as
+    Kafka 3.9 serves it: down-converted, headers and control records invisible; its group commits and
+    reads back its offsets; ListOffsets answers."""
+    topic = new_topic(broker)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"tx-{topic}"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    for i in range(3):
+        p.produce(topic, key=f"k{i}".encode(), value=f"txn-{i}".encode(), headers=[("h", b"x")],
+                  timestamp=1_700_000_000_000 + i)
+    p.commit_transaction(30)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(3, 5):
+        p.produce(topic, key=f"k{i}".encode(), value=f"plain-{i}".encode(), timestamp=1_700_000_000_000 + i)
+    p.flush(30)
+    expected = [f"txn-{i}".encode() for i in range(3)] + [f"plain-{i}".encode() for i in range(3, 5)]
+    group = f"g-{topic}"
+    c = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, api_version=api_version, group_id=group,
+                      auto_offset_reset="earliest", enable_auto_commit=False, consumer_timeout_ms=20000,
+                      request_timeout_ms=30000)
+    try:
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < len(expected) and time.monotonic() < deadline:
+            for records in c.poll(timeout_ms=1000).values():
+                got += records
+        assert [r.value for r in got] == expected
+        headers = [list(r.headers or []) for r in got]
+        if api_version < (0, 11):  # message format v0/v1 has no headers: they are dropped, as Kafka does
+            assert headers == [[]] * 5
+        else:
+            assert headers == [[("h", b"x")]] * 3 + [[]] * 2
+        if api_version >= (0, 10):
+            assert [r.timestamp for r in got] == [1_700_000_000_000 + i for i in range(5)]
+        tp = KafkaTopicPartition(topic, 0)
+        c.commit({tp: OffsetAndMetadata(got[-1].offset + 1, "", -1)})
+        assert c.committed(tp) == got[-1].offset + 1
+        end = c.end_offsets([tp])[tp] if api_version >= (0, 10, 1) else None
+        if end is not None:
+            assert end == got[-1].offset + 1
+    finally:
+        c.close()
+    assert got[-1].offset == 5  # offset 3 is the commit marker, never handed out
