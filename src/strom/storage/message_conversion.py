@@ -91,7 +91,7 @@ def legacy_magic(records: Buffer | None) -> int | None:
 @dataclass(slots=True)
 class UpConverted:
     records: bytes | bytearray
-    messages: int  # converted records, for FetchMessageConversionsPerSec's produce twin
+    messages: int  # converted records (ProduceMessageConversionsPerSec)
 
 
 def up_convert(records: Buffer, config: LogConfig, now_ms: int) -> UpConverted:
