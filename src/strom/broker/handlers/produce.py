@@ -42,7 +42,6 @@ FLEXIBLE_FROM = 9
 _PARTITION = struct.Struct(">ihqq")
 _PARTITION_V0 = struct.Struct(">ihq")  # v0-v1: no log_append_time_ms
 TOPIC_AUTHORIZATION_FAILED = Errors.TopicAuthorizationFailedError.errno
-INVALID_RECORD = Errors.InvalidRecordError.errno
 LEGACY_MAX_VERSION = 2  # the last Produce version that may carry message format v0/v1
 
 
@@ -67,8 +66,10 @@ async def handle(ctx: RequestContext, request: Any) -> bytes | DeferredResponse 
         for tp in denied:
             del entries[tp]
     replica_manager = ctx.replica_manager
-    legacy = [tp for tp, records in entries.items() if legacy_magic(records) is not None]
-    refused = await _up_convert_off_loop(ctx, legacy, entries) if legacy else None
+    refused = None
+    if ctx.version <= LEGACY_MAX_VERSION:  # only old clients send v0/v1 message sets: modern ones never look
+        legacy = [tp for tp, records in entries.items() if legacy_magic(records) is not None]
+        refused = await _up_convert_off_loop(ctx, legacy, entries) if legacy else None
     todo = _to_recompress(replica_manager.partitions, entries)
     if todo:
         recompress_refused = await _recompress_off_loop(todo, entries)
@@ -141,18 +142,14 @@ async def _recompress_off_loop(todo: list[tuple[TopicPartition, LogConfig]], ent
 
 async def _up_convert_off_loop(ctx: RequestContext, legacy: list[TopicPartition], entries: dict[TopicPartition, Any]
                                ) -> ProduceResults:
-    """Message sets in format v0/v1 (clients before Kafka 0.11) become v2 batches before the append, in a
-    worker thread; as Kafka, only Produce v0-v2 may carry them (INVALID_RECORD from v3 on). A partition not
-    led here keeps its bytes: the replica manager answers it as usual."""
+    """Message sets in format v0/v1 (clients before Kafka 0.11) in Produce v0-v2 become v2 batches before the
+    append, in a worker thread. A partition not led here keeps its bytes: the replica manager answers it as
+    usual. (From v3 on, the log refuses them with UNSUPPORTED_FOR_MESSAGE_FORMAT where Kafka answers
+    INVALID_RECORD: looking for them would cost every modern produce.)"""
     refused: ProduceResults = {}
     loop = asyncio.get_running_loop()
     partitions = ctx.replica_manager.partitions
     for tp in legacy:
-        if ctx.version > LEGACY_MAX_VERSION:
-            del entries[tp]
-            refused[tp] = PartitionResult(tp[1], INVALID_RECORD, error_message=(
-                f"Produce v{ctx.version} may only carry record batches in message format v2"))
-            continue
         part = partitions.get(tp)
         if part is None or not part.is_leader:
             continue
