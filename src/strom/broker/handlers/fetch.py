@@ -225,22 +225,20 @@ def _encode(version: int, top_error: int, session_id: int,
             if version >= 5:
                 buf += struct.pack(">q", r.log_start_offset)
             aborted = r.aborted_transactions
-            if version < DOWN_CONVERT_BELOW:
-                pass
-            elif aborted is None:
-                buf += array_len(-1, flexible)  # null: not read_committed, or nothing read
-            else:
+            if aborted is not None:
                 buf += array_len(len(aborted), flexible)
                 for txn in aborted:
                     buf += _ABORTED.pack(txn.producer_id, txn.first_offset)
                     if flexible:
                         buf += b"\x00"
+            elif version >= DOWN_CONVERT_BELOW:
+                buf += array_len(-1, flexible)  # null: not read_committed, or nothing read
             if version >= 11:
                 buf += struct.pack(">i", r.preferred_read_replica)
             data = r.records
             size = r.size if data is not None else 0
             buf += uvarint(size + 1) if flexible else struct.pack(">i", size)
-            if isinstance(data, bytes):  # down-converted for Fetch v0-v3
+            if size and isinstance(data, bytes):  # down-converted for Fetch v0-v3
                 buf += data
             elif size:
                 parts.append(bytes(buf))
