@@ -128,8 +128,8 @@ def test_list_offsets_v0_answers_old_style_offsets(broker: BrokerProcess) -> Non
 
 @pytest.mark.parametrize("version", [0, 1])
 def test_offset_commit_v0_v1_and_offset_fetch_v0(broker: BrokerProcess, version: int) -> None:
-    """v0 carries no generation nor member (a standalone commit); Strom stores it in __consumer_offsets, as
-    every other version, and OffsetFetch v0 and v1+ both read it back."""
+    """v0 carries no generation nor member (a standalone commit); on a single node Strom stores it in
+    __consumer_offsets, as every other version, and OffsetFetch v0 and v1+ both read it back."""
     topic = new_topic(broker)
     group = f"old-{version}-{topic}"
     T = OffsetCommitRequest.OffsetCommitRequestTopic
