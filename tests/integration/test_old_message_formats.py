@@ -18,7 +18,8 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from strom.protocol.compression import CODEC_SNAPPY, StreamCompressor
 from strom.protocol.record_batch import build_batch
 from tests.integration.test_produce_consume import new_topic
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, free_port
+from tests.support.metrics import scrape
 from tests.support.raw_client import RawClient
 
 OLD_CLIENTS = [(0, 9), (0, 10, 0), (0, 10, 1), (0, 11), (1, 0), (2, 0)]
@@ -254,3 +255,26 @@ def test_librdkafka_in_old_broker_mode_produces_and_consumes(broker: BrokerProce
     assert [m.value() for m in got] == sent
     assert [m.offset() for m in got] == list(range(len(sent)))
     assert read_all(broker, topic, len(sent))[-1].value() == sent[-1]  # and a modern reader too
+
+
+def test_conversions_are_counted_per_topic(broker_factory) -> None:  # noqa: ANN001
+    port = free_port()
+    broker = broker_factory({"metrics.listener": f"http://127.0.0.1:{port}"})
+    topic = new_topic(broker)
+    now = int(time.time() * 1000)
+    assert produce_raw(broker, topic, legacy_set(1, [(None, b"a", now), (None, b"b", now)]))[0] == 0
+    assert produce_raw(broker, topic, build_batch([(None, b"c", [], now)]), version=3)[0] == 0  # not converted
+    c = KafkaConsumer(topic, bootstrap_servers=broker.bootstrap, api_version=(0, 10, 1), group_id=None,
+                      auto_offset_reset="earliest", consumer_timeout_ms=20000)
+    try:
+        got = []
+        deadline = time.monotonic() + 60
+        while len(got) < 3 and time.monotonic() < deadline:
+            for records in c.poll(timeout_ms=1000).values():
+                got += records
+    finally:
+        c.close()
+    assert [r.value for r in got] == [b"a", b"b", b"c"]
+    s = scrape(port)
+    assert s.get("kafka_server_brokertopicmetrics_producemessageconversions_total", topic=topic) == 2
+    assert s.get("kafka_server_brokertopicmetrics_fetchmessageconversions_total", topic=topic) >= 3
