@@ -69,13 +69,15 @@ def test_errors_are_counted_at_any_depth_of_a_response() -> None:
 
 
 def test_a_snapshot_renders_every_family_in_the_text_format() -> None:
-    snap = Snapshot(broker_id=1, state=3, ready=True, topics={"t": (10, 20, 1, 0, 1, 2, 0, 0)},
+    snap = Snapshot(broker_id=1, state=3, ready=True, topics={"t": (10, 20, 1, 0, 1, 2, 0, 0, 3, 4)},
                     connections={"PLAINTEXT": 2}, purgatories={"Fetch": (3, 2)}, controller=True,
                     partitions=[PartitionSnapshot("t", 0, 100, 1, 0, 5, 5, True, 3, 2, 2)],
                     group_states={"Stable": 1}, group_offsets_detail=[("g", "t", 0, 3, 2), ("g", "u", 0, 1, None)])
     s = Samples(render(snap).decode())
     assert s.get("kafka_server_brokertopicmetrics_bytesin_total", topic="t") == 10
     assert s.get("kafka_server_brokertopicmetrics_bytesin_total") == 10  # the broker-wide series
+    assert s.get("kafka_server_brokertopicmetrics_producemessageconversions_total", topic="t") == 3
+    assert s.get("kafka_server_brokertopicmetrics_fetchmessageconversions_total", topic="t") == 4
     assert s.get("kafka_server_replicamanager_underreplicatedpartitions") == 1
     assert s.get("kafka_server_replicamanager_atminisrpartitioncount") == 1
     assert s.get("kafka_cluster_partition_underreplicated", topic="t", partition="0") == 1

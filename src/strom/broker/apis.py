@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[RequestContext, Any], Coroutine[Any, Any, Any]]
 UNKNOWN_SERVER_ERROR = -1
+UNSUPPORTED_VERSION = 35
 # Test hook: API keys (numbers, comma separated) whose handlers always raise, to exercise the
 # unexpected-error path end to end. Unset in production.
 FAIL_API_ENV = "STROM_TEST_FAIL_API"
@@ -83,10 +84,7 @@ class KafkaApis:
         if handler is None or versions is None:
             raise codec.MalformedRequest(f"unsupported API key {header.api_key}")
         if not versions[0] <= header.api_version <= versions[1]:
-            raise codec.MalformedRequest(
-                f"unsupported version {header.api_version} of API {ApiKey(header.api_key).name} "
-                f"(supported {versions[0]}-{versions[1]})"
-            )
+            return self._unsupported_version(header, body, versions)
         quotas = self.quotas
         # A client with a request_percentage quota: its loop time is counted from the start of decoding.
         started = (time.perf_counter_ns() if quotas is not None and quotas.request.enabled
@@ -118,6 +116,20 @@ class KafkaApis:
                 # No response to carry the error: closing is how an acks=0 producer learns of it.
                 raise CloseConnection("acks=0 produce failed") from None
             return encode_error_response(header, request, UNKNOWN_SERVER_ERROR)
+
+    def _unsupported_version(self, header: codec.RequestHeader, body: memoryview, versions: tuple[int, int]) -> bytes:
+        """A version outside the advertised range gets UNSUPPORTED_VERSION in that version's response when the
+        request can be read (a client sees a clear error instead of a closed connection); otherwise, or for an
+        acks=0 produce (no answer can carry it), the connection is closed."""
+        reason = (f"unsupported version {header.api_version} of API {ApiKey(header.api_key).name} "
+                  f"(supported {versions[0]}-{versions[1]})")
+        request = codec.decode_request(header, body)  # MalformedRequest (close) for a version nobody defines
+        if header.api_key == ApiKey.PRODUCE and request.acks == 0:
+            raise codec.MalformedRequest(reason)
+        log.debug("answering UNSUPPORTED_VERSION: %s", reason)
+        if self.request_metrics is not None:
+            self.request_metrics.record_error(header.api_key, UNSUPPORTED_VERSION)
+        return encode_error_response(header, request, UNSUPPORTED_VERSION)
 
     async def _timed(self, ctx: RequestContext, handler: Handler, request: Any, started_ns: int) -> Any:
         """Run the handler counting only the loop time its steps take (not its waits), and throttle the

@@ -70,6 +70,19 @@ def _metadata(version: int, request: Any, code: int) -> Any:
     return response
 
 
+@_builder(ApiKey.PRODUCE)
+def _produce(version: int, request: Any, code: int) -> Any:
+    from kafka.protocol.producer import ProduceResponse
+
+    topic = ProduceResponse.TopicProduceResponse
+    part = topic.PartitionProduceResponse
+    return ProduceResponse(version=version, throttle_time_ms=0, responses=[
+        topic(name=t.name, topic_id=getattr(t, "topic_id", None) or ZERO_UUID, partition_responses=[
+            part(index=p.index, error_code=code, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1,
+                 record_errors=[], error_message=None) for p in t.partition_data])
+        for t in request.topic_data])
+
+
 @_builder(ApiKey.LIST_OFFSETS)
 def _list_offsets(version: int, request: Any, code: int) -> Any:
     from kafka.protocol.consumer import ListOffsetsResponse

@@ -274,6 +274,10 @@ def _topic_families(snap: Snapshot) -> list[Metric]:
         "totalfetchrequests": "Consumer fetches, counted per partition (TotalFetchRequestsPerSec).",
         "failedproducerequests": "Produce requests that failed, per partition (FailedProduceRequestsPerSec).",
         "failedfetchrequests": "Consumer fetches that failed, per partition (FailedFetchRequestsPerSec).",
+        "producemessageconversions": "Records produced in message format v0/v1 and converted to v2 "
+                                     "(ProduceMessageConversionsPerSec).",
+        "fetchmessageconversions": "Records converted to message format v0/v1 for old fetchers "
+                                   "(FetchMessageConversionsPerSec).",
     }
     out: list[Metric] = []
     for i, counter in enumerate(TOPIC_COUNTERS):

@@ -14,9 +14,10 @@ from strom.protocol.api_keys import ApiKey
 
 # The per-topic counters, in the order of a topic's counts list; names are Kafka's, lower-cased.
 TOPIC_COUNTERS = ("bytesin", "bytesout", "messagesin", "bytesrejected", "totalproducerequests",
-                  "totalfetchrequests", "failedproducerequests", "failedfetchrequests")
+                  "totalfetchrequests", "failedproducerequests", "failedfetchrequests",
+                  "producemessageconversions", "fetchmessageconversions")
 (BYTES_IN, BYTES_OUT, MESSAGES_IN, BYTES_REJECTED, TOTAL_PRODUCE, TOTAL_FETCH, FAILED_PRODUCE,
- FAILED_FETCH) = range(len(TOPIC_COUNTERS))
+ FAILED_FETCH, PRODUCE_CONVERSIONS, FETCH_CONVERSIONS) = range(len(TOPIC_COUNTERS))
 
 
 class BrokerTopicStats:
@@ -71,6 +72,11 @@ class BrokerTopicStats:
                     self._requests.record_error(ApiKey.FETCH, r.error_code)
             else:
                 c[BYTES_OUT] += r.size
+
+    def record_conversions(self, topic: str, produce: bool, records: int) -> None:
+        """Records converted between message formats: v0/v1 produced (up-converted) or fetched (down-converted)."""
+        c = self.topics.get(topic) or self._new(topic)
+        c[PRODUCE_CONVERSIONS if produce else FETCH_CONVERSIONS] += records
 
     def record_replication_in(self, nbytes: int) -> None:
         self.replication_bytes_in += nbytes

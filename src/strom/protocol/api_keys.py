@@ -1,7 +1,8 @@
 """Kafka API keys and the version ranges Strom advertises in ApiVersions.
 
 Only what is implemented and exercised by tests is advertised: a client picks
-min(its max, our max), so advertising more than we serve breaks real clients.
+min(its max, our max), so advertising more than we serve breaks real clients. The low ends are
+Kafka 3.9's (old clients keep working: docs/decisions/0049-old-protocol-versions.md).
 """
 
 from __future__ import annotations
@@ -68,19 +69,19 @@ class ApiKey(IntEnum):
 # (min, max) advertised per API. Group APIs are added by the group coordinator
 # module when it registers its handlers.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (3, 10),
-    ApiKey.FETCH: (4, 16),
-    ApiKey.LIST_OFFSETS: (1, 11),
+    ApiKey.PRODUCE: (0, 10),  # v0-v2 carry message format v0/v1, up-converted on append
+    ApiKey.FETCH: (0, 16),  # v0-v3 read message format v0/v1, down-converted
+    ApiKey.LIST_OFFSETS: (0, 11),
     ApiKey.METADATA: (0, 13),
     ApiKey.API_VERSIONS: (0, 4),
-    ApiKey.CREATE_TOPICS: (2, 7),
-    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.CREATE_TOPICS: (0, 7),
+    ApiKey.DELETE_TOPICS: (0, 6),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 5),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (0, 4),
-    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.DESCRIBE_CONFIGS: (0, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
-    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+    ApiKey.DESCRIBE_LOG_DIRS: (0, 4),
     ApiKey.ALTER_REPLICA_LOG_DIRS: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),

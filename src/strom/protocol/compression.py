@@ -330,6 +330,15 @@ class DecompressedStream:
     def at_end(self) -> bool:
         return not self._fill()
 
+    def read_some(self, n: int) -> bytes:
+        """Up to ``n`` of the next bytes (what is decompressed already, or the next chunk); b"" at the end."""
+        if not self._fill():
+            return b""
+        piece = bytes(self._buf[self._pos:self._pos + n])
+        self._pos += len(piece)
+        self.total += len(piece)
+        return piece
+
 
 # -- streaming compressors: ``compress`` and ``flush`` return what is ready, never the whole input --
 

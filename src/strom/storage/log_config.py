@@ -59,6 +59,7 @@ class LogConfig:
     compression_type: str = "producer"
     unclean_leader_election_enable: bool = False
     preallocate: bool = False
+    message_downconversion_enable: bool = True  # Fetch v0-v3 get message format v0/v1 (else UNSUPPORTED_VERSION)
     # KIP-73: "partition:broker" entries or "*"; the broker's replication quotas read them.
     leader_replication_throttled_replicas: tuple[str, ...] = ()
     follower_replication_throttled_replicas: tuple[str, ...] = ()
@@ -127,6 +128,7 @@ _KEYS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "compression.type": ("compression_type", str),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _to_bool),
     "preallocate": ("preallocate", _to_bool),
+    "message.downconversion.enable": ("message_downconversion_enable", _to_bool),
     "leader.replication.throttled.replicas": ("leader_replication_throttled_replicas", _to_list),
     "follower.replication.throttled.replicas": ("follower_replication_throttled_replicas", _to_list),
 }

@@ -11,6 +11,7 @@ allows in one window. Followers' fetches are never throttled.
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import uuid
 from typing import Any
@@ -24,7 +25,9 @@ from strom.broker.replica_selector import ClientMetadata
 from strom.broker.request import FileRegion, RawResponse, RequestContext
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.primitives import array_len, string, uvarint
+from strom.protocol.record_batch import COMPRESSION_ZSTD, iter_batches
 from strom.security.acl import AclOperation, ResourceType
+from strom.storage.message_conversion import down_convert
 
 API_KEY = ApiKey.FETCH
 CURRENT_LEADER_EPOCH_FROM = 9
@@ -33,6 +36,9 @@ TOPIC_IDS_FROM = 13
 RACK_ID_FROM = 11  # KIP-392: the consumer's rack; followers serve consumers from this version
 _ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 TOPIC_AUTHORIZATION_FAILED = Errors.TopicAuthorizationFailedError.errno
+UNSUPPORTED_VERSION = Errors.UnsupportedVersionError.errno
+UNSUPPORTED_COMPRESSION_TYPE = Errors.UnsupportedCompressionTypeError.errno
+DOWN_CONVERT_BELOW = 4  # Fetch v0-v3 predate message format v2 (KIP-98)
 
 
 async def handle(ctx: RequestContext, request: Any) -> RawResponse:
@@ -84,6 +90,8 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
                                                        cp.current_leader_epoch, cp.log_start_offset))
         slots.append(None)
     results = await ctx.replica_manager.fetch_messages(params) if params.partitions else []
+    if version < DOWN_CONVERT_BELOW and results:
+        await _down_convert(ctx, version, params, results)
     it = iter(results)
     merged = [slot if slot is not None else next(it) for slot in slots]
     response = None
@@ -102,6 +110,41 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
     response.remote_time_s = params.waited_s  # the long poll's wait is remote time, not local work
     response.from_follower = params.is_from_follower  # metrics: FetchFollower or FetchConsumer
     return response
+
+
+async def _down_convert(ctx: RequestContext, version: int, params: FetchParams,
+                        results: list[FetchPartitionResult]) -> None:
+    """Fetch v0-v3 read message format v0 (v0-v1) or v1 (v2-v3): each partition's read (at most its
+    partition_max_bytes of whole batches) is converted in a worker thread, one partition at a time, and
+    sent from memory instead of the file; modern fetches never come here. A topic with
+    message.downconversion.enable=false answers UNSUPPORTED_VERSION, zstd UNSUPPORTED_COMPRESSION_TYPE
+    (as Kafka)."""
+    loop = asyncio.get_running_loop()
+    magic = 0 if version <= 1 else 1
+    partitions = ctx.replica_manager.partitions
+    stats = ctx.replica_manager.topic_stats
+    for req, r in zip(params.partitions, results, strict=True):
+        if r.error_code or r.records is None or not r.size:
+            continue
+        part = partitions.get((req.topic, req.partition))
+        if part is not None and not part.log_config.message_downconversion_enable:
+            r.error_code, r.records, r.size = UNSUPPORTED_VERSION, None, 0
+            continue
+        try:
+            converted, count = await loop.run_in_executor(None, _convert_read, r.records, magic)
+        except Errors.UnsupportedCompressionTypeError:
+            r.error_code, r.records, r.size = UNSUPPORTED_COMPRESSION_TYPE, None, 0
+            continue
+        r.records, r.size = converted, len(converted)
+        if stats is not None and count:
+            stats.record_conversions(req.topic, False, count)
+
+
+def _convert_read(info: Any, magic: int) -> tuple[bytes, int]:
+    data = info.to_bytes()
+    if any(h.compression == COMPRESSION_ZSTD for h in iter_batches(data)):
+        raise Errors.UnsupportedCompressionTypeError("zstd batches cannot be read with Fetch v0-v3")
+    return down_convert(data, magic)
 
 
 def _fetch_data(ctx: RequestContext, version: int, request: Any) -> list[CachedPartition]:
@@ -130,10 +173,12 @@ def _forgotten(version: int, request: Any) -> list[PartitionKey]:
             for t in request.forgotten_topics_data or [] for p in t.partitions]
 
 
-def with_throttle_time(response: RawResponse, ms: int) -> RawResponse:
+def with_throttle_time(response: RawResponse, ms: int, version: int = DOWN_CONVERT_BELOW) -> RawResponse:
     """The response with throttle_time_ms set: the first field of its first (always in-memory) part."""
     first = response.parts[0]
     assert isinstance(first, bytes)
+    if version == 0:
+        return response  # Fetch v0 answers carry no throttle time
     response.parts[0] = struct.pack(">i", ms) + first[4:]
     return response
 
@@ -153,7 +198,8 @@ def _encode(version: int, top_error: int, session_id: int,
     flexible = version >= FLEXIBLE_FROM
     parts: list[bytes | FileRegion] = []
     buf = bytearray()
-    buf += struct.pack(">i", 0)  # throttle_time_ms (v1+; we start at v4)
+    if version >= 1:
+        buf += struct.pack(">i", 0)  # throttle_time_ms
     if version >= 7:
         buf += struct.pack(">hi", top_error, session_id)
     groups: list[tuple[Any, list[tuple[int, FetchPartitionResult]]]] = []
@@ -172,24 +218,29 @@ def _encode(version: int, top_error: int, session_id: int,
         buf += topic_key(key)
         buf += array_len(len(entries), flexible)
         for index, r in entries:
-            buf += struct.pack(">ihqq", index, r.error_code, r.high_watermark, r.last_stable_offset)
+            if version < DOWN_CONVERT_BELOW:  # v0-v3: no last stable offset, no aborted transactions
+                buf += struct.pack(">ihq", index, r.error_code, r.high_watermark)
+            else:
+                buf += struct.pack(">ihqq", index, r.error_code, r.high_watermark, r.last_stable_offset)
             if version >= 5:
                 buf += struct.pack(">q", r.log_start_offset)
             aborted = r.aborted_transactions
-            if aborted is None:
-                buf += array_len(-1, flexible)  # null: not read_committed, or nothing read
-            else:
+            if aborted is not None:
                 buf += array_len(len(aborted), flexible)
                 for txn in aborted:
                     buf += _ABORTED.pack(txn.producer_id, txn.first_offset)
                     if flexible:
                         buf += b"\x00"
+            elif version >= DOWN_CONVERT_BELOW:
+                buf += array_len(-1, flexible)  # null: not read_committed, or nothing read
             if version >= 11:
                 buf += struct.pack(">i", r.preferred_read_replica)
             data = r.records
             size = r.size if data is not None else 0
             buf += uvarint(size + 1) if flexible else struct.pack(">i", size)
-            if size:
+            if size and isinstance(data, bytes):  # down-converted for Fetch v0-v3
+                buf += data
+            elif size:
                 parts.append(bytes(buf))
                 buf = bytearray()
                 for sl in data.slices:

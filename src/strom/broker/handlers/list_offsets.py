@@ -1,4 +1,4 @@
-"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3) or by timestamp."""
+"""ListOffsets: earliest (-2), latest (-1), max timestamp (-3) or by timestamp; v0 answers a list of offsets."""
 
 from __future__ import annotations
 
@@ -55,8 +55,21 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
                     found = part.fetch_offset_for_timestamp(ts, isolation)
                     if found is not None:
                         resp.offset, resp.timestamp = found
+                if ctx.version == 0:
+                    resp.old_style_offsets = _old_style_offsets(part, ts, resp.offset, p.max_num_offsets)
             except Exception as exc:
                 resp.error_code = error_code_of(exc)
             parts.append(resp)
         topics.append(TopicResp(name=t.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
+
+
+def _old_style_offsets(part: Any, timestamp: int, offset: int, max_num_offsets: int) -> list[int]:
+    """ListOffsets v0's answer: offsets in descending order, at most ``max_num_offsets``. Kafka lists the
+    high watermark then segment base offsets for "latest"; Strom lists the high watermark and the log start
+    offset (the segment bases in between are not listed: clients of v0 ask for one offset)."""
+    if timestamp == LATEST:
+        offsets = [offset] + ([part.log_start_offset] if part.log_start_offset < offset else [])
+    else:
+        offsets = [offset] if offset >= 0 else []
+    return offsets[:max(max_num_offsets, 0)]

@@ -11,13 +11,14 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.consumer.group import OffsetCommitResponse
 
+from strom.broker import zk_consumer_offsets
 from strom.broker.request import RequestContext
 from strom.coordinator.group.group_metadata import OffsetAndMetadata, now_ms
 from strom.protocol.api_keys import ApiKey
 from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.OFFSET_COMMIT
-VERSIONS = (2, 9)
+VERSIONS = (0, 9)  # v0: in ZooKeeper in a cluster, in __consumer_offsets on a single node (docs/protocol.md)
 Topic = OffsetCommitResponse.OffsetCommitResponseTopic
 Part = Topic.OffsetCommitResponsePartition
 
@@ -73,6 +74,9 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetCommitResponse:
                            expire_after_ms=retention if retention is not None else -1)
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
         req.fail_all(Errors.GroupAuthorizationFailedError.errno)
+    if req.offsets and v == 0 and ctx.services.cluster is not None:  # Kafka 3.9 (ZooKeeper mode) keeps these there
+        req.errors.update(await zk_consumer_offsets.commit(ctx.services.cluster, request.group_id, req.offsets))
+        req.offsets.clear()
     if req.offsets:
         req.errors.update(await ctx.group_coordinator.handle_commit_offsets(
             request.group_id, request.member_id or "", request.group_instance_id if v >= 7 else None,

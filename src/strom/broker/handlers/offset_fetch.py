@@ -11,12 +11,13 @@ from typing import Any
 import kafka.errors as Errors
 from kafka.protocol.consumer.group import OffsetFetchResponse
 
+from strom.broker import zk_consumer_offsets
 from strom.broker.request import RequestContext
 from strom.protocol.api_keys import ApiKey
 from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.OFFSET_FETCH
-VERSIONS = (1, 9)
+VERSIONS = (0, 9)  # v0 reads what v0 stored (ZooKeeper in a cluster)
 Group = OffsetFetchResponse.OffsetFetchResponseGroup
 GroupTopic = Group.OffsetFetchResponseTopics
 GroupPart = GroupTopic.OffsetFetchResponsePartitions
@@ -68,6 +69,8 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetFetchResponse:
                               error_code=pe) for p, o, e, m, pe in parts])
                 for t, parts in found.items()]))
         return OffsetFetchResponse(throttle_time_ms=0, groups=groups)
+    if v == 0 and ctx.services.cluster is not None:  # what OffsetCommit v0 wrote to ZooKeeper
+        return await zk_consumer_offsets.fetch(ctx, ctx.services.cluster, request)
     topics = request.topics if v >= 2 else (request.topics or [])
     error, found = _fetch(ctx, request.group_id, topics, v >= 7 and request.require_stable)
     if error and v < 2:

@@ -25,6 +25,7 @@ from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.primitives import array_len, nullable_string, string
 from strom.security.acl import AclOperation, ResourceType
+from strom.storage.message_conversion import legacy_magic, up_convert
 from strom.storage.recompression import convert_for_append, needs_recompression
 
 if TYPE_CHECKING:
@@ -39,7 +40,9 @@ API_KEY = ApiKey.PRODUCE
 GATHER_RESPONSES = True
 FLEXIBLE_FROM = 9
 _PARTITION = struct.Struct(">ihqq")
+_PARTITION_V0 = struct.Struct(">ihq")  # v0-v1: no log_append_time_ms
 TOPIC_AUTHORIZATION_FAILED = Errors.TopicAuthorizationFailedError.errno
+LEGACY_MAX_VERSION = 2  # the last Produce version that may carry message format v0/v1
 
 
 # The per-partition answer, as the ReplicaManager fills it in.
@@ -63,8 +66,14 @@ async def handle(ctx: RequestContext, request: Any) -> bytes | DeferredResponse 
         for tp in denied:
             del entries[tp]
     replica_manager = ctx.replica_manager
+    refused = None
+    if ctx.version <= LEGACY_MAX_VERSION:  # only old clients send v0/v1 message sets: modern ones never look
+        legacy = [tp for tp, records in entries.items() if legacy_magic(records) is not None]
+        refused = await _up_convert_off_loop(ctx, legacy, entries) if legacy else None
     todo = _to_recompress(replica_manager.partitions, entries)
-    refused = await _recompress_off_loop(todo, entries) if todo else None
+    if todo:
+        recompress_refused = await _recompress_off_loop(todo, entries)
+        refused = {**refused, **recompress_refused} if refused else recompress_refused
     results, done = replica_manager.append_records(entries, acks, request.timeout_ms)
     for tp in denied:
         results[tp] = PartitionResult(tp[1], TOPIC_AUTHORIZATION_FAILED)
@@ -131,6 +140,33 @@ async def _recompress_off_loop(todo: list[tuple[TopicPartition, LogConfig]], ent
     return refused
 
 
+async def _up_convert_off_loop(ctx: RequestContext, legacy: list[TopicPartition], entries: dict[TopicPartition, Any]
+                               ) -> ProduceResults:
+    """Message sets in format v0/v1 (clients before Kafka 0.11) in Produce v0-v2 become v2 batches before the
+    append, in a worker thread. A partition not led here keeps its bytes: the replica manager answers it as
+    usual. (From v3 on, the log refuses them with UNSUPPORTED_FOR_MESSAGE_FORMAT where Kafka answers
+    INVALID_RECORD: looking for them would cost every modern produce.)"""
+    refused: ProduceResults = {}
+    loop = asyncio.get_running_loop()
+    partitions = ctx.replica_manager.partitions
+    for tp in legacy:
+        part = partitions.get(tp)
+        if part is None or not part.is_leader:
+            continue
+        try:
+            converted = await loop.run_in_executor(None, up_convert, entries[tp], part.log_config,
+                                                   int(time.time() * 1000))
+        except Exception as exc:  # noqa: BLE001 - every failure maps to a Kafka error code
+            del entries[tp]
+            refused[tp] = PartitionResult(tp[1], error_code_of(exc), error_message=error_message_of(exc))
+            continue
+        entries[tp] = converted.records
+        stats = ctx.replica_manager.topic_stats
+        if stats is not None:
+            stats.record_conversions(tp[0], True, converted.messages)
+    return refused
+
+
 def _authorize(ctx: RequestContext, request: Any) -> tuple[int, list[TopicPartition]]:
     """Kafka's rules: a transactional producer needs Write on its transactional id (else the whole request
     fails), and every topic needs Write (else its partitions fail, the others are appended)."""
@@ -154,14 +190,17 @@ def _layout(request: Any, results: ProduceResults, err: int) -> list[tuple[str, 
 
 
 def encode_response(version: int, topics: list[tuple[str, list[PartitionResult]]]) -> bytes:
-    """ProduceResponse v3-v10 body."""
+    """ProduceResponse v0-v10 body (v0 has no throttle time, v0-v1 no log append time)."""
     flexible = version >= FLEXIBLE_FROM
     out = bytearray(array_len(len(topics), flexible))
     for name, parts in topics:
         out += string(name, flexible)
         out += array_len(len(parts), flexible)
         for p in parts:
-            out += _PARTITION.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms)
+            if version >= 2:
+                out += _PARTITION.pack(p.index, p.error_code, p.base_offset, p.log_append_time_ms)
+            else:
+                out += _PARTITION_V0.pack(p.index, p.error_code, p.base_offset)
             if version >= 5:
                 out += struct.pack(">q", p.log_start_offset)
             if version >= 8:
@@ -171,7 +210,8 @@ def encode_response(version: int, topics: list[tuple[str, list[PartitionResult]]
                 out += b"\x00"
         if flexible:
             out += b"\x00"
-    out += b"\x00\x00\x00\x00"  # throttle_time_ms
+    if version >= 1:
+        out += b"\x00\x00\x00\x00"  # throttle_time_ms
     if flexible:
         out += b"\x00"
     return bytes(out)
@@ -179,6 +219,8 @@ def encode_response(version: int, topics: list[tuple[str, list[PartitionResult]]
 
 def with_throttle_time(version: int, framed: bytes | bytearray, ms: int) -> bytes:
     """A framed response with throttle_time_ms set: the body's last field, before the (empty) tagged fields."""
+    if version == 0:
+        return bytes(framed)  # Produce v0 answers carry no throttle time
     out = bytearray(framed)
     struct.pack_into(">i", out, len(out) - (5 if version >= FLEXIBLE_FROM else 4), ms)
     return bytes(out)

@@ -14,7 +14,7 @@ from strom.protocol.api_keys import ApiKey
 from strom.security.acl import AclOperation
 
 API_KEY = ApiKey.WRITE_TXN_MARKERS
-VERSIONS = (1, 1)
+VERSIONS = (0, 1)  # v0 is v1 without tagged fields
 _Result = WriteTxnMarkersResponse.WritableTxnMarkerResult
 _TopicResult = _Result.WritableTxnMarkerTopicResult
 _PartitionResult = _TopicResult.WritableTxnMarkerPartitionResult

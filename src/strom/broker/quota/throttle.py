@@ -91,7 +91,8 @@ def with_throttle_time(ctx: RequestContext, response: Any) -> Any:
         response.ready = stamped
         return response
     if isinstance(response, RawResponse):
-        return fetch.with_throttle_time(response, ms) if header.api_key == ApiKey.FETCH else response
+        return fetch.with_throttle_time(response, ms, header.api_version) if header.api_key == ApiKey.FETCH \
+            else response
     if isinstance(response, bytes | bytearray):
         return produce.with_throttle_time(header.api_version, response, ms) if header.api_key == ApiKey.PRODUCE \
             else response

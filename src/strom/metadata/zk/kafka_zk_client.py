@@ -951,6 +951,18 @@ class KafkaZkClient:
         (data and stat are None while it does not exist). Same threading rules as `watch_children`."""
         return DataWatch(self._zk, path, callback)
 
+    # -- consumer offsets of OffsetCommit/OffsetFetch v0 (Kafka 3.9's ZooKeeper mode) -------------
+    def set_consumer_offset(self, group: str, topic: str, partition: int, offset: int) -> None:
+        """`/consumers/<group>/offsets/<topic>/<partition>` = the offset as text, where Kafka keeps v0 commits."""
+        self._create_or_set(f"/consumers/{group}/offsets/{topic}/{partition}", str(offset).encode())
+
+    def get_consumer_offset(self, group: str, topic: str, partition: int) -> int | None:
+        got = self._get(f"/consumers/{group}/offsets/{topic}/{partition}")
+        try:
+            return int(got[0].decode()) if got else None
+        except ValueError:
+            return None  # not ours to fail on: an unreadable value reads as no commit
+
     # -- raw access (tools) ----------------------------------------------------------------------
     def get_data(self, path: str) -> tuple[bytes, ZnodeStat] | None:
         return self._get(path)

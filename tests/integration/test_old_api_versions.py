@@ -1,0 +1,175 @@
+"""The old API versions Kafka 3.9 still serves, by raw request (the matrix in test_api_version_matrix walks
+every advertised version with a well-formed request; these check what the old layouts carry)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Producer
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, OffsetCommitRequest
+from kafka.protocol.consumer.group import OffsetFetchRequest
+from kafka.protocol.metadata import FindCoordinatorRequest
+from kafka.protocol.producer import ProduceRequest
+from kafka.record.legacy_records import LegacyRecordBatch
+
+from strom.protocol import codec
+from strom.protocol.compression import decompress
+from tests.integration.test_api_version_matrix import call
+from tests.integration.test_produce_consume import new_topic
+from tests.support.broker import BrokerProcess
+from tests.support.raw_client import RawClient
+
+UNSUPPORTED_VERSION, UNSUPPORTED_COMPRESSION_TYPE = 35, 76
+
+
+def produce_modern(broker: BrokerProcess, topic: str, n: int, **conf: object) -> None:
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50, **conf})
+    for i in range(n):
+        p.produce(topic, key=f"k{i}".encode(), value=value(i), headers=[("h", b"1")],
+                  timestamp=1_700_000_000_000 + i)
+    assert p.flush(30) == 0
+
+
+def value(i: int) -> bytes:
+    return f"v{i}-".encode() + b"x" * 300  # compressible: librdkafka sends a batch uncompressed when it does not shrink
+
+
+def fetch(broker: BrokerProcess, topic: str, version: int, offset: int = 0) -> FetchResponse:
+    fp = FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=offset,
+                                                log_start_offset=-1, partition_max_bytes=1 << 20)
+    req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0,
+                       session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic=topic, partitions=[fp])],
+                       forgotten_topics_data=[], rack_id="")
+    return call(broker, req, version)
+
+
+def messages(records: bytes, magic: int) -> list[tuple[int, int | None, bytes | None, bytes | None]]:
+    """(offset, timestamp, key, value) of each message of a v0/v1 message set, every CRC checked; a compressed
+    wrapper gives its inner messages (inflated here: kafka-python cannot read snappy without python-snappy)."""
+    out = []
+    for msg in _split(records):
+        assert msg[16] == magic
+        batch = LegacyRecordBatch(msg, magic)
+        assert batch.validate_crc()
+        if not msg[17] & 7:
+            out += [(m.offset, m.timestamp, m.key, m.value) for m in batch]
+            continue
+        (wrapper,) = list(LegacyRecordBatch(_plain(msg), magic))
+        inner = [m for part in _split(decompress(msg[17] & 7, wrapper.value)) for m in LegacyRecordBatch(part, magic)]
+        assert all(m.validate_crc() for m in inner)
+        base = batch.base_offset - inner[-1].offset if magic == 1 else 0  # v1: inner offsets are relative
+        out += [(base + m.offset, m.timestamp, m.key, m.value) for m in inner]
+    return out
+
+
+def _split(records: bytes) -> list[bytes]:
+    out, pos = [], 0
+    while pos + 12 <= len(records):
+        size = int.from_bytes(records[pos + 8:pos + 12], "big")
+        out.append(records[pos:pos + 12 + size])
+        pos += 12 + size
+    return out
+
+
+def _plain(message: bytes) -> bytes:
+    """The wrapper message with its codec bits cleared, so its value reads as bytes."""
+    out = bytearray(message)
+    out[17] &= ~7
+    return bytes(out)
+
+
+@pytest.mark.parametrize("codec_name", ["none", "gzip", "snappy", "lz4"])
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+def test_fetch_v0_to_v3_down_converts(broker: BrokerProcess, version: int, codec_name: str) -> None:
+    topic = new_topic(broker)
+    produce_modern(broker, topic, 4, **{"compression.type": codec_name})
+    part = fetch(broker, topic, version).responses[0].partitions[0]
+    assert part.error_code == 0 and part.high_watermark == 4
+    magic = 0 if version <= 1 else 1
+    got = messages(bytes(part.records), magic)
+    assert [(o, k, v) for o, _, k, v in got] == [(i, f"k{i}".encode(), value(i)) for i in range(4)]
+    if magic == 1:
+        assert [ts for _, ts, _, _ in got] == [1_700_000_000_000 + i for i in range(4)]
+    if codec_name != "none":  # one wrapper message in the topic's codec
+        assert bytes(part.records)[17] & 7 == {"gzip": 1, "snappy": 2, "lz4": 3}[codec_name]
+    # from the middle of a batch: the messages before the offset asked for may come too (as Kafka)
+    later = messages(bytes(fetch(broker, topic, version, 2).responses[0].partitions[0].records), magic)
+    assert [o for o, _, _, _ in later][-2:] == [2, 3]
+
+
+def test_fetch_refuses_down_conversion_when_the_topic_disables_it_and_zstd(broker: BrokerProcess) -> None:
+    off = new_topic(broker, config={"message.downconversion.enable": "false"})
+    produce_modern(broker, off, 2)
+    assert fetch(broker, off, 3).responses[0].partitions[0].error_code == UNSUPPORTED_VERSION
+    assert fetch(broker, off, 4).responses[0].partitions[0].error_code == 0  # v2 readers are not converted
+    zstd = new_topic(broker)
+    produce_modern(broker, zstd, 2, **{"compression.type": "zstd"})
+    assert fetch(broker, zstd, 2).responses[0].partitions[0].error_code == UNSUPPORTED_COMPRESSION_TYPE
+
+
+def test_list_offsets_v0_answers_old_style_offsets(broker: BrokerProcess) -> None:
+    topic = new_topic(broker)
+    produce_modern(broker, topic, 5)
+    P = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
+
+    def offsets(timestamp: int, max_num: int) -> list[int]:
+        req = ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(
+            name=topic, partitions=[P(partition_index=0, timestamp=timestamp, max_num_offsets=max_num)])])
+        p = call(broker, req, 0).topics[0].partitions[0]
+        assert p.error_code == 0
+        return list(p.old_style_offsets)
+
+    assert offsets(-1, 1) == [5]
+    assert offsets(-1, 10) == [5, 0]
+    assert offsets(-2, 10) == [0]
+    assert offsets(1_700_000_000_003, 1) == [3]
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_offset_commit_v0_v1_and_offset_fetch_v0(broker: BrokerProcess, version: int) -> None:
+    """v0 carries no generation nor member (a standalone commit); on a single node Strom stores it in
+    __consumer_offsets, as every other version, and OffsetFetch v0 and v1+ both read it back."""
+    topic = new_topic(broker)
+    group = f"old-{version}-{topic}"
+    T = OffsetCommitRequest.OffsetCommitRequestTopic
+    req = OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=[T(
+        name=topic, partitions=[T.OffsetCommitRequestPartition(partition_index=0, committed_offset=42,
+                                                               commit_timestamp=-1, committed_metadata="m")])])
+    resp = None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # FindCoordinator v0 creates __consumer_offsets; it may still be loading
+        found = call(broker, FindCoordinatorRequest(key=group), 0)
+        resp = call(broker, req, version)
+        if found.error_code == 0 and resp.topics[0].partitions[0].error_code not in (14, 15, 16):
+            assert found.port == broker.port
+            break
+        time.sleep(0.5)
+    assert resp is not None and resp.topics[0].partitions[0].error_code == 0
+    F = OffsetFetchRequest.OffsetFetchRequestTopic
+    for fetch_version in (0, 1, 5):
+        fr = call(broker, OffsetFetchRequest(group_id=group, topics=[F(name=topic, partition_indexes=[0])]),
+                  fetch_version)
+        p = fr.topics[0].partitions[0]
+        assert (p.error_code, p.committed_offset, p.metadata) == (0, 42, "m"), fetch_version
+
+
+def test_versions_outside_the_range_get_unsupported_version(broker: BrokerProcess) -> None:
+    """A version above what Strom serves (but that the wire format defines) gets UNSUPPORTED_VERSION in
+    that version's answer instead of a silent close; the connection stays usable."""
+    topic = new_topic(broker)
+    max_produce = 13  # a Produce version kafka-python's definitions know and Strom does not advertise
+    c = RawClient(broker)
+    try:
+        req = ProduceRequest(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+            ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=b"")])])
+        frame = c.request(req, max_produce)
+        body = frame[5:] if codec.is_flexible(0, max_produce) else frame[4:]
+        resp = codec.response_class(0).decode(body, version=max_produce)
+        assert resp.responses[0].partition_responses[0].error_code == UNSUPPORTED_VERSION
+        req = OffsetFetchRequest(group_id="x", topics=[])
+        frame = c.request(req, 1)  # still answered on the same connection
+        assert codec.response_class(9).decode(frame[4:], version=1).error_code == 0
+    finally:
+        c.close()
