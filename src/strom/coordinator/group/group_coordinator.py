@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import kafka.errors as Errors
 
 from strom.coordinator.clock import Clock
+from strom.coordinator.group.consumer_group_coordinator import ConsumerGroupCoordinator
 from strom.coordinator.group.delayed import DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin
 from strom.coordinator.group.group_metadata import GroupMetadata, GroupState, OffsetAndMetadata
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
@@ -96,6 +97,7 @@ class GroupCoordinator:
         self.active = True
         self.offsets = OffsetMetadataManager(manager, self)
         self.clock: Clock = manager.clock  # record timestamps; delays run on ``timer``'s own clock
+        self.consumer_groups: ConsumerGroupCoordinator | None = None  # KIP-848, when the protocol is enabled
 
     # -- common checks -----------------------------------------------------------
     def _validate_group_status(self, group_id: str | None, require_non_empty_id: bool) -> int:
@@ -166,6 +168,9 @@ class GroupCoordinator:
         if group.is_in(GroupState.DEAD):
             # The group was deleted or unloaded under us; the client will look it up again.
             return reply(COORDINATOR_NOT_AVAILABLE)
+        if group.has_consumer_members:
+            return reply(INCONSISTENT_GROUP_PROTOCOL)  # a consumer-protocol group (no online migration)
+        group.consumer_group = None  # an empty consumer group becomes a classic one
         if not group.supports_protocols(protocol_type, [name for name, _ in protocols]):
             return reply(INCONSISTENT_GROUP_PROTOCOL)
         new_member_id = f"{client_id}-{uuid.uuid4()}"
@@ -633,6 +638,9 @@ class GroupCoordinator:
 
     def validate_offset_commit(self, group: GroupMetadata, member_id: str, instance_id: str | None,
                                generation_id: int) -> int:
+        if group.consumer_group is not None:
+            return ConsumerGroupCoordinator.validate_offset_commit(group.consumer_group, member_id, generation_id,
+                                                                   transactional=False)
         if generation_id >= 0 or member_id or instance_id is not None:
             error = self._validate_current_member(group, member_id, instance_id, generation_id)
             if error:
@@ -646,6 +654,9 @@ class GroupCoordinator:
 
     def validate_txn_offset_commit(self, group: GroupMetadata, member_id: str, instance_id: str | None,
                                    generation_id: int) -> int:
+        if group.consumer_group is not None:
+            return ConsumerGroupCoordinator.validate_offset_commit(group.consumer_group, member_id, generation_id,
+                                                                   transactional=True)
         if instance_id is not None:
             known = group.static_member_id(instance_id)
             if known is not None and known != member_id:
@@ -698,7 +709,7 @@ class GroupCoordinator:
             group = self.manager.get_group(group_id)
             if group is None or group.is_in(GroupState.DEAD):
                 results[group_id] = GROUP_ID_NOT_FOUND
-            elif not group.is_in(GroupState.EMPTY):
+            elif not group.is_in(GroupState.EMPTY) or group.has_consumer_members:
                 results[group_id] = NON_EMPTY_GROUP
             else:
                 results[group_id] = await self.manager.delete_group(group)  # dead once the tombstones commit
@@ -763,6 +774,8 @@ class GroupCoordinator:
         self.manager.runtime.forget(partition)
 
     def _kill_group(self, group: GroupMetadata, error: int) -> None:
+        if self.consumer_groups is not None:
+            self.consumer_groups.forget(group)
         for member in group.members.values():
             member.complete_join(JoinGroupResult(member.member_id, error))
             member.complete_sync(SyncGroupResult(error))

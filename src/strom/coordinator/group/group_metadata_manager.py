@@ -197,7 +197,8 @@ class GroupMetadataManager:
         tombstoned too, the group dies unless it came back to life meanwhile (a member joined, or a
         commit appended before the tombstones left an offset the log keeps)."""
         group.remove_offsets(offsets)
-        if group_deleted and group.is_in(GroupState.EMPTY) and not group.has_offsets():
+        if group_deleted and group.is_in(GroupState.EMPTY) and not group.has_consumer_members \
+                and not group.has_offsets():
             group.transition_to(GroupState.DEAD)
             self.remove_group(group)
 
@@ -347,7 +348,8 @@ class GroupMetadataManager:
             expired = group.expired_offsets(now, self.retention_ms)
             records: list[tuple[bytes, bytes | None]] = [
                 (offset_commit_key(group.group_id, *tp), None) for tp in expired]
-            dies = group.is_in(GroupState.EMPTY) and not group.has_offsets(besides=expired)
+            dies = (group.is_in(GroupState.EMPTY) and not group.has_consumer_members
+                    and not group.has_offsets(besides=expired))
             if dies:
                 records.append((group_metadata_key(group.group_id), None))
             if not records:
