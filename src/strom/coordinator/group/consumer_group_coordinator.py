@@ -394,10 +394,14 @@ class ConsumerGroupCoordinator:
         return NONE
 
     @staticmethod
-    def validate_offset_fetch(cg: ConsumerGroup, member_id: str, member_epoch: int) -> int:
-        member = cg.members.get(member_id)
+    def validate_offset_fetch(cg: ConsumerGroup, member_id: str | None, member_epoch: int) -> int:
+        if member_epoch == -1:
+            return NONE  # not a member asking (an admin client)
+        member = cg.members.get(member_id or "")
         if member is None:
             return UNKNOWN_MEMBER_ID
-        if member_epoch != member.member_epoch:
+        if member_epoch > member.member_epoch:
+            return FENCED_MEMBER_EPOCH
+        if member_epoch < member.member_epoch:
             return STALE_MEMBER_EPOCH
         return NONE

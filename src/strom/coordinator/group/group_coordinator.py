@@ -667,6 +667,13 @@ class GroupCoordinator:
             return ILLEGAL_GENERATION
         return NONE
 
+    def validate_offset_fetch_member(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
+        """OffsetFetch v9+ from a consumer-protocol member: is its epoch current? 0 if so."""
+        group = self.manager.get_group(group_id) if self.manager.is_group_local(group_id) else None
+        if group is None or group.consumer_group is None:
+            return NONE
+        return ConsumerGroupCoordinator.validate_offset_fetch(group.consumer_group, member_id, member_epoch)
+
     def on_offset_commit(self, group: GroupMetadata, member_id: str) -> None:
         member = group.members.get(member_id)
         if member is not None:

@@ -1,0 +1,436 @@
+"""KIP-848 consumer groups (group.protocol=consumer) against a real broker.
+
+Raw ConsumerGroupHeartbeat requests pin the protocol down version by version (epochs,
+revocation before assignment, every error a member can get); confluent-kafka members joining
+and leaving under load show that no partition is ever consumed by two members at once and
+that nothing committed is lost.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.consumer.group import (
+    JoinGroupRequest,
+    JoinGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest
+
+from strom.protocol.group_messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from tests.support.broker import BrokerProcess
+from tests.support.checker import SequenceProducer, parse_value
+from tests.support.raw_client import RawClient, decode
+
+HEARTBEAT_MS = 300
+SESSION_MS = 4000
+OVERRIDES = {"group.consumer.heartbeat.interval.ms": HEARTBEAT_MS, "group.consumer.session.timeout.ms": SESSION_MS,
+             "offsets.topic.num.partitions": 3, "group.consumer.max.size": 4}
+CGH = ConsumerGroupHeartbeatRequest
+TopicPartitions = CGH.TopicPartitions
+
+NONE = 0
+INVALID_REQUEST = 42
+UNKNOWN_MEMBER_ID = 25
+GROUP_MAX_SIZE_REACHED = 81
+INCONSISTENT_GROUP_PROTOCOL = 23
+FENCED_MEMBER_EPOCH = 110
+UNRELEASED_INSTANCE_ID = 111
+UNSUPPORTED_ASSIGNOR = 112
+STALE_MEMBER_EPOCH = 113
+INVALID_REGULAR_EXPRESSION = 128
+
+
+@pytest.fixture(scope="module")
+def kip848_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("kip848"), OVERRIDES)
+    b.start()
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def _topic(broker: BrokerProcess, partitions: int) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    return name
+
+
+class Member:
+    """A consumer-protocol member spoken for by raw requests."""
+
+    def __init__(self, broker: BrokerProcess, group: str, version: int = 1, member_id: str | None = None,
+                 instance_id: str | None = None) -> None:
+        self.client = RawClient(broker)
+        self.group = group
+        self.version = version
+        self.member_id = member_id if member_id is not None else uuid.uuid4().hex
+        self.instance_id = instance_id
+        self.epoch = 0
+        self.assigned: dict[uuid.UUID, list[int]] = {}
+        # The coordinator and its offsets topic exist before the first heartbeat.
+        self.client.request(FindCoordinatorRequest(key=group), version=1)
+
+    def send(self, **fields: Any) -> Any:
+        fields.setdefault("group_id", self.group)
+        fields.setdefault("member_id", self.member_id)
+        fields.setdefault("member_epoch", self.epoch)
+        fields.setdefault("instance_id", self.instance_id)
+        frame = self.client.request(CGH(**fields), version=self.version)
+        resp = decode(ConsumerGroupHeartbeatResponse, frame, self.version, flexible_header=True)
+        if resp.error_code == NONE:
+            self.epoch = resp.member_epoch
+            if resp.member_id:
+                self.member_id = resp.member_id
+            if resp.assignment is not None:
+                self.assigned = {tp.topic_id: sorted(tp.partitions) for tp in resp.assignment.topic_partitions}
+        return resp
+
+    def join(self, topics: list[str], **fields: Any) -> Any:
+        return self.send(member_epoch=0, rebalance_timeout_ms=30000, subscribed_topic_names=topics,
+                         topic_partitions=[], **fields)
+
+    def heartbeat(self, owned: dict[uuid.UUID, list[int]] | None = None, **fields: Any) -> Any:
+        tps = None if owned is None else [TopicPartitions(topic_id=t, partitions=p) for t, p in owned.items()]
+        return self.send(topic_partitions=tps, **fields)
+
+    def partitions(self) -> set[int]:
+        return {p for parts in self.assigned.values() for p in parts}
+
+    def close(self) -> None:
+        self.client.close()
+
+
+@pytest.fixture
+def members(kip848_broker: BrokerProcess) -> Iterator[Callable[..., Member]]:
+    made: list[Member] = []
+
+    def make(group: str, **kwargs: Any) -> Member:
+        m = Member(kip848_broker, group, **kwargs)
+        made.append(m)
+        return m
+
+    yield make
+    for m in made:
+        m.close()
+
+
+def test_api_versions_advertise_consumer_group_heartbeat(kip848_broker: BrokerProcess,
+                                                        broker_factory: Callable[..., BrokerProcess]) -> None:
+    def advertised(broker: BrokerProcess) -> dict[int, tuple[int, int]]:
+        client = RawClient(broker)
+        try:
+            resp = decode(ApiVersionsResponse, client.request(ApiVersionsRequest(), version=0), 0, False)
+        finally:
+            client.close()
+        return {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+
+    assert advertised(kip848_broker)[68] == (0, 1)
+    classic_only = broker_factory({"group.coordinator.rebalance.protocols": "classic"})
+    assert 68 not in advertised(classic_only)
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_join_heartbeat_leave_every_version(kip848_broker: BrokerProcess, members: Callable[..., Member],
+                                            version: int) -> None:
+    topic = _topic(kip848_broker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    # v0: the coordinator names the member; v1 (KIP-1082): the member names itself.
+    m = members(group, version=version, member_id="" if version == 0 else None)
+    resp = m.join([topic])
+    assert resp.error_code == NONE, resp
+    assert resp.member_id and resp.member_epoch == 1 and resp.heartbeat_interval_ms == HEARTBEAT_MS
+    assert m.partitions() == {0, 1, 2, 3}
+    resp = m.heartbeat(owned=m.assigned)
+    assert resp.error_code == NONE and resp.member_epoch == 1
+    assert resp.assignment is None  # nothing changed: no assignment in the answer
+    resp = m.send(member_epoch=-1)
+    assert resp.error_code == NONE and resp.member_epoch == -1
+    assert m.heartbeat().error_code == UNKNOWN_MEMBER_ID  # gone
+
+
+def test_v1_needs_a_member_id_and_checks_regex(kip848_broker: BrokerProcess, members: Callable[..., Member]) -> None:
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    assert members(group, member_id="").join(["x"]).error_code == INVALID_REQUEST
+    m = members(group)
+    resp = m.send(member_epoch=0, rebalance_timeout_ms=30000, subscribed_topic_regex="t-[", topic_partitions=[])
+    assert resp.error_code == INVALID_REGULAR_EXPRESSION and resp.error_message
+
+
+def test_heartbeat_errors(kip848_broker: BrokerProcess, members: Callable[..., Member]) -> None:
+    topic = _topic(kip848_broker, 2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = members(group)
+    assert a.join([topic]).error_code == NONE
+    # No rebalance timeout, or owned partitions on a join: not a valid first heartbeat.
+    assert members(group).send(member_epoch=0, subscribed_topic_names=[topic], topic_partitions=[]).error_code \
+        == INVALID_REQUEST
+    assert members(group).send(member_epoch=0, rebalance_timeout_ms=1000, subscribed_topic_names=[topic]).error_code \
+        == INVALID_REQUEST
+    assert a.heartbeat(member_epoch=a.epoch + 5).error_code == FENCED_MEMBER_EPOCH
+    assert members(group).heartbeat(member_epoch=1).error_code == UNKNOWN_MEMBER_ID
+    assert members(group).join([topic], server_assignor="sticky").error_code == UNSUPPORTED_ASSIGNOR
+    assert members(group).send(member_epoch=-3).error_code == INVALID_REQUEST
+    # group.consumer.max.size=4: a fourth member fits, a fifth does not.
+    for _ in range(3):
+        assert members(group).join([topic]).error_code == NONE
+    assert members(group).join([topic]).error_code == GROUP_MAX_SIZE_REACHED
+    # A classic member cannot join a consumer group (no online migration).
+    client = RawClient(kip848_broker)
+    try:
+        frame = client.request(JoinGroupRequest(group_id=group, session_timeout_ms=10000, rebalance_timeout_ms=10000,
+                                                member_id="", protocol_type="consumer",
+                                                protocols=[("range", b"")]), version=5)
+        assert decode(JoinGroupResponse, frame, 5, False).error_code == INCONSISTENT_GROUP_PROTOCOL
+    finally:
+        client.close()
+
+
+def test_static_member_rejoins_without_rebalance(kip848_broker: BrokerProcess,
+                                                 members: Callable[..., Member]) -> None:
+    topic = _topic(kip848_broker, 2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = members(group, instance_id="box-1")
+    assert a.join([topic]).error_code == NONE
+    assert members(group, instance_id="box-1").join([topic]).error_code == UNRELEASED_INSTANCE_ID
+    epoch, partitions = a.epoch, a.partitions()
+    assert a.send(member_epoch=-2).member_epoch == -2
+    back = members(group, instance_id="box-1")
+    resp = back.join([topic])
+    assert resp.error_code == NONE
+    assert (resp.member_epoch, back.partitions()) == (epoch, partitions)  # same epoch: no rebalance
+
+
+def test_partitions_are_revoked_before_they_are_assigned(kip848_broker: BrokerProcess,
+                                                         members: Callable[..., Member]) -> None:
+    topic = _topic(kip848_broker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a, b = members(group), members(group)
+    assert a.join([topic]).error_code == NONE and a.partitions() == {0, 1, 2, 3}
+    a.heartbeat(owned=a.assigned)
+    assert b.join([topic]).error_code == NONE
+    assert b.epoch == 2 and b.partitions() == set()  # its share is still owned by a
+    resp = a.heartbeat()
+    assert resp.member_epoch == 1  # a keeps its epoch until it has revoked
+    kept = a.partitions()
+    assert len(kept) == 2
+    assert b.heartbeat().assignment is None and b.partitions() == set()
+    resp = a.heartbeat(owned=a.assigned)  # revoked: a now owns only what it kept
+    assert resp.member_epoch == 2
+    b.heartbeat()
+    assert b.partitions() == {0, 1, 2, 3} - kept
+
+
+def test_session_timeout_hands_partitions_over(kip848_broker: BrokerProcess, members: Callable[..., Member]) -> None:
+    topic = _topic(kip848_broker, 2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a, b = members(group), members(group)
+    a.join([topic])
+    a.heartbeat(owned=a.assigned)
+    b.join([topic])  # a never heartbeats again
+    deadline = time.monotonic() + SESSION_MS / 1000 + 30
+    while b.partitions() != {0, 1} and time.monotonic() < deadline:
+        time.sleep(HEARTBEAT_MS / 1000)
+        assert b.heartbeat(owned=b.assigned).error_code == NONE
+    assert b.partitions() == {0, 1}
+    assert a.heartbeat().error_code == UNKNOWN_MEMBER_ID
+
+
+def test_offset_commit_and_fetch_check_member_epochs(kip848_broker: BrokerProcess,
+                                                     members: Callable[..., Member]) -> None:
+    topic = _topic(kip848_broker, 1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = members(group)
+    a.join([topic])
+    Topic, Part = OffsetCommitRequest.OffsetCommitRequestTopic, OffsetCommitRequest.OffsetCommitRequestTopic.\
+        OffsetCommitRequestPartition
+
+    def commit(member_id: str, epoch: int, offset: int) -> int:
+        req = OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=epoch, member_id=member_id,
+                                  group_instance_id=None, topics=[Topic(name=topic, partitions=[
+                                      Part(partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
+                                           committed_metadata="")])])
+        resp = decode(OffsetCommitResponse, a.client.request(req, version=9), 9, True)
+        return resp.topics[0].partitions[0].error_code
+
+    def fetch(member_id: str | None, epoch: int) -> tuple[int, int]:
+        G = OffsetFetchRequest.OffsetFetchRequestGroup
+        req = OffsetFetchRequest(groups=[G(group_id=group, member_id=member_id, member_epoch=epoch, topics=[
+            G.OffsetFetchRequestTopics(name=topic, partition_indexes=[0])])], require_stable=False)
+        g = decode(OffsetFetchResponse, a.client.request(req, version=9), 9, True).groups[0]
+        return g.error_code, (g.topics[0].partitions[0].committed_offset if g.topics else -2)
+
+    assert commit(a.member_id, a.epoch, 7) == NONE
+    assert commit(a.member_id, a.epoch - 1, 8) == STALE_MEMBER_EPOCH
+    assert commit(a.member_id, a.epoch + 1, 8) == FENCED_MEMBER_EPOCH
+    assert commit("nobody", a.epoch, 8) == UNKNOWN_MEMBER_ID
+    assert commit("", -1, 8) == UNKNOWN_MEMBER_ID  # the group has members: no commits from outside
+    assert fetch(a.member_id, a.epoch) == (NONE, 7)
+    assert fetch(a.member_id, a.epoch - 1)[0] == STALE_MEMBER_EPOCH
+    assert fetch("nobody", a.epoch)[0] == UNKNOWN_MEMBER_ID
+    assert fetch(None, -1) == (NONE, 7)  # an admin client
+
+
+class Tracker:
+    """Ownership intervals and consumed records of every member, in one global order."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.owner: dict[int, str] = {}
+        self.violations: list[str] = []
+        self.consumed: dict[tuple[str, int], list[str]] = {}
+
+    def assign(self, member: str, partitions: list[TopicPartition]) -> None:
+        with self.lock:
+            for tp in partitions:
+                other = self.owner.get(tp.partition)
+                if other is not None and other != member:
+                    self.violations.append(f"partition {tp.partition} given to {member} while {other} owns it")
+                self.owner[tp.partition] = member
+
+    def revoke(self, member: str, partitions: list[TopicPartition]) -> None:
+        with self.lock:
+            for tp in partitions:
+                if self.owner.get(tp.partition) == member:
+                    del self.owner[tp.partition]
+
+    def record(self, member: str, msg: Any) -> None:
+        with self.lock:
+            if self.owner.get(msg.partition()) != member:
+                self.violations.append(f"{member} consumed partition {msg.partition()} it does not own")
+            parsed = parse_value(msg.value())
+            if parsed is not None:
+                self.consumed.setdefault(parsed, []).append(member)
+
+
+class GroupMember:
+    """A confluent-kafka consumer (group.protocol=consumer) polling in its own thread; it commits
+    what it consumed before giving a partition up, and on close."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str, tracker: Tracker) -> None:
+        self.name = name
+        self.tracker = tracker
+        self.positions: dict[int, int] = {}
+        self.commit_errors: list[str] = []
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+                                  "auto.offset.reset": "earliest", "enable.auto.commit": False, "log_level": 0})
+        self.consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                on_lost=self._on_lost)
+        self.topic = topic
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"member-{name}", daemon=True)
+        self._thread.start()
+
+    def _commit(self, partitions: list[int]) -> None:
+        offsets = [TopicPartition(self.topic, p, self.positions[p]) for p in partitions if p in self.positions]
+        if offsets:
+            try:
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+            except Exception as exc:  # noqa: BLE001 - recorded and asserted on
+                self.commit_errors.append(repr(exc))
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.tracker.assign(self.name, partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._commit([tp.partition for tp in partitions])
+        for tp in partitions:
+            self.positions.pop(tp.partition, None)
+        self.tracker.revoke(self.name, partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.tracker.revoke(self.name, partitions)
+
+    def _run(self) -> None:
+        last_commit = time.monotonic()
+        while not self._stop.is_set():
+            msg = self.consumer.poll(0.1)
+            if msg is not None and not msg.error():
+                self.tracker.record(self.name, msg)
+                self.positions[msg.partition()] = msg.offset() + 1
+            if time.monotonic() - last_commit > 1:
+                self._commit(list(self.positions))
+                last_commit = time.monotonic()
+        self._commit(list(self.positions))
+        self.consumer.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+
+def test_members_join_and_leave_under_load(kip848_broker: BrokerProcess) -> None:
+    """1 -> 3 members and back while a producer writes: never two owners of a partition, no record
+    consumed twice (each member commits before it gives a partition up), none lost."""
+    topic = _topic(kip848_broker, 6)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    tracker = Tracker()
+    producer = SequenceProducer(kip848_broker.bootstrap, topic, rate_sleep=0.002).start()
+    group_members = [GroupMember(kip848_broker.bootstrap, group, topic, "m0", tracker)]
+
+    def consumed_count() -> int:
+        with tracker.lock:
+            return len(tracker.consumed)
+
+    def settle(seconds: float) -> None:
+        # Let the group work under load for a while (consumption must keep moving).
+        before = consumed_count()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and consumed_count() < before + 200:
+            time.sleep(0.2)
+        time.sleep(seconds)
+
+    try:
+        settle(1)
+        for name in ("m1", "m2"):
+            group_members.append(GroupMember(kip848_broker.bootstrap, group, topic, name, tracker))
+            settle(3)
+        for m in group_members[1:]:
+            m.close()
+            settle(2)
+    finally:
+        producer.stop()
+    # The last member drains everything that was produced, then leaves.
+    deadline = time.monotonic() + 60
+    acked = {(a.producer, a.seq) for a in producer.acked}
+    while time.monotonic() < deadline and not acked <= set(tracker.consumed):
+        time.sleep(0.2)
+    group_members[0].close()
+    assert not tracker.violations, tracker.violations[:5]
+    assert producer.acked and acked <= set(tracker.consumed), "records were lost"
+    twice = {k: v for k, v in tracker.consumed.items() if len(v) > 1}
+    assert not twice, list(twice.items())[:5]
+    assert not [e for m in group_members for e in m.commit_errors]
+    # Everything consumed was committed: a new member of the group starts at the end.
+    late = Consumer({"bootstrap.servers": kip848_broker.bootstrap, "group.id": group, "group.protocol": "consumer",
+                     "auto.offset.reset": "earliest", "log_level": 0})
+    try:
+        late.subscribe([topic])
+        deadline = time.monotonic() + 30
+        extra = 0
+        assigned = False
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline and (not assigned or time.monotonic() - quiet_since < 3):
+            msg = late.poll(0.2)
+            assigned = assigned or bool(late.assignment())
+            if msg is not None and not msg.error():
+                extra += 1
+                quiet_since = time.monotonic()
+        assert assigned
+        assert extra == 0, f"{extra} records were consumed again: commits were lost"
+        committed = late.committed([TopicPartition(topic, p) for p in range(6)], timeout=10)
+        assert all(tp.error is None or tp.error.code() == KafkaError.NO_ERROR for tp in committed)
+    finally:
+        late.close()
