@@ -15,8 +15,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.admin.groups import (
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
 from kafka.protocol.consumer.group import (
     JoinGroupRequest,
     JoinGroupResponse,
@@ -27,7 +33,12 @@ from kafka.protocol.consumer.group import (
 )
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, FindCoordinatorRequest
 
-from strom.protocol.group_messages import ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse
+from strom.protocol.group_messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from tests.support.broker import BrokerProcess
 from tests.support.checker import SequenceProducer, parse_value
 from tests.support.raw_client import RawClient, decode
@@ -49,6 +60,7 @@ UNRELEASED_INSTANCE_ID = 111
 UNSUPPORTED_ASSIGNOR = 112
 STALE_MEMBER_EPOCH = 113
 INVALID_REGULAR_EXPRESSION = 128
+GROUP_ID_NOT_FOUND = 69
 
 
 @pytest.fixture(scope="module")
@@ -434,3 +446,57 @@ def test_members_join_and_leave_under_load(kip848_broker: BrokerProcess) -> None
         assert all(tp.error is None or tp.error.code() == KafkaError.NO_ERROR for tp in committed)
     finally:
         late.close()
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_consumer_group_describe_every_version(kip848_broker: BrokerProcess, members: Callable[..., Member],
+                                               version: int) -> None:
+    topic = _topic(kip848_broker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a, b = members(group, instance_id="box-a"), members(group)
+    a.join([topic], rack_id="r1")
+    a.heartbeat(owned=a.assigned)
+    b.join([topic], server_assignor="range")
+    a.heartbeat()  # a must now revoke two partitions: the group is reconciling
+    req = ConsumerGroupDescribeRequest(group_ids=[group, "no-such-group"], include_authorized_operations=False)
+    resp = decode(ConsumerGroupDescribeResponse, a.client.request(req, version=version), version, True)
+    found, missing = resp.groups
+    assert (missing.error_code, found.error_code) == (GROUP_ID_NOT_FOUND, NONE)
+    assert (found.group_state, found.group_epoch, found.assignment_epoch) == ("Reconciling", 2, 2)
+    assert found.assignor_name == "range"  # the one member that asked for one wins
+    by_id = {m.member_id: m for m in found.members}
+    ma, mb = by_id[a.member_id], by_id[b.member_id]
+    assert (ma.member_epoch, ma.instance_id, ma.rack_id, ma.subscribed_topic_names) == (1, "box-a", "r1", [topic])
+    assert mb.member_epoch == 2 and mb.assignment.topic_partitions == []  # waiting for a to revoke
+    target = {m.member_id: sorted(p for tp in m.target_assignment.topic_partitions for p in tp.partitions)
+              for m in found.members}
+    assert sorted(target[a.member_id] + target[b.member_id]) == [0, 1, 2, 3]
+    assert sorted(p for tp in ma.assignment.topic_partitions for p in tp.partitions) == target[a.member_id]
+    assert ma.assignment.topic_partitions[0].topic_name == topic
+    if version >= 1:
+        assert ma.member_type == 1
+
+
+def test_list_groups_filters_by_type(kip848_broker: BrokerProcess, members: Callable[..., Member]) -> None:
+    topic = _topic(kip848_broker, 1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = members(group)
+    a.join([topic])
+    client = a.client
+
+    def listed(types: list[str]) -> dict[str, tuple[str, str]]:
+        resp = decode(ListGroupsResponse, client.request(ListGroupsRequest(states_filter=[], types_filter=types),
+                                                         version=5), 5, True)
+        return {g.group_id: (g.group_type, g.group_state) for g in resp.groups}
+
+    assert listed(["consumer"])[group] == ("consumer", "Stable")
+    assert group not in listed(["classic"])
+    assert listed([])[group] == ("consumer", "Stable")
+    # DescribeGroups (the classic API) answers for a consumer group as Kafka does before v6: Dead.
+    resp = decode(DescribeGroupsResponse, client.request(DescribeGroupsRequest(groups=[group]), version=5), 5, True)
+    assert resp.groups[0].group_state == "Dead" and resp.groups[0].members == []
+    # confluent-kafka's admin client describes it with ConsumerGroupDescribe.
+    admin = AdminClient({"bootstrap.servers": kip848_broker.bootstrap})
+    desc = admin.describe_consumer_groups([group], request_timeout=30)[group].result()
+    assert desc.type == ConsumerGroupType.CONSUMER
+    assert [m.member_id for m in desc.members] == [a.member_id]

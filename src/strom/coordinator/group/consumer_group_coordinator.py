@@ -379,6 +379,22 @@ class ConsumerGroupCoordinator:
         for member_id in list(cg.members):
             self._cancel_session_timeout(cg, member_id)
 
+    # -- ConsumerGroupDescribe -------------------------------------------------------
+    def describe(self, group_id: str) -> tuple[int, str | None, ConsumerGroup | None]:
+        """(error, message, the group): only consumer-protocol groups are described here."""
+        error = self.classic.validate_group_status(group_id, require_non_empty_id=True)
+        if error:
+            return error, None, None
+        group = self.manager.get_group(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return GROUP_ID_NOT_FOUND, f"Group {group_id} not found.", None
+        if group.consumer_group is None:
+            return GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", None
+        return NONE, None, group.consumer_group
+
+    def assignor_of(self, cg: ConsumerGroup) -> str:
+        return cg.preferred_assignor(self.config.assignors[0])
+
     # -- what offsets need (OffsetCommit / TxnOffsetCommit / OffsetFetch) ------------
     @staticmethod
     def validate_offset_commit(cg: ConsumerGroup, member_id: str, member_epoch: int, transactional: bool) -> int:

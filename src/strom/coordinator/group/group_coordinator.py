@@ -688,7 +688,7 @@ class GroupCoordinator:
         groups = [g for g in self.manager.groups.values() if not g.is_in(GroupState.DEAD)]
         if states:
             wanted = {s.lower() for s in states}
-            groups = [g for g in groups if str(g.state).lower() in wanted]
+            groups = [g for g in groups if g.state_name.lower() in wanted]
         return NONE, groups
 
     def handle_describe_group(self, group_id: str) -> GroupSummary:
@@ -696,7 +696,8 @@ class GroupCoordinator:
         if error:
             return GroupSummary(group_id, "", "", "", [], error)
         group = self.manager.get_group(group_id)
-        if group is None:
+        if group is None or group.consumer_group is not None:
+            # A consumer-protocol group is not a classic one: DescribeGroups (up to v5) says Dead, as Kafka.
             return GroupSummary(group_id, str(GroupState.DEAD), "", "", [])
         if group.is_in(GroupState.STABLE):
             proto = group.protocol_name or ""

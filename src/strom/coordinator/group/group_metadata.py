@@ -133,6 +133,16 @@ class GroupMetadata:
         return self.members[member_id]
 
     @property
+    def group_type(self) -> str:
+        """ListGroups' type: ``consumer`` for KIP-848 groups, ``classic`` otherwise."""
+        return "classic" if self.consumer_group is None else "consumer"
+
+    @property
+    def state_name(self) -> str:
+        """The state as ListGroups shows it (a consumer group has its own states)."""
+        return str(self.state) if self.consumer_group is None else str(self.consumer_group.state)
+
+    @property
     def has_consumer_members(self) -> bool:
         """Members of the consumer protocol (KIP-848) are in the group: it is not empty."""
         return self.consumer_group is not None and bool(self.consumer_group.members)
