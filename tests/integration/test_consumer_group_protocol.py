@@ -8,6 +8,8 @@ that nothing committed is lost.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -500,3 +502,47 @@ def test_list_groups_filters_by_type(kip848_broker: BrokerProcess, members: Call
     desc = admin.describe_consumer_groups([group], request_timeout=30)[group].result()
     assert desc.type == ConsumerGroupType.CONSUMER
     assert [m.member_id for m in desc.members] == [a.member_id]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "strom.cli.main", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_cli_shows_type_and_member_epochs(kip848_broker: BrokerProcess, members: Callable[..., Member]) -> None:
+    topic = _topic(kip848_broker, 2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = members(group)
+    a.join([topic])
+    a.heartbeat(owned=a.assigned)
+    stop = threading.Event()
+
+    def keep_alive() -> None:  # the tool takes longer than a session to start on a busy machine
+        while not stop.wait(HEARTBEAT_MS / 1000):
+            a.heartbeat()
+
+    alive = threading.Thread(target=keep_alive, daemon=True)
+    alive.start()
+    try:
+        _check_cli(kip848_broker, group, topic, a)
+    finally:
+        stop.set()
+        alive.join(10)
+
+
+def _check_cli(kip848_broker: BrokerProcess, group: str, topic: str, a: Member) -> None:
+    boot = ["--bootstrap-server", kip848_broker.bootstrap]
+    out = _cli("consumer-groups", *boot, "--list", "--type")
+    assert out.returncode == 0, out.stderr
+    assert [group, "Consumer"] in [line.split() for line in out.stdout.splitlines()]
+    out = _cli("consumer-groups", *boot, "--describe", "--group", group, "--state")
+    assert out.returncode == 0, out.stderr
+    header, row = out.stdout.strip().splitlines()
+    assert header.split()[-3:] == ["GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH", "#MEMBERS"]
+    assert row.split()[-5:] == ["uniform", "Stable", "1", "1", "1"]
+    out = _cli("consumer-groups", *boot, "--describe", "--group", group, "--members", "--verbose")
+    assert out.returncode == 0, out.stderr
+    header, row = out.stdout.strip().splitlines()
+    assert "CURRENT-EPOCH" in header and "TARGET-ASSIGNMENT" in header
+    cells = row.split()
+    assert cells[1] == a.member_id and cells[-4:] == ["1", f"{topic}(0,1)", "1", f"{topic}(0,1)"]
