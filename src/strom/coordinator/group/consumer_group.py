@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from strom.coordinator.group.assignors import Assignment
+
+if TYPE_CHECKING:
+    from strom.coordinator.group.consumer_group_records import LoadedMember
 
 TopicPartitionKey = tuple[str, int]
 
@@ -88,6 +92,9 @@ class ConsumerGroup:
         self.static_members: dict[str, str] = {}  # instance id -> member id
         self.target: dict[str, Assignment] = {}  # member id -> target partitions
         self.subscription_metadata: dict[str, int] = {}  # subscribed topic -> partition count
+        self.metadata_hash = 0  # digest of subscription_metadata, persisted with the group epoch
+        # Replayed from the log, partitions by topic id until the loop resolves them (on_group_loaded).
+        self.loaded: dict[str, LoadedMember] | None = None
         self.owners: dict[TopicPartitionKey, str] = {}  # partition -> member that owns it
 
     # -- state ---------------------------------------------------------------

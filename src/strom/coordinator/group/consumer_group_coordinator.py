@@ -16,6 +16,7 @@ DescribeGroups see one namespace. Everything runs on the broker's loop; timers a
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import re
 import uuid
@@ -34,8 +35,24 @@ from strom.coordinator.group.consumer_group import (
     ConsumerGroupMember,
     MemberState,
     TopicPartitionKey,
+    nest,
+)
+from strom.coordinator.group.consumer_group_records import (
+    CURRENT_ASSIGNMENT,
+    GROUP_METADATA,
+    MEMBER_METADATA,
+    TARGET_MEMBER,
+    TARGET_METADATA,
+    current_assignment_value,
+    group_key,
+    group_metadata_value,
+    member_metadata_value,
+    subscription_hash,
+    target_member_value,
+    target_metadata_value,
 )
 from strom.coordinator.group.group_metadata import GroupMetadata, GroupState
+from strom.coordinator.group.group_metadata_manager import map_append_error
 
 if TYPE_CHECKING:
     from strom.coordinator.group.group_coordinator import GroupCoordinator
@@ -100,6 +117,7 @@ class ConsumerGroupCoordinator:
         self.metadata = metadata
         self.config = config
         self._session_timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
+        self._background: set[asyncio.Task[int]] = set()
         self._regexes: dict[str, re.Pattern[str]] = {}
 
     # -- ConsumerGroupHeartbeat --------------------------------------------------
@@ -111,12 +129,13 @@ class ConsumerGroupCoordinator:
         if error:
             return HeartbeatResult(error)
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-            return self._leave(req)
+            return await self._leave(req)
         group, error = self._group_for(req)
         if group is None:
             return HeartbeatResult(error or UNKNOWN_MEMBER_ID)
         cg = group.consumer_group
         assert cg is not None
+        before = copy.deepcopy(cg)
         joined = False
         if req.member_epoch == JOIN_EPOCH:
             member, joined, error = self._join(cg, req)
@@ -138,7 +157,91 @@ class ConsumerGroupCoordinator:
         if member.state is MemberState.UNREVOKED_PARTITIONS and not was_revoking:
             self._schedule_revocation_timeout(cg, member)
         self._schedule_session_timeout(cg, member)
+        error = await self._persist(before, cg)
+        if error:
+            return HeartbeatResult(error)
         return self._answer(member, full=req.member_epoch == JOIN_EPOCH or (owned is not None and owned != member.assigned))
+
+    # -- persistence ----------------------------------------------------------------
+    def _ids(self, assignment: Mapping[str, set[int]] | set[TopicPartitionKey]) -> dict[uuid.UUID, list[int]]:
+        """Partitions by topic name -> by topic id (topics deleted meanwhile are left out)."""
+        nested = nest(assignment) if isinstance(assignment, set) else assignment
+        out: dict[uuid.UUID, list[int]] = {}
+        for topic, parts in nested.items():
+            meta = self.metadata.topic(topic)
+            if meta is not None and parts:
+                out[meta.topic_id] = sorted(parts)
+        return out
+
+    def _records(self, before: ConsumerGroup, after: ConsumerGroup) -> list[tuple[bytes, bytes | None]]:
+        """What changed between two states of a group, as the records Kafka 4.x writes for it."""
+        gid = after.group_id
+        records: list[tuple[bytes, bytes | None]] = []
+        for mid in before.members.keys() - after.members.keys():
+            records += [(group_key(CURRENT_ASSIGNMENT, gid, mid), None), (group_key(TARGET_MEMBER, gid, mid), None),
+                        (group_key(MEMBER_METADATA, gid, mid), None)]
+        if (before.group_epoch, before.metadata_hash) != (after.group_epoch, after.metadata_hash):
+            records.append((group_key(GROUP_METADATA, gid), group_metadata_value(after.group_epoch,
+                                                                               after.metadata_hash)))
+        for mid, m in after.members.items():
+            b = before.members.get(mid)
+            if b is None or _member_metadata(b) != _member_metadata(m):
+                records.append((group_key(MEMBER_METADATA, gid, mid), member_metadata_value(m)))
+        if before.target_assignment_epoch != after.target_assignment_epoch:
+            for mid in after.members:
+                target = after.target.get(mid, {})
+                if mid not in before.members or before.target.get(mid, {}) != target:
+                    records.append((group_key(TARGET_MEMBER, gid, mid), target_member_value(self._ids(target))))
+            records.append((group_key(TARGET_METADATA, gid), target_metadata_value(after.target_assignment_epoch)))
+        for mid, m in after.members.items():
+            b = before.members.get(mid)
+            if b is None or _current_assignment(b) != _current_assignment(m):
+                records.append((group_key(CURRENT_ASSIGNMENT, gid, mid), current_assignment_value(
+                    m, self._ids(m.assigned), self._ids(m.pending_revocation))))
+        return records
+
+    async def _persist(self, before: ConsumerGroup, after: ConsumerGroup) -> int:
+        """Append what the group's state change means to its __consumer_offsets partition; the reply
+        waits for the commit. 0, or the error the member gets if the append fails."""
+        records = self._records(before, after)
+        if not records:
+            return NONE
+        try:
+            await self.manager.write(after.group_id, records)
+        except Exception as exc:  # noqa: BLE001 - every failure maps to a protocol error
+            code = map_append_error(exc, for_offsets=False)
+            log.warning("storing consumer group %s failed: %s (error %d)", after.group_id, exc, code)
+            return code
+        return NONE
+
+    def _persist_in_background(self, before: ConsumerGroup, after: ConsumerGroup) -> None:
+        """A change no request waits for (a member expired): write it all the same."""
+        task = asyncio.get_running_loop().create_task(self._persist(before, after))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    # -- loading ---------------------------------------------------------------------
+    def on_group_loaded(self, group: GroupMetadata) -> None:
+        """A group replayed from the log: resolve its partitions to topic names, rebuild who owns
+        what, and give every member a full session to come back."""
+        cg = group.consumer_group
+        if cg is None or cg.loaded is None:
+            return
+        names = {t.topic_id: name for name, t in self.metadata.topics().items()}
+
+        def by_name(assignment: dict[uuid.UUID, list[int]]) -> set[TopicPartitionKey]:
+            return {(names[tid], p) for tid, parts in assignment.items() if tid in names for p in parts}
+
+        for mid, loaded in cg.loaded.items():
+            member = cg.members.get(mid)
+            if member is None:
+                continue
+            member.assigned, member.pending_revocation = by_name(loaded.assigned), by_name(loaded.pending)
+            for tp in member.assigned | member.pending_revocation:
+                cg.owners[tp] = mid
+            cg.target[mid] = nest(by_name(loaded.target))
+            self._schedule_session_timeout(cg, member)
+        cg.loaded = None
 
     def _validate_request(self, req: HeartbeatRequest) -> tuple[int, str | None]:
         if not req.group_id:
@@ -273,8 +376,10 @@ class ConsumerGroupCoordinator:
         for m in cg.members.values():
             subscribed |= self._member_topics(m, topics)
         current = {t: len(topics[t].partitions) for t in subscribed}
-        if current != cg.subscription_metadata:
-            cg.subscription_metadata = current
+        cg.subscription_metadata = current
+        digest = subscription_hash(current)
+        if digest != cg.metadata_hash:
+            cg.metadata_hash = digest
             return True
         return False
 
@@ -321,7 +426,7 @@ class ConsumerGroupCoordinator:
                                self.config.heartbeat_interval_ms, assignment)
 
     # -- leaving -------------------------------------------------------------------
-    def _leave(self, req: HeartbeatRequest) -> HeartbeatResult:
+    async def _leave(self, req: HeartbeatRequest) -> HeartbeatResult:
         group = self.manager.get_group(req.group_id)
         cg = group.consumer_group if group is not None else None
         member = cg.members.get(req.member_id) if cg is not None else None
@@ -332,7 +437,11 @@ class ConsumerGroupCoordinator:
             member.left_static = True
             log.info("static member %s left consumer group %s temporarily", member.instance_id, cg.group_id)
             return HeartbeatResult(NONE, None, member.member_id, STATIC_LEAVE_EPOCH, 0)
+        before = copy.deepcopy(cg)
         self._remove(cg, member, "left the group")
+        error = await self._persist(before, cg)
+        if error:
+            return HeartbeatResult(error)
         return HeartbeatResult(NONE, None, member.member_id, LEAVE_EPOCH, 0)
 
     def _remove(self, cg: ConsumerGroup, member: ConsumerGroupMember, reason: str) -> None:
@@ -369,7 +478,9 @@ class ConsumerGroupCoordinator:
         if cg.members.get(member.member_id) is not member:
             return
         log.info("member %s of consumer group %s is removed: %s", member.member_id, cg.group_id, reason)
+        before = copy.deepcopy(cg)
         self._remove(cg, member, reason)
+        self._persist_in_background(before, cg)
 
     def forget(self, group: GroupMetadata) -> None:
         """The group is unloaded or the coordinator stops: drop its timers."""
@@ -421,3 +532,12 @@ class ConsumerGroupCoordinator:
         if member_epoch < member.member_epoch:
             return STALE_MEMBER_EPOCH
         return NONE
+
+
+def _member_metadata(m: ConsumerGroupMember) -> tuple[Any, ...]:
+    return (m.instance_id, m.rack_id, m.client_id, m.client_host, m.subscribed_topic_names, m.subscribed_topic_regex,
+            m.rebalance_timeout_ms, m.server_assignor)
+
+
+def _current_assignment(m: ConsumerGroupMember) -> tuple[Any, ...]:
+    return (m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.pending_revocation)

@@ -772,6 +772,8 @@ class GroupCoordinator:
 
     def _on_group_loaded(self, group: GroupMetadata) -> None:
         # Members recovered from the log get a full session to reconnect and heartbeat.
+        if self.consumer_groups is not None:
+            self.consumer_groups.on_group_loaded(group)
         for member in group.members.values():
             self._complete_and_schedule_next_heartbeat(group, member)
 
