@@ -63,6 +63,9 @@ UNSUPPORTED_ASSIGNOR = 112
 STALE_MEMBER_EPOCH = 113
 INVALID_REGULAR_EXPRESSION = 128
 GROUP_ID_NOT_FOUND = 69
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +125,20 @@ class Member:
 
     def partitions(self) -> set[int]:
         return {p for parts in self.assigned.values() for p in parts}
+
+    def reconnect(self, broker: BrokerProcess) -> None:
+        """After a broker restart: same member, new connection (the coordinator may still be loading)."""
+        self.client.close()
+        self.client = RawClient(broker)
+        deadline = time.monotonic() + 60
+        while True:
+            probe = decode(ConsumerGroupHeartbeatResponse, self.client.request(CGH(
+                group_id=self.group, member_id=self.member_id, member_epoch=self.epoch,
+                instance_id=self.instance_id), version=self.version), self.version, True)
+            if probe.error_code not in (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR) \
+                    or time.monotonic() > deadline:
+                return
+            time.sleep(0.2)
 
     def close(self) -> None:
         self.client.close()
@@ -546,3 +563,66 @@ def _check_cli(kip848_broker: BrokerProcess, group: str, topic: str, a: Member) 
     assert "CURRENT-EPOCH" in header and "TARGET-ASSIGNMENT" in header
     cells = row.split()
     assert cells[1] == a.member_id and cells[-4:] == ["1", f"{topic}(0,1)", "1", f"{topic}(0,1)"]
+
+
+def _describe(member: Member) -> Any:
+    req = ConsumerGroupDescribeRequest(group_ids=[member.group], include_authorized_operations=False)
+    return decode(ConsumerGroupDescribeResponse, member.client.request(req, version=1), 1, True).groups[0]
+
+
+def test_restart_resumes_the_group(broker_factory: Callable[..., BrokerProcess]) -> None:
+    """kill -9 and restart: the group comes back from its records with the same epochs and
+    partitions (no rebalance), a member that left stays gone, committed offsets are there."""
+    broker = broker_factory(OVERRIDES)
+    topic = _topic(broker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a, b, c = (Member(broker, group) for _ in range(3))
+    try:
+        for m in (a, b, c):
+            assert m.join([topic]).error_code == NONE
+        for _ in range(4):  # let everyone revoke and catch up with the target
+            for m in (a, b, c):
+                m.heartbeat(owned=m.assigned)
+        before = _describe(a)
+        assert before.group_state == "Stable", before
+        assert c.send(member_epoch=-1).error_code == NONE
+        for _ in range(3):
+            for m in (a, b):
+                m.heartbeat(owned=m.assigned)
+        before = _describe(a)
+        assert before.group_state == "Stable"
+        owned = {m.member_id: m.partitions() for m in (a, b)}
+        assert owned[a.member_id] | owned[b.member_id] == {0, 1, 2, 3}
+        epochs = {m.member_id: m.epoch for m in (a, b)}
+        Topic = OffsetCommitRequest.OffsetCommitRequestTopic
+        commit = OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=a.epoch, member_id=a.member_id,
+                                     group_instance_id=None, topics=[Topic(name=topic, partitions=[
+                                         Topic.OffsetCommitRequestPartition(partition_index=min(owned[a.member_id]),
+                                                                            committed_offset=42,
+                                                                            committed_leader_epoch=-1,
+                                                                            committed_metadata="")])])
+        resp = decode(OffsetCommitResponse, a.client.request(commit, version=9), 9, True)
+        assert resp.topics[0].partitions[0].error_code == NONE
+
+        broker.kill9()
+        broker.start()
+        for m in (a, b, c):
+            m.reconnect(broker)
+        for m in (a, b):
+            resp = m.heartbeat(owned=m.assigned)
+            assert resp.error_code == NONE, resp
+            assert (resp.member_epoch, m.partitions()) == (epochs[m.member_id], owned[m.member_id])
+        after = _describe(a)
+        assert (after.group_state, after.group_epoch, after.assignment_epoch) == \
+            ("Stable", before.group_epoch, before.assignment_epoch)
+        assert sorted(m.member_id for m in after.members) == sorted([a.member_id, b.member_id])
+        assert c.heartbeat().error_code == UNKNOWN_MEMBER_ID  # it had left: its tombstones replayed
+        G = OffsetFetchRequest.OffsetFetchRequestGroup
+        fetch = OffsetFetchRequest(groups=[G(group_id=group, member_id=a.member_id, member_epoch=a.epoch, topics=[
+            G.OffsetFetchRequestTopics(name=topic, partition_indexes=[min(owned[a.member_id])])])],
+            require_stable=False)
+        g = decode(OffsetFetchResponse, a.client.request(fetch, version=9), 9, True).groups[0]
+        assert (g.error_code, g.topics[0].partitions[0].committed_offset) == (NONE, 42)
+    finally:
+        for m in (a, b, c):
+            m.close()
