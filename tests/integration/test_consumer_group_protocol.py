@@ -566,8 +566,12 @@ def _check_cli(kip848_broker: BrokerProcess, group: str, topic: str, a: Member) 
 
 
 def _describe(member: Member) -> Any:
-    req = ConsumerGroupDescribeRequest(group_ids=[member.group], include_authorized_operations=False)
-    return decode(ConsumerGroupDescribeResponse, member.client.request(req, version=1), 1, True).groups[0]
+    return _describe_group(member.client, member.group)
+
+
+def _describe_group(client: RawClient, group: str) -> Any:
+    req = ConsumerGroupDescribeRequest(group_ids=[group], include_authorized_operations=False)
+    return decode(ConsumerGroupDescribeResponse, client.request(req, version=1), 1, True).groups[0]
 
 
 def test_restart_resumes_the_group(broker_factory: Callable[..., BrokerProcess]) -> None:
@@ -626,3 +630,44 @@ def test_restart_resumes_the_group(broker_factory: Callable[..., BrokerProcess])
     finally:
         for m in (a, b, c):
             m.close()
+
+
+def test_broker_restart_under_a_consuming_group(broker_factory: Callable[..., BrokerProcess]) -> None:
+    """confluent-kafka members consume while the broker is killed and restarted: they resume as
+    the same members, no partition has two owners, nothing is consumed twice or lost."""
+    broker = broker_factory(OVERRIDES)
+    topic = _topic(broker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    tracker = Tracker()
+    group_members = [GroupMember(broker.bootstrap, group, topic, name, tracker) for name in ("m0", "m1")]
+    try:
+        producer = SequenceProducer(broker.bootstrap, topic, name="before").produce_some(500)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(tracker.consumed) < 500:
+            time.sleep(0.2)
+        assert len(tracker.consumed) == 500
+        time.sleep(2)  # periodic commits of what was consumed
+        client = RawClient(broker)
+        before = _describe_group(client, group)
+        client.close()
+        assert before.group_state == "Stable"
+        broker.kill9()
+        broker.start()
+        after = SequenceProducer(broker.bootstrap, topic, name="after").produce_some(500)
+        acked = {(a.producer, a.seq) for a in producer.acked + after.acked}
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not acked <= set(tracker.consumed):
+            time.sleep(0.2)
+        client = RawClient(broker)
+        resumed = _describe_group(client, group)
+        client.close()
+        # The same members at the same epochs: the restart caused no rebalance.
+        assert (resumed.group_epoch, sorted((m.member_id, m.member_epoch) for m in resumed.members)) == \
+            (before.group_epoch, sorted((m.member_id, m.member_epoch) for m in before.members))
+    finally:
+        for m in group_members:
+            m.close()
+    assert not tracker.violations, tracker.violations[:5]
+    assert acked <= set(tracker.consumed), "records were lost"
+    twice = {k: v for k, v in tracker.consumed.items() if len(v) > 1}
+    assert not twice, list(twice.items())[:5]
