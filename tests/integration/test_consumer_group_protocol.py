@@ -671,3 +671,30 @@ def test_broker_restart_under_a_consuming_group(broker_factory: Callable[..., Br
     assert acked <= set(tracker.consumed), "records were lost"
     twice = {k: v for k, v in tracker.consumed.items() if len(v) > 1}
     assert not twice, list(twice.items())[:5]
+
+
+def test_regex_subscription_picks_up_a_new_topic(kip848_broker: BrokerProcess) -> None:
+    """A server-side regex subscription (confluent-kafka, group.protocol=consumer): a topic created
+    later that matches is assigned without the member changing its subscription."""
+    prefix = f"rx{uuid.uuid4().hex[:6]}"
+    admin = AdminClient({"bootstrap.servers": kip848_broker.bootstrap})
+    admin.create_topics([NewTopic(f"{prefix}-a", 2, 1)])[f"{prefix}-a"].result(30)
+    consumer = Consumer({"bootstrap.servers": kip848_broker.bootstrap, "group.id": f"g-{prefix}",
+                         "group.protocol": "consumer", "auto.offset.reset": "earliest", "log_level": 0,
+                         "topic.metadata.refresh.interval.ms": 1000})
+    try:
+        consumer.subscribe([f"^{prefix}-.*"])
+
+        def assigned_topics(want: set[str]) -> set[str]:
+            deadline = time.monotonic() + 60
+            topics: set[str] = set()
+            while time.monotonic() < deadline and topics != want:
+                consumer.poll(0.2)
+                topics = {tp.topic for tp in consumer.assignment()}
+            return topics
+
+        assert assigned_topics({f"{prefix}-a"}) == {f"{prefix}-a"}
+        admin.create_topics([NewTopic(f"{prefix}-b", 1, 1)])[f"{prefix}-b"].result(30)
+        assert assigned_topics({f"{prefix}-a", f"{prefix}-b"}) == {f"{prefix}-a", f"{prefix}-b"}
+    finally:
+        consumer.close()
