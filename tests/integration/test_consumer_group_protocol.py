@@ -698,3 +698,42 @@ def test_regex_subscription_picks_up_a_new_topic(kip848_broker: BrokerProcess) -
         assert assigned_topics({f"{prefix}-a", f"{prefix}-b"}) == {f"{prefix}-a", f"{prefix}-b"}
     finally:
         consumer.close()
+
+
+def test_static_member_restarts_without_rebalance(kip848_broker: BrokerProcess) -> None:
+    """confluent-kafka with group.instance.id: a static member that closes and comes back within its
+    session gets its partitions back at the same group epoch; the other member is never disturbed."""
+    topic = _topic(kip848_broker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+
+    def consumer(instance: str) -> Consumer:
+        c = Consumer({"bootstrap.servers": kip848_broker.bootstrap, "group.id": group, "group.protocol": "consumer",
+                      "group.instance.id": instance, "log_level": 0})
+        c.subscribe([topic])
+        return c
+
+    def settle(consumers: list[Consumer], want: int) -> list[set[int]]:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for c in consumers:
+                c.poll(0.1)
+            owned = [{tp.partition for tp in c.assignment()} for c in consumers]
+            if sum(len(o) for o in owned) == want and all(owned):
+                return owned
+        return owned
+
+    a, b = consumer("static-a"), consumer("static-b")
+    client = RawClient(kip848_broker)
+    try:
+        owned_a, owned_b = settle([a, b], 4)
+        before = _describe_group(client, group)
+        a.close()
+        a = consumer("static-a")
+        assert settle([a, b], 4) == [owned_a, owned_b]
+        after = _describe_group(client, group)
+        assert after.group_epoch == before.group_epoch
+        assert sorted(m.instance_id for m in after.members) == ["static-a", "static-b"]
+    finally:
+        a.close()
+        b.close()
+        client.close()
