@@ -105,8 +105,14 @@ class Member:
         fields.setdefault("member_id", self.member_id)
         fields.setdefault("member_epoch", self.epoch)
         fields.setdefault("instance_id", self.instance_id)
-        frame = self.client.request(CGH(**fields), version=self.version)
-        resp = decode(ConsumerGroupHeartbeatResponse, frame, self.version, flexible_header=True)
+        deadline = time.monotonic() + 60
+        while True:  # the offsets topic may still be loading right after it was created
+            frame = self.client.request(CGH(**fields), version=self.version)
+            resp = decode(ConsumerGroupHeartbeatResponse, frame, self.version, flexible_header=True)
+            if resp.error_code not in (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE) \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
         if resp.error_code == NONE:
             self.epoch = resp.member_epoch
             if resp.member_id:
