@@ -95,6 +95,7 @@ class ConsumerGroup:
         self.metadata_hash = 0  # digest of subscription_metadata, persisted with the group epoch
         # Replayed from the log, partitions by topic id until the loop resolves them (on_group_loaded).
         self.loaded: dict[str, LoadedMember] | None = None
+        self.changes = 0  # state changes written so far (a failed write reverts only the latest)
         self.owners: dict[TopicPartitionKey, str] = {}  # partition -> member that owns it
 
     # -- state ---------------------------------------------------------------

@@ -202,17 +202,32 @@ class ConsumerGroupCoordinator:
 
     async def _persist(self, before: ConsumerGroup, after: ConsumerGroup) -> int:
         """Append what the group's state change means to its __consumer_offsets partition; the reply
-        waits for the commit. 0, or the error the member gets if the append fails."""
+        waits for the commit. 0, or the error the member gets if the append fails, in which case the
+        change is undone (if no later one was made on top of it)."""
         records = self._records(before, after)
         if not records:
             return NONE
+        after.changes += 1
+        change = after.changes
         try:
             await self.manager.write(after.group_id, records)
         except Exception as exc:  # noqa: BLE001 - every failure maps to a protocol error
             code = map_append_error(exc, for_offsets=False)
             log.warning("storing consumer group %s failed: %s (error %d)", after.group_id, exc, code)
+            if after.changes == change:
+                self._revert(after, before)
             return code
         return NONE
+
+    def _revert(self, cg: ConsumerGroup, before: ConsumerGroup) -> None:
+        """Put the group back as the log has it (``before`` is a private copy); members get new timers."""
+        for member_id in list(cg.members):
+            self._cancel_session_timeout(cg, member_id)
+        changes = cg.changes
+        cg.__dict__.update(before.__dict__)
+        cg.changes = changes
+        for member in cg.members.values():
+            self._schedule_session_timeout(cg, member)
 
     def _persist_in_background(self, before: ConsumerGroup, after: ConsumerGroup) -> None:
         """A change no request waits for (a member expired): write it all the same."""
