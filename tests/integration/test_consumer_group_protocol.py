@@ -41,9 +41,10 @@ from strom.protocol.group_messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
 )
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, free_port
 from tests.support.checker import SequenceProducer
 from tests.support.consumer_protocol import GroupMember, Tracker
+from tests.support.metrics import metrics_port, scrape
 from tests.support.raw_client import RawClient, decode
 
 HEARTBEAT_MS = 300
@@ -656,3 +657,18 @@ def test_static_member_restarts_without_rebalance(kip848_broker: BrokerProcess) 
         a.close()
         b.close()
         client.close()
+
+
+def test_metrics_count_groups_per_protocol(broker_factory: Callable[..., BrokerProcess]) -> None:
+    broker = broker_factory({**OVERRIDES, "metrics.listener": f"http://127.0.0.1:{free_port()}"})
+    topic = _topic(broker, 2)
+    a = Member(broker, f"g-{uuid.uuid4().hex[:8]}")
+    try:
+        a.join([topic])
+        a.heartbeat(owned=a.assigned)
+        samples = scrape(metrics_port(broker))
+        assert samples.get("kafka_server_group_coordinator_metrics_group_count", protocol="consumer") == 1
+        assert samples.get("kafka_server_group_coordinator_metrics_consumer_group_count", state="stable") == 1
+        assert samples.get("kafka_consumergroup_members", consumergroup=a.group) == 1
+    finally:
+        a.close()
