@@ -173,6 +173,7 @@ def main() -> None:
     parser.add_argument("--modes", default=",".join(MODES))
     args = parser.parse_args()
     with BrokerProcess(overrides={"group.consumer.heartbeat.interval.ms": HEARTBEAT_MS,
+                                  "group.consumer.min.heartbeat.interval.ms": HEARTBEAT_MS,
                                   "offsets.topic.num.partitions": 5}) as broker:
         results = {mode: run_mode(broker.bootstrap, mode, args.members, args.partitions, args.rate)
                    for mode in args.modes.split(",")}

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.cluster
 
 TIMEOUT = 90.0
 OVERRIDES = {"group.consumer.heartbeat.interval.ms": 300, "group.consumer.session.timeout.ms": 10000,
+             "group.consumer.min.session.timeout.ms": 1000, "group.consumer.min.heartbeat.interval.ms": 100,
              "offsets.topic.num.partitions": 3}
 
 

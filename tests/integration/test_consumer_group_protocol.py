@@ -50,6 +50,7 @@ from tests.support.raw_client import RawClient, decode
 HEARTBEAT_MS = 300
 SESSION_MS = 4000
 OVERRIDES = {"group.consumer.heartbeat.interval.ms": HEARTBEAT_MS, "group.consumer.session.timeout.ms": SESSION_MS,
+             "group.consumer.min.session.timeout.ms": 1000, "group.consumer.min.heartbeat.interval.ms": 100,
              "offsets.topic.num.partitions": 3, "group.consumer.max.size": 4}
 CGH = ConsumerGroupHeartbeatRequest
 TopicPartitions = CGH.TopicPartitions
