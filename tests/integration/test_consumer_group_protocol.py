@@ -66,6 +66,7 @@ UNSUPPORTED_ASSIGNOR = 112
 STALE_MEMBER_EPOCH = 113
 INVALID_REGULAR_EXPRESSION = 128
 GROUP_ID_NOT_FOUND = 69
+UNSUPPORTED_VERSION = 35
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
@@ -297,12 +298,12 @@ def test_offset_commit_and_fetch_check_member_epochs(kip848_broker: BrokerProces
     Topic, Part = OffsetCommitRequest.OffsetCommitRequestTopic, OffsetCommitRequest.OffsetCommitRequestTopic.\
         OffsetCommitRequestPartition
 
-    def commit(member_id: str, epoch: int, offset: int) -> int:
+    def commit(member_id: str, epoch: int, offset: int, version: int = 9) -> int:
         req = OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=epoch, member_id=member_id,
                                   group_instance_id=None, topics=[Topic(name=topic, partitions=[
                                       Part(partition_index=0, committed_offset=offset, committed_leader_epoch=-1,
                                            committed_metadata="")])])
-        resp = decode(OffsetCommitResponse, a.client.request(req, version=9), 9, True)
+        resp = decode(OffsetCommitResponse, a.client.request(req, version=version), version, version >= 8)
         return resp.topics[0].partitions[0].error_code
 
     def fetch(member_id: str | None, epoch: int) -> tuple[int, int]:
@@ -317,6 +318,7 @@ def test_offset_commit_and_fetch_check_member_epochs(kip848_broker: BrokerProces
     assert commit(a.member_id, a.epoch + 1, 8) == FENCED_MEMBER_EPOCH
     assert commit("nobody", a.epoch, 8) == UNKNOWN_MEMBER_ID
     assert commit("", -1, 8) == UNKNOWN_MEMBER_ID  # the group has members: no commits from outside
+    assert commit(a.member_id, a.epoch, 8, version=8) == UNSUPPORTED_VERSION  # no member epoch before v9
     assert fetch(a.member_id, a.epoch) == (NONE, 7)
     assert fetch(a.member_id, a.epoch - 1)[0] == STALE_MEMBER_EPOCH
     assert fetch("nobody", a.epoch)[0] == UNKNOWN_MEMBER_ID

@@ -73,6 +73,10 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetCommitResponse:
                            expire_after_ms=retention if retention is not None else -1)
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
         req.fail_all(Errors.GroupAuthorizationFailedError.errno)
+    if req.offsets and v < 9 and ctx.group_coordinator.is_consumer_protocol_member(request.group_id,
+                                                                                   request.member_id or ""):
+        # A consumer-protocol member commits with its member epoch, which only v9+ carries (as Kafka).
+        req.fail_all(Errors.UnsupportedVersionError.errno)
     if req.offsets:
         req.errors.update(await ctx.group_coordinator.handle_commit_offsets(
             request.group_id, request.member_id or "", request.group_instance_id if v >= 7 else None,

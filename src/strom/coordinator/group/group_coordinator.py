@@ -667,6 +667,10 @@ class GroupCoordinator:
             return ILLEGAL_GENERATION
         return NONE
 
+    def is_consumer_protocol_member(self, group_id: str, member_id: str) -> bool:
+        group = self.manager.get_group(group_id) if self.manager.is_group_local(group_id) else None
+        return group is not None and group.consumer_group is not None and member_id in group.consumer_group.members
+
     def validate_offset_fetch_member(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
         """OffsetFetch v9+ from a consumer-protocol member: is its epoch current? 0 if so."""
         group = self.manager.get_group(group_id) if self.manager.is_group_local(group_id) else None
