@@ -1,7 +1,8 @@
-"""A KIP-848 consumer group on a three-broker cluster: the broker coordinating it (the leader of
+"""KIP-848 consumer groups on a three-broker cluster. (a) The broker coordinating it (the leader of
 its ``__consumer_offsets`` partition) is killed with SIGKILL while a new member is joining. The
 group moves with its partition to a new leader, which replays its records, and converges there:
-no partition ever has two owners, nothing acknowledged is lost or consumed twice."""
+no partition ever has two owners, nothing acknowledged is lost or consumed twice. (b) With
+broker racks and member rack ids, the uniform assignor hands each member its rack's partitions."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ import uuid
 import pytest
 from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-from strom.protocol.group_messages import ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
+from strom.protocol.group_messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
 from tests.support.checker import SequenceProducer
 from tests.support.cluster import ClusterProcess
 from tests.support.consumer_protocol import GroupMember, Tracker
@@ -92,3 +98,39 @@ def test_coordinator_killed_mid_rebalance(cluster_factory) -> None:  # noqa: ANN
     assert acked <= set(tracker.consumed), f"{len(acked - set(tracker.consumed))} records were lost"
     twice = {k: v for k, v in tracker.consumed.items() if len(v) > 1}
     assert not twice, list(twice.items())[:5]
+
+
+def test_rack_aware_assignment(cluster_factory) -> None:  # noqa: ANN001 - pytest fixture
+    """Members that send a rack id get the partitions whose replicas live in their rack."""
+    cluster = cluster_factory(3, overrides=OVERRIDES,
+                              broker_overrides={b: {"broker.rack": f"rack{b}"} for b in (1, 2, 3)})
+    topic = create_topic(cluster, replicas=[[1], [2], [3], [1], [2], [3]])
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    coordinator = group_coordinator(cluster, group)
+    racks = {0: "rack1", 1: "rack2", 2: "rack3", 3: "rack1", 4: "rack2", 5: "rack3"}
+    clients = [RawClient(cluster.broker(coordinator)) for _ in range(3)]
+    try:
+        ids = [uuid.uuid4().hex for _ in clients]
+        epochs = [0, 0, 0]
+        assigned: list[set[int]] = [set(), set(), set()]
+        topic_id = None
+        Owned = ConsumerGroupHeartbeatRequest.TopicPartitions
+        for _ in range(6):  # join, then heartbeat (reporting what it owns) until every member holds its target
+            for i, client in enumerate(clients):
+                owned = [] if epochs[i] == 0 or not assigned[i] else [Owned(topic_id=topic_id,
+                                                                             partitions=sorted(assigned[i]))]
+                req = ConsumerGroupHeartbeatRequest(
+                    group_id=group, member_id=ids[i], member_epoch=epochs[i], rack_id=f"rack{i + 1}",
+                    rebalance_timeout_ms=30000, subscribed_topic_names=[topic] if epochs[i] == 0 else None,
+                    topic_partitions=owned)
+                resp = decode(ConsumerGroupHeartbeatResponse, client.request(req, 1), 1, True)
+                assert resp.error_code == 0, resp
+                epochs[i] = resp.member_epoch
+                if resp.assignment is not None:
+                    assigned[i] = {p for tp in resp.assignment.topic_partitions for p in tp.partitions}
+                    topic_id = next((tp.topic_id for tp in resp.assignment.topic_partitions), topic_id)
+        for i in range(3):
+            assert {racks[p] for p in assigned[i]} == {f"rack{i + 1}"}, assigned
+    finally:
+        for client in clients:
+            client.close()

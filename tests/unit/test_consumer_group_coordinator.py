@@ -128,3 +128,13 @@ def test_uniform_is_balanced_and_sticky() -> None:
 def test_range_gives_contiguous_ranges() -> None:
     members = [AssignmentMember(m, frozenset({"t"}), {}) for m in ("b", "a")]
     assert RangeAssignor().assign(members, {"t": 5}) == {"b": {"t": {3, 4}}, "a": {"t": {0, 1, 2}}}
+
+
+def test_uniform_prefers_members_in_a_replica_rack() -> None:
+    racks = {("t", 0): frozenset({"a"}), ("t", 1): frozenset({"a"}), ("t", 2): frozenset({"b"}),
+             ("t", 3): frozenset({"b"})}
+    members = [AssignmentMember("m1", frozenset({"t"}), {}, "a"), AssignmentMember("m2", frozenset({"t"}), {}, "b")]
+    assert UniformAssignor().assign(members, {"t": 4}, racks) == {"m1": {"t": {0, 1}}, "m2": {"t": {2, 3}}}
+    # Without rack ids the same members are simply balanced.
+    plain = [AssignmentMember(m.member_id, m.subscribed_topics, {}) for m in members]
+    assert sorted(len(a["t"]) for a in UniformAssignor().assign(plain, {"t": 4}, racks).values()) == [2, 2]

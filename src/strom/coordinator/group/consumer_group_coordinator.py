@@ -404,10 +404,21 @@ class ConsumerGroupCoordinator:
                                     cg.target.get(m.member_id, {}), m.rack_id)
                    for m in cg.members.values()]
         assignor = ASSIGNORS[cg.preferred_assignor(self.config.assignors[0])]
-        cg.target = assignor.assign(members, cg.subscription_metadata)
+        racks = self._partition_racks(cg, topics) if any(m.rack_id for m in members) else None
+        cg.target = assignor.assign(members, cg.subscription_metadata, racks)
         cg.target_assignment_epoch = cg.group_epoch
         log.info("consumer group %s: target assignment of epoch %d computed by %s for %d members",
                  cg.group_id, cg.group_epoch, assignor.name, len(members))
+
+    def _partition_racks(self, cg: ConsumerGroup, topics: Mapping[str, Any]) -> dict[TopicPartitionKey, frozenset[str]]:
+        """Racks of the brokers holding each subscribed partition's replicas (for rack-aware assignment)."""
+        broker_racks = {b.broker_id: b.rack for b in self.metadata.live_brokers() if b.rack}
+        out: dict[TopicPartitionKey, frozenset[str]] = {}
+        for topic in cg.subscription_metadata:
+            meta = topics.get(topic)
+            for p, state in (meta.partitions.items() if meta is not None else ()):
+                out[(topic, p)] = frozenset(broker_racks[r] for r in state.replicas if r in broker_racks)
+        return out
 
     @staticmethod
     def _bump(cg: ConsumerGroup, reason: str) -> None:
