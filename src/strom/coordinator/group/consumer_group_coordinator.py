@@ -503,6 +503,9 @@ class ConsumerGroupCoordinator:
     def _expire(self, cg: ConsumerGroup, member: ConsumerGroupMember, reason: str) -> None:
         if cg.members.get(member.member_id) is not member:
             return
+        group = self.manager.get_group(cg.group_id)
+        if group is None or group.consumer_group is not cg or not self.manager.is_group_local(cg.group_id):
+            return  # the group moved away (or was replaced): not ours to change
         log.info("member %s of consumer group %s is removed: %s", member.member_id, cg.group_id, reason)
         before = copy.deepcopy(cg)
         self._remove(cg, member, reason)
