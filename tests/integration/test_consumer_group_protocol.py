@@ -30,6 +30,8 @@ from kafka.protocol.consumer.group import (
     JoinGroupResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
@@ -67,6 +69,7 @@ STALE_MEMBER_EPOCH = 113
 INVALID_REGULAR_EXPRESSION = 128
 GROUP_ID_NOT_FOUND = 69
 UNSUPPORTED_VERSION = 35
+GROUP_SUBSCRIBED_TO_TOPIC = 86
 COORDINATOR_LOAD_IN_PROGRESS = 14
 COORDINATOR_NOT_AVAILABLE = 15
 NOT_COORDINATOR = 16
@@ -323,6 +326,12 @@ def test_offset_commit_and_fetch_check_member_epochs(kip848_broker: BrokerProces
     assert fetch(a.member_id, a.epoch - 1)[0] == STALE_MEMBER_EPOCH
     assert fetch("nobody", a.epoch)[0] == UNKNOWN_MEMBER_ID
     assert fetch(None, -1) == (NONE, 7)  # an admin client
+    # The group consumes the topic: its offsets cannot be deleted under it.
+    T = OffsetDeleteRequest.OffsetDeleteRequestTopic
+    dreq = OffsetDeleteRequest(group_id=group, topics=[T(name=topic, partitions=[
+        T.OffsetDeleteRequestPartition(partition_index=0)])])
+    dresp = decode(OffsetDeleteResponse, a.client.request(dreq, 0), 0, False)
+    assert dresp.topics[0].partitions[0].error_code == GROUP_SUBSCRIBED_TO_TOPIC
 
 
 def test_members_join_and_leave_under_load(kip848_broker: BrokerProcess) -> None:
