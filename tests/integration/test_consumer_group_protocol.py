@@ -508,28 +508,31 @@ def _describe_group(client: RawClient, group: str) -> Any:
 
 def test_restart_resumes_the_group(broker_factory: Callable[..., BrokerProcess]) -> None:
     """kill -9 and restart: the group comes back from its records with the same epochs and
-    partitions (no rebalance), a member that left stays gone, committed offsets are there."""
+    partitions (no rebalance), a member that left stays gone, committed offsets are there, and a
+    static member that had left for a moment gets its partitions back."""
     broker = broker_factory(OVERRIDES)
     topic = _topic(broker, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
-    a, b, c = (Member(broker, group) for _ in range(3))
+    a, b, c = Member(broker, group), Member(broker, group), Member(broker, group)
+    s = Member(broker, group, instance_id="box-s")
     try:
-        for m in (a, b, c):
+        for m in (a, b, c, s):
             assert m.join([topic]).error_code == NONE
         for _ in range(4):  # let everyone revoke and catch up with the target
-            for m in (a, b, c):
+            for m in (a, b, c, s):
                 m.heartbeat(owned=m.assigned)
         before = _describe(a)
         assert before.group_state == "Stable", before
         assert c.send(member_epoch=-1).error_code == NONE
         for _ in range(3):
-            for m in (a, b):
+            for m in (a, b, s):
                 m.heartbeat(owned=m.assigned)
         before = _describe(a)
         assert before.group_state == "Stable"
-        owned = {m.member_id: m.partitions() for m in (a, b)}
-        assert owned[a.member_id] | owned[b.member_id] == {0, 1, 2, 3}
-        epochs = {m.member_id: m.epoch for m in (a, b)}
+        owned = {m.member_id: m.partitions() for m in (a, b, s)}
+        assert owned[a.member_id] | owned[b.member_id] | owned[s.member_id] == {0, 1, 2, 3}
+        epochs = {m.member_id: m.epoch for m in (a, b, s)}
+        assert s.send(member_epoch=-2).member_epoch == -2  # the static member steps away
         Topic = OffsetCommitRequest.OffsetCommitRequestTopic
         commit = OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=a.epoch, member_id=a.member_id,
                                      group_instance_id=None, topics=[Topic(name=topic, partitions=[
@@ -542,7 +545,7 @@ def test_restart_resumes_the_group(broker_factory: Callable[..., BrokerProcess])
 
         broker.kill9()
         broker.start()
-        for m in (a, b, c):
+        for m in (a, b, c):  # s stays away: only its records say it left
             m.reconnect(broker)
         for m in (a, b):
             resp = m.heartbeat(owned=m.assigned)
@@ -551,8 +554,15 @@ def test_restart_resumes_the_group(broker_factory: Callable[..., BrokerProcess])
         after = _describe(a)
         assert (after.group_state, after.group_epoch, after.assignment_epoch) == \
             ("Stable", before.group_epoch, before.assignment_epoch)
-        assert sorted(m.member_id for m in after.members) == sorted([a.member_id, b.member_id])
+        assert sorted(m.member_id for m in after.members) == sorted([a.member_id, b.member_id, s.member_id])
         assert c.heartbeat().error_code == UNKNOWN_MEMBER_ID  # it had left: its tombstones replayed
+        back = Member(broker, group, instance_id="box-s")
+        try:
+            resp = back.join([topic])
+            assert (resp.error_code, resp.member_epoch, back.partitions()) == \
+                (NONE, epochs[s.member_id], owned[s.member_id])
+        finally:
+            back.close()
         G = OffsetFetchRequest.OffsetFetchRequestGroup
         fetch = OffsetFetchRequest(groups=[G(group_id=group, member_id=a.member_id, member_epoch=a.epoch, topics=[
             G.OffsetFetchRequestTopics(name=topic, partition_indexes=[min(owned[a.member_id])])])],
@@ -560,7 +570,7 @@ def test_restart_resumes_the_group(broker_factory: Callable[..., BrokerProcess])
         g = decode(OffsetFetchResponse, a.client.request(fetch, version=9), 9, True).groups[0]
         assert (g.error_code, g.topics[0].partitions[0].committed_offset) == (NONE, 42)
     finally:
-        for m in (a, b, c):
+        for m in (a, b, c, s):
             m.close()
 
 

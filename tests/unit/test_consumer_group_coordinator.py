@@ -53,7 +53,7 @@ def _join(member_id: str, topic: str = "t") -> HeartbeatRequest:
 def test_records_replay_into_the_same_group() -> None:
     topics = Topics({"t": 4})
     with tempfile.TemporaryDirectory() as d:
-        async def first() -> tuple[int, int, dict[str, set[tuple[str, int]]]]:
+        async def first() -> Any:
             h = Harness(d)
             try:
                 cgc = _coordinator(h, topics)
@@ -62,8 +62,16 @@ def test_records_replay_into_the_same_group() -> None:
                 await cgc.heartbeat(_join("c"))
                 await cgc.heartbeat(HeartbeatRequest("g", "c", 3, owned=[]))
                 assert (await cgc.heartbeat(HeartbeatRequest("g", "c", -1))).member_epoch == -1
+                # A static member leaves for a moment and comes back under a new member id.
+                await cgc.heartbeat(HeartbeatRequest("g", "s", 0, instance_id="i", rebalance_timeout_ms=30000,
+                                                     subscribed_topic_names=["t"], owned=[]))
+                assert (await cgc.heartbeat(HeartbeatRequest("g", "s", -2, instance_id="i"))).member_epoch == -2
+                back = await cgc.heartbeat(HeartbeatRequest("g", "s2", 0, instance_id="i", rebalance_timeout_ms=30000,
+                                                            subscribed_topic_names=["t"], owned=[]))
+                assert back.error_code == 0
                 cg = h.manager.get_group("g").consumer_group
-                return cg.group_epoch, cg.target_assignment_epoch, {m: set(x.assigned) for m, x in cg.members.items()}
+                return (cg.group_epoch, cg.target_assignment_epoch, {m: set(x.assigned) for m, x in cg.members.items()},
+                        cg.target)
             finally:
                 h.close()
 
@@ -74,14 +82,15 @@ def test_records_replay_into_the_same_group() -> None:
                 # The harness loaded the partitions before the consumer protocol was attached: resolve now.
                 cgc.on_group_loaded(h.manager.get_group("g"))
                 cg = h.manager.get_group("g").consumer_group
-                state = (cg.group_epoch, cg.target_assignment_epoch, {m: set(x.assigned) for m, x in cg.members.items()})
+                state = (cg.group_epoch, cg.target_assignment_epoch, {m: set(x.assigned) for m, x in cg.members.items()},
+                         cg.target)
                 cgc.forget(h.manager.get_group("g"))
                 return state
             finally:
                 h.close()
 
         before = run(first)
-        assert sorted(before[2]) == ["a", "b"]
+        assert sorted(before[2]) == ["a", "b", "s2"]
         assert run(second) == before
 
 

@@ -187,11 +187,11 @@ class ConsumerGroupCoordinator:
             b = before.members.get(mid)
             if b is None or _member_metadata(b) != _member_metadata(m):
                 records.append((group_key(MEMBER_METADATA, gid, mid), member_metadata_value(m)))
+        for mid in after.members:  # a new target, or a member new under this id (a static member back)
+            target = after.target.get(mid, {})
+            if mid not in before.members or before.target.get(mid, {}) != target:
+                records.append((group_key(TARGET_MEMBER, gid, mid), target_member_value(self._ids(target))))
         if before.target_assignment_epoch != after.target_assignment_epoch:
-            for mid in after.members:
-                target = after.target.get(mid, {})
-                if mid not in before.members or before.target.get(mid, {}) != target:
-                    records.append((group_key(TARGET_MEMBER, gid, mid), target_member_value(self._ids(target))))
             records.append((group_key(TARGET_METADATA, gid), target_metadata_value(after.target_assignment_epoch)))
         for mid, m in after.members.items():
             b = before.members.get(mid)
@@ -460,8 +460,12 @@ class ConsumerGroupCoordinator:
             return HeartbeatResult(UNKNOWN_MEMBER_ID)
         if req.member_epoch == STATIC_LEAVE_EPOCH:
             # Its partitions stay reserved for it until it is back or its session expires.
+            before = copy.deepcopy(cg)
             member.left_static = True
             log.info("static member %s left consumer group %s temporarily", member.instance_id, cg.group_id)
+            error = await self._persist(before, cg)
+            if error:
+                return HeartbeatResult(error)
             return HeartbeatResult(NONE, None, member.member_id, STATIC_LEAVE_EPOCH, 0)
         before = copy.deepcopy(cg)
         self._remove(cg, member, "left the group")
@@ -569,4 +573,4 @@ def _member_metadata(m: ConsumerGroupMember) -> tuple[Any, ...]:
 
 
 def _current_assignment(m: ConsumerGroupMember) -> tuple[Any, ...]:
-    return (m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.pending_revocation)
+    return (m.member_epoch, m.previous_member_epoch, m.state, m.assigned, m.pending_revocation, m.left_static)

@@ -24,7 +24,12 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from strom.coordinator.group.consumer_group import ConsumerGroup, ConsumerGroupMember, MemberState
+from strom.coordinator.group.consumer_group import (
+    STATIC_LEAVE_EPOCH,
+    ConsumerGroup,
+    ConsumerGroupMember,
+    MemberState,
+)
 
 GROUP_METADATA, PARTITION_METADATA, MEMBER_METADATA, TARGET_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT = range(3, 9)
 CONSUMER_GROUP_RECORD_TYPES = frozenset(range(3, 9))
@@ -224,7 +229,11 @@ def target_member_value(partitions: IdAssignment) -> bytes:
 
 
 def current_assignment_value(m: ConsumerGroupMember, assigned: IdAssignment, pending: IdAssignment) -> bytes:
-    return (_Out().i16(0).i32(m.member_epoch).i32(m.previous_member_epoch).i8(_STATE_BYTES[m.state])
+    """A static member that left with epoch -2 is written at epoch -2 (as Kafka), its real epoch in
+    the previous-epoch field, so a restarted coordinator still holds its partitions for it."""
+    epoch, previous = (STATIC_LEAVE_EPOCH, m.member_epoch) if m.left_static else (m.member_epoch,
+                                                                                   m.previous_member_epoch)
+    return (_Out().i16(0).i32(epoch).i32(previous).i8(_STATE_BYTES[m.state])
             .assignment(assigned).assignment(pending).uvarint(0).done())
 
 
@@ -296,6 +305,10 @@ class ConsumerGroupLoad:
             r = _In(value)
             r.i16()
             loaded.member.member_epoch, loaded.member.previous_member_epoch = r.i32(), r.i32()
+            if loaded.member.member_epoch == STATIC_LEAVE_EPOCH:  # a static member away for now
+                loaded.member.left_static = True
+                loaded.member.member_epoch, loaded.member.previous_member_epoch = \
+                    loaded.member.previous_member_epoch, -1
             loaded.member.state = _STATES.get(r.i8(), MemberState.STABLE)
             loaded.assigned, loaded.pending = r.assignment(), r.assignment()
 
