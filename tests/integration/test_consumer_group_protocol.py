@@ -255,6 +255,11 @@ def test_static_member_rejoins_without_rebalance(kip848_broker: BrokerProcess,
     resp = back.join([topic])
     assert resp.error_code == NONE
     assert (resp.member_epoch, back.partitions()) == (epoch, partitions)  # same epoch: no rebalance
+    # Away again, and back under the same member id this time: the same.
+    assert back.send(member_epoch=-2).member_epoch == -2
+    same = members(group, instance_id="box-1", member_id=back.member_id)
+    resp = same.join([topic])
+    assert (resp.error_code, resp.member_epoch, same.partitions()) == (NONE, epoch, partitions)
 
 
 def test_partitions_are_revoked_before_they_are_assigned(kip848_broker: BrokerProcess,

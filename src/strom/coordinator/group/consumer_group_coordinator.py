@@ -326,6 +326,10 @@ class ConsumerGroupCoordinator:
                 log.info("static member %s of consumer group %s rejoined as %s", req.instance_id, cg.group_id,
                          member_id)
                 return new, False, NONE
+        same = cg.members.get(member_id)
+        if same is not None and same.left_static and same.instance_id == req.instance_id:
+            same.left_static = False  # the static member is back under the same id: nothing moves
+            return same, False, NONE
         if member_id in cg.members:
             # Rejoining (epoch 0, owning nothing): start over as a new member.
             self._cancel_session_timeout(cg, member_id)
