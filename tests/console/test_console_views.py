@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -232,3 +233,22 @@ def test_topics_list_filters_by_name(client: TestClient, admin) -> None:
     filtered = client.get("/topics", params={"q": wanted[-8:].upper()}).text
     assert row(filtered, "name", wanted) and not row(filtered, "name", other)
     assert "No topic name contains “zz-none”" in html.unescape(client.get("/topics?q=zz-none").text)
+
+
+def test_consumer_protocol_groups_are_shown_with_their_protocol(client: TestClient, broker, admin) -> None:
+    topic = make_topic(admin, partitions=2)
+    group = f"kip848-{uuid.uuid4().hex[:6]}"
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "group.protocol": "consumer",
+                         "log_level": 0})
+    consumer.subscribe([topic])
+    try:
+        deadline = time.monotonic() + 30
+        while not consumer.assignment() and time.monotonic() < deadline:
+            consumer.poll(0.2)
+        assert consumer.assignment()
+        assert 'data-protocol="consumer"' in row(client.get("/groups").text, "group", group)
+        detail = client.get(f"/api/group?id={group}").json()
+        assert (detail["protocol"], detail["members"]) == ("consumer", 1)
+        assert 'id="protocol">consumer<' in client.get(f"/groups/{group}").text
+    finally:
+        consumer.close()

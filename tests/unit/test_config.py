@@ -329,3 +329,18 @@ def test_replica_fetch_wait_above_the_replica_socket_timeout_is_rejected() -> No
         BrokerConfig.load(None, ["replica.fetch.wait.max.ms=5000", "replica.socket.timeout.ms=1000"])
     cfg = BrokerConfig.load(None, ["replica.fetch.wait.max.ms=1000", "replica.socket.timeout.ms=1000"])
     assert cfg.get("replica.socket.timeout.ms") == 1000
+
+
+def test_consumer_group_timeouts_are_bounded_as_kafka() -> None:
+    assert BrokerConfig({}).get("group.consumer.session.timeout.ms") == 45000
+    with pytest.raises(ConfigError, match="group.consumer.session.timeout.ms must be between"):
+        BrokerConfig({"group.consumer.session.timeout.ms": "4000"})
+    with pytest.raises(ConfigError, match="group.consumer.heartbeat.interval.ms must be less than"):
+        BrokerConfig({"group.consumer.min.session.timeout.ms": "1000", "group.consumer.session.timeout.ms": "4000",
+                      "group.consumer.heartbeat.interval.ms": "5000"})
+    cfg = BrokerConfig({"group.consumer.min.session.timeout.ms": "1000", "group.consumer.session.timeout.ms": "4000",
+                        "group.consumer.min.heartbeat.interval.ms": "100",
+                        "group.consumer.heartbeat.interval.ms": "300"})
+    assert cfg.get("group.consumer.heartbeat.interval.ms") == 300
+    with pytest.raises(ConfigError, match="each item must be one of"):
+        BrokerConfig({"group.consumer.assignors": "sticky"})

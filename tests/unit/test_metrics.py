@@ -72,7 +72,8 @@ def test_a_snapshot_renders_every_family_in_the_text_format() -> None:
     snap = Snapshot(broker_id=1, state=3, ready=True, topics={"t": (10, 20, 1, 0, 1, 2, 0, 0, 3, 4)},
                     connections={"PLAINTEXT": 2}, purgatories={"Fetch": (3, 2)}, controller=True,
                     partitions=[PartitionSnapshot("t", 0, 100, 1, 0, 5, 5, True, 3, 2, 2)],
-                    group_states={"Stable": 1}, group_offsets_detail=[("g", "t", 0, 3, 2), ("g", "u", 0, 1, None)])
+                    group_states={"Stable": 1}, group_offsets_detail=[("g", "t", 0, 3, 2), ("g", "u", 0, 1, None)],
+                    consumer_group_states={"Reconciling": 2})
     s = Samples(render(snap).decode())
     assert s.get("kafka_server_brokertopicmetrics_bytesin_total", topic="t") == 10
     assert s.get("kafka_server_brokertopicmetrics_bytesin_total") == 10  # the broker-wide series
@@ -85,6 +86,10 @@ def test_a_snapshot_renders_every_family_in_the_text_format() -> None:
     assert s.get("kafka_consumergroup_lag", consumergroup="g", topic="u", partition="0") is None
     assert s.get("kafka_consumergroup_current_offset", consumergroup="g", topic="u", partition="0") == 1
     assert s.get("kafka_coordinator_group_groupmetadatamanager_numgroupsstable") == 1
+    assert s.get("kafka_coordinator_group_groupmetadatamanager_numgroups") == 3
+    assert s.get("kafka_server_group_coordinator_metrics_group_count", protocol="consumer") == 2
+    assert s.get("kafka_server_group_coordinator_metrics_group_count", protocol="classic") == 1
+    assert s.get("kafka_server_group_coordinator_metrics_consumer_group_count", state="reconciling") == 2
     assert s.get("kafka_server_delayedoperationpurgatory_numdelayedoperations", delayedoperation="Fetch") == 2
     assert s.types["kafka_network_requestmetrics_totaltimems"] == "histogram"
 

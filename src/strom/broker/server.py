@@ -30,6 +30,8 @@ from strom.broker.handlers import (
     alter_replica_log_dirs,
     alter_user_scram_credentials,
     api_versions,
+    consumer_group_describe,
+    consumer_group_heartbeat,
     controlled_shutdown,
     create_acls,
     create_partitions,
@@ -163,6 +165,9 @@ class KafkaServer:
         self.apis = KafkaApis()
         for module in HANDLER_MODULES:
             self.apis.register_module(module)
+        if "consumer" in config.get("group.coordinator.rebalance.protocols"):
+            self.apis.register_module(consumer_group_heartbeat)  # KIP-848 consumer groups
+            self.apis.register_module(consumer_group_describe)
         self.log_manager: LogManager
         self.metadata: MetadataStore
         self.replica_manager: ReplicaManager

@@ -3,7 +3,10 @@
 
 Output columns follow Kafka's tool so scripts written for it keep working:
 describe prints, per partition, CURRENT-OFFSET, LOG-END-OFFSET, LAG, CONSUMER-ID,
-HOST and CLIENT-ID; --members and --state print the member and group views.
+HOST and CLIENT-ID; --members and --state print the member and group views. For a
+consumer-protocol group (KIP-848) --state adds GROUP-EPOCH and TARGET-ASSIGNMENT-EPOCH and
+--members --verbose each member's current and target epoch and assignment, as Kafka 4's tool
+does (read with ConsumerGroupDescribe from the coordinator); --list --type shows each group's type.
 Resetting offsets only works on an inactive (Empty) group and shows the plan
 with --dry-run (the default) before --execute applies it.
 """
@@ -22,6 +25,7 @@ from strom.cli.common import (
     CommandConfigOption,
     admin_client,
     cli_errors,
+    client_security,
     describe_kafka_error,
     fail,
     write_out,
@@ -73,15 +77,56 @@ def _state_name(state: Any) -> str:
             "UNKNOWN": "Unknown"}.get(name, name.capitalize())
 
 
+def _is_consumer_protocol(desc: Any) -> bool:
+    return getattr(getattr(desc, "type", None), "name", "") == "CONSUMER"
+
+
+def _assignment_text(assignment: Any) -> str:
+    """topic(0,1),other(2) from a ConsumerGroupDescribe assignment."""
+    parts = [f"{tp.topic_name}({','.join(map(str, sorted(tp.partitions)))})"
+             for tp in sorted(assignment.topic_partitions, key=lambda tp: tp.topic_name) if tp.partitions]
+    return ",".join(parts) or _MISSING
+
+
 class GroupTool:
-    def __init__(self, admin: Any, timeout: float) -> None:
+    def __init__(self, admin: Any, timeout: float, security: Any = None) -> None:
         self.admin = admin
         self.timeout = timeout
+        self.security = security
 
     # -- queries -------------------------------------------------------------------
     def list_groups(self) -> list[str]:
+        return sorted(self.list_groups_with_type())
+
+    def list_groups_with_type(self) -> dict[str, str]:
+        """Group id -> Classic / Consumer."""
         result = self.admin.list_consumer_groups(request_timeout=self.timeout).result()
-        return sorted(g.group_id for g in result.valid)
+        return {g.group_id: _state_name(getattr(g, "type", None) or "UNKNOWN") for g in result.valid}
+
+    def consumer_group_describe(self, group: str, desc: Any) -> Any:
+        """ConsumerGroupDescribe of a consumer-protocol group, asked of its coordinator."""
+        import asyncio
+
+        from strom.cli.common import connect_timeout
+        from strom.client.broker_client import BrokerClient
+        from strom.protocol.group_messages import ConsumerGroupDescribeRequest
+
+        coord = desc.coordinator
+
+        async def ask() -> Any:
+            client = BrokerClient(coord.host, coord.port, client_id="strom-consumer-groups",
+                                  connect_timeout_s=connect_timeout(), security=self.security,
+                                  request_timeout_ms=int(self.timeout * 1000))
+            try:
+                return await client.send(ConsumerGroupDescribeRequest(group_ids=[group],
+                                                                      include_authorized_operations=False), 1)
+            finally:
+                await client.close()
+
+        described = asyncio.run(ask()).groups[0]
+        if described.error_code:
+            fail(f"Could not describe group '{group}': {described.error_message or described.error_code}")
+        return described
 
     def describe(self, group: str) -> Any:
         from confluent_kafka import KafkaException
@@ -169,6 +214,9 @@ class GroupTool:
             write_out(f"\nConsumer group '{group}' has no active members.\n")
             return
         headers = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
+        if verbose and _is_consumer_protocol(desc):
+            self._print_consumer_members(group, desc, headers)
+            return
         if verbose:
             headers.append("ASSIGNMENT")
         rows = []
@@ -184,10 +232,28 @@ class GroupTool:
             rows.append(row)
         write_out("\n" + _table(rows, headers))
 
+    def _print_consumer_members(self, group: str, desc: Any, headers: list[str]) -> None:
+        described = self.consumer_group_describe(group, desc)
+        rows = []
+        for m in described.members:
+            current = sum(len(tp.partitions) for tp in m.assignment.topic_partitions)
+            target_epoch = described.assignment_epoch
+            rows.append([group, m.member_id, m.client_host, m.client_id, str(current), str(m.member_epoch),
+                         _assignment_text(m.assignment), str(target_epoch), _assignment_text(m.target_assignment)])
+        write_out("\n" + _table(rows, [*headers, "CURRENT-EPOCH", "CURRENT-ASSIGNMENT", "TARGET-EPOCH",
+                                        "TARGET-ASSIGNMENT"]))
+
     def print_state(self, group: str) -> None:
         desc = self.require(group)
         coord = desc.coordinator
         coordinator = f"{coord.host}:{coord.port} ({coord.id})" if coord is not None else _MISSING
+        if _is_consumer_protocol(desc):
+            described = self.consumer_group_describe(group, desc)
+            rows = [[group, coordinator, described.assignor_name, described.group_state, str(described.group_epoch),
+                     str(described.assignment_epoch), str(len(described.members))]]
+            write_out("\n" + _table(rows, ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE",
+                                            "GROUP-EPOCH", "TARGET-ASSIGNMENT-EPOCH", "#MEMBERS"]))
+            return
         rows = [[group, coordinator, desc.partition_assignor or "", _state_name(desc.state), str(len(desc.members))]]
         write_out("\n" + _table(rows, ["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"]))
 
@@ -295,6 +361,8 @@ def _reset_target(to_earliest: bool, to_latest: bool, to_current: bool, to_offse
 def consumer_groups(
     bootstrap_server: BootstrapOption = "127.0.0.1:9092",
     list_: Annotated[bool, typer.Option("--list", help="List all consumer groups.")] = False,
+    show_type: Annotated[bool, typer.Option("--type", help="With --list: show each group's type (Classic, Consumer).")
+                         ] = False,
     describe: Annotated[bool, typer.Option("--describe", help="Describe consumer groups and their lag.")] = False,
     delete: Annotated[bool, typer.Option("--delete", help="Delete empty consumer groups and their offsets.")] = False,
     reset_offsets: Annotated[bool, typer.Option("--reset-offsets", help="Reset the offsets of an inactive group.")
@@ -330,7 +398,11 @@ def consumer_groups(
             fail("Exactly one of --list, --describe, --delete, --reset-offsets is required.")
         if dry_run and execute:
             fail("--dry-run and --execute are mutually exclusive.")
-        tool = GroupTool(admin_client(bootstrap_server, command_config), timeout)
+        tool = GroupTool(admin_client(bootstrap_server, command_config), timeout, client_security(command_config))
+        if list_ and show_type:
+            typed = tool.list_groups_with_type()
+            write_out(_table([[g, typed[g]] for g in sorted(typed)], ["GROUP", "TYPE"]))
+            return
         if list_:
             for g in tool.list_groups():
                 write_out(g + "\n")

@@ -208,9 +208,21 @@ class BrokerConfig:
         lo, hi = self.get("group.min.session.timeout.ms"), self.get("group.max.session.timeout.ms")
         if lo > hi:
             raise ConfigError("group.min.session.timeout.ms must not exceed group.max.session.timeout.ms")
+        self._check_consumer_group_timeouts()
         if self.get("replica.fetch.wait.max.ms") > self.get("replica.socket.timeout.ms"):
             raise ConfigError("replica.socket.timeout.ms must be at least replica.fetch.wait.max.ms: a follower's "
                               "fetch would time out while the leader still waits for data")
+
+    def _check_consumer_group_timeouts(self) -> None:
+        """KIP-848 timeouts within their bounds, and a heartbeat well inside the session (as Kafka checks)."""
+        for name in ("session.timeout.ms", "heartbeat.interval.ms"):
+            value = self.get(f"group.consumer.{name}")
+            lo, hi = self.get(f"group.consumer.min.{name}"), self.get(f"group.consumer.max.{name}")
+            if not lo <= value <= hi:
+                raise ConfigError(f"group.consumer.{name} must be between group.consumer.min.{name} ({lo}) and "
+                                  f"group.consumer.max.{name} ({hi}), not {value}")
+        if self.get("group.consumer.heartbeat.interval.ms") >= self.get("group.consumer.session.timeout.ms"):
+            raise ConfigError("group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms")
 
     # -- access
 

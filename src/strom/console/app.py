@@ -431,7 +431,8 @@ async def group_api(request: Request) -> Response:
         raise bad_request("Name a group with ?id=")
     group = await console(request).call(gateway(request).group, group_id)
     return JSONResponse({
-        "group": group.group_id, "state": group.state, "members": len(group.members), "total_lag": group.total_lag,
+        "group": group.group_id, "state": group.state, "protocol": group.protocol, "members": len(group.members),
+        "total_lag": group.total_lag,
         "spark_marker_batch": group.spark_marker_batch,
         "partitions": [{"topic": r.topic, "partition": r.partition, "committed": r.committed,
                         "end_offset": r.end_offset, "lag": r.lag, "client_id": r.client_id} for r in group.lag],

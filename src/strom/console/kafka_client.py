@@ -312,6 +312,7 @@ class GroupView:
     lag: list[LagRow]
     # The exactly-once Spark sink's bookkeeping, not a consumer: its "offset" is a batch id (see spark_marker_batch).
     spark_marker_batch: int | None = None
+    protocol: str = "classic"  # or "consumer": the KIP-848 protocol (group.protocol=consumer)
 
     @property
     def spark_marker(self) -> bool:
@@ -896,7 +897,9 @@ class KafkaGateway:
         coordinator = description.coordinator.id if description.coordinator is not None else None
         return GroupView(description.group_id, state_name(description.state),
                          bool(description.is_simple_consumer_group), members, coordinator,
-                         description.partition_assignor or "", rows, marker)
+                         description.partition_assignor or "", rows, marker,
+                         "consumer" if getattr(getattr(description, "type", None), "name", "") == "CONSUMER"
+                         else "classic")
 
     def _end_offsets(self, partitions: set[tuple[str, int]]) -> dict[tuple[str, int], int]:
         if not partitions:

@@ -88,6 +88,7 @@ class Snapshot:
     global_partitions: int | None = None
     global_topics: int | None = None
     group_states: dict[str, int] = field(default_factory=dict)
+    consumer_group_states: dict[str, int] = field(default_factory=dict)  # KIP-848 groups, per state
     group_offsets: int = 0
     group_members: dict[str, int] = field(default_factory=dict)
     # (group, topic, partition, committed offset, lag or None when the partition is not hosted here)
@@ -183,9 +184,15 @@ class BrokerCollector:
         states = dict.fromkeys(GROUP_STATES, 0)
         parts = rm.partitions if rm is not None else {}
         for group_id, group in list(gc.manager.groups.items()):
-            state = str(group.state)
-            states[state] = states.get(state, 0) + 1
-            snap.group_members[group_id] = len(group.members)
+            cg = group.consumer_group
+            if cg is not None:  # a KIP-848 consumer group: its own states and members
+                cstate = str(cg.state)
+                snap.consumer_group_states[cstate] = snap.consumer_group_states.get(cstate, 0) + 1
+                snap.group_members[group_id] = len(cg.members)
+            else:
+                state = str(group.state)
+                states[state] = states.get(state, 0) + 1
+                snap.group_members[group_id] = len(group.members)
             for tp, off in list(group.offsets.items()):
                 snap.group_offsets += 1
                 part = parts.get(tp)
@@ -411,7 +418,8 @@ def _log_families(snap: Snapshot) -> list[Metric]:
 def _group_families(snap: Snapshot) -> list[Metric]:
     prefix = "kafka_coordinator_group_groupmetadatamanager_"
     out = [
-        _gauge(prefix + "numgroups", "Groups this broker coordinates.", sum(snap.group_states.values())),
+        _gauge(prefix + "numgroups", "Groups this broker coordinates.",
+               sum(snap.group_states.values()) + sum(snap.consumer_group_states.values())),
         _gauge(prefix + "numoffsets", "Committed offsets of the groups this broker coordinates.", snap.group_offsets),
         _labelled(prefix + "numgroupsstate", "Groups this broker coordinates, per state.", ["state"],
                   (([k], v) for k, v in sorted(snap.group_states.items()))),
@@ -419,6 +427,13 @@ def _group_families(snap: Snapshot) -> list[Metric]:
     for state in GROUP_STATES:  # Kafka's per-state gauges (NumGroupsStable, ...)
         out.append(_gauge(prefix + "numgroups" + state.lower(), f"Groups in state {state}.",
                           snap.group_states.get(state, 0)))
+    # Kafka 4's group-coordinator-metrics: groups per protocol, consumer groups per state.
+    coordinator = "kafka_server_group_coordinator_metrics_"
+    out.append(_labelled(coordinator + "group_count", "Groups this broker coordinates, per protocol.", ["protocol"],
+                         [(["classic"], sum(snap.group_states.values())),
+                          (["consumer"], sum(snap.consumer_group_states.values()))]))
+    out.append(_labelled(coordinator + "consumer_group_count", "Consumer-protocol groups coordinated here, per state.",
+                         ["state"], (([k.lower()], v) for k, v in sorted(snap.consumer_group_states.items()))))
     out.append(_labelled("kafka_consumergroup_members", "Members of a group coordinated here.", ["consumergroup"],
                          (([g], n) for g, n in sorted(snap.group_members.items()))))
     detail = sorted(snap.group_offsets_detail)

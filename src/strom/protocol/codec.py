@@ -19,11 +19,12 @@ import kafka.protocol.producer as _producer
 import kafka.protocol.sasl as _sasl
 from kafka.protocol.api_message import ApiMessage
 
+from strom.protocol import group_messages as _group_messages
 from strom.protocol import inter_broker as _inter_broker
 
 _REQUESTS: dict[int, type[ApiMessage]] = {}
 _RESPONSES: dict[int, type[ApiMessage]] = {}
-for _mod in (_admin, _consumer, _metadata, _producer, _sasl, _inter_broker):
+for _mod in (_admin, _consumer, _metadata, _producer, _sasl, _inter_broker, _group_messages):
     for _name, _cls in inspect.getmembers(_mod, inspect.isclass):
         if issubclass(_cls, ApiMessage) and _cls is not ApiMessage and _cls.json is not None:
             if _name.endswith("Request"):

@@ -13,7 +13,6 @@ from strom.security.acl import AclOperation, ResourceType
 API_KEY = ApiKey.LIST_GROUPS
 VERSIONS = (0, 5)
 Listed = ListGroupsResponse.ListedGroup
-CLASSIC = "classic"
 
 
 async def handle(ctx: RequestContext, request: Any) -> ListGroupsResponse:
@@ -21,10 +20,10 @@ async def handle(ctx: RequestContext, request: Any) -> ListGroupsResponse:
     states = set(request.states_filter or []) if v >= 4 else set()
     types = {t.lower() for t in request.types_filter or []} if v >= 5 else set()
     error, groups = ctx.group_coordinator.handle_list_groups(states or None)
-    if types and CLASSIC not in types:
-        groups = []
+    if types:
+        groups = [g for g in groups if g.group_type in types]
     if not ctx.authorize_cluster(AclOperation.DESCRIBE):  # else only the groups it may describe
         groups = [g for g in groups if ctx.authorize(AclOperation.DESCRIBE, ResourceType.GROUP, g.group_id)]
     return ListGroupsResponse(throttle_time_ms=0, error_code=error, groups=[
-        Listed(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=str(g.state),
-               group_type=CLASSIC) for g in groups])
+        Listed(group_id=g.group_id, protocol_type=g.protocol_type or "", group_state=g.state_name,
+               group_type=g.group_type) for g in groups])

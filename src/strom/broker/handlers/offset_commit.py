@@ -74,6 +74,10 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetCommitResponse:
                            expire_after_ms=retention if retention is not None else -1)
     if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, request.group_id):
         req.fail_all(Errors.GroupAuthorizationFailedError.errno)
+    if req.offsets and v < 9 and ctx.group_coordinator.is_consumer_protocol_member(request.group_id,
+                                                                                   request.member_id or ""):
+        # A consumer-protocol member commits with its member epoch, which only v9+ carries (as Kafka).
+        req.fail_all(Errors.UnsupportedVersionError.errno)
     if req.offsets and v == 0 and ctx.services.cluster is not None:  # Kafka 3.9 (ZooKeeper mode) keeps these there
         req.errors.update(await zk_consumer_offsets.commit(ctx.services.cluster, request.group_id, req.offsets))
         req.offsets.clear()

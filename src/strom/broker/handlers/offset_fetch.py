@@ -62,7 +62,9 @@ async def handle(ctx: RequestContext, request: Any) -> OffsetFetchResponse:
     if v >= 8:
         groups = []
         for g in request.groups:
-            error, found = _fetch(ctx, g.group_id, g.topics, request.require_stable)
+            error = ctx.group_coordinator.validate_offset_fetch_member(g.group_id, g.member_id, g.member_epoch) \
+                if v >= 9 else 0
+            error, found = (error, {}) if error else _fetch(ctx, g.group_id, g.topics, request.require_stable)
             groups.append(Group(group_id=g.group_id, error_code=error, topics=[
                 GroupTopic(name=t, partitions=[
                     GroupPart(partition_index=p, committed_offset=o, committed_leader_epoch=e, metadata=m,

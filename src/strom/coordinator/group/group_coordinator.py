@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import kafka.errors as Errors
 
 from strom.coordinator.clock import Clock
+from strom.coordinator.group.consumer_group_coordinator import ConsumerGroupCoordinator
 from strom.coordinator.group.delayed import DelayedHeartbeat, DelayedJoin, DelayedSync, InitialDelayedJoin
 from strom.coordinator.group.group_metadata import GroupMetadata, GroupState, OffsetAndMetadata
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
@@ -96,6 +97,7 @@ class GroupCoordinator:
         self.active = True
         self.offsets = OffsetMetadataManager(manager, self)
         self.clock: Clock = manager.clock  # record timestamps; delays run on ``timer``'s own clock
+        self.consumer_groups: ConsumerGroupCoordinator | None = None  # KIP-848, when the protocol is enabled
 
     # -- common checks -----------------------------------------------------------
     def _validate_group_status(self, group_id: str | None, require_non_empty_id: bool) -> int:
@@ -166,6 +168,9 @@ class GroupCoordinator:
         if group.is_in(GroupState.DEAD):
             # The group was deleted or unloaded under us; the client will look it up again.
             return reply(COORDINATOR_NOT_AVAILABLE)
+        if group.has_consumer_members:
+            return reply(INCONSISTENT_GROUP_PROTOCOL)  # a consumer-protocol group (no online migration)
+        group.consumer_group = None  # an empty consumer group becomes a classic one
         if not group.supports_protocols(protocol_type, [name for name, _ in protocols]):
             return reply(INCONSISTENT_GROUP_PROTOCOL)
         new_member_id = f"{client_id}-{uuid.uuid4()}"
@@ -633,6 +638,9 @@ class GroupCoordinator:
 
     def validate_offset_commit(self, group: GroupMetadata, member_id: str, instance_id: str | None,
                                generation_id: int) -> int:
+        if group.consumer_group is not None:
+            return ConsumerGroupCoordinator.validate_offset_commit(group.consumer_group, member_id, generation_id,
+                                                                   transactional=False)
         if generation_id >= 0 or member_id or instance_id is not None:
             error = self._validate_current_member(group, member_id, instance_id, generation_id)
             if error:
@@ -646,6 +654,9 @@ class GroupCoordinator:
 
     def validate_txn_offset_commit(self, group: GroupMetadata, member_id: str, instance_id: str | None,
                                    generation_id: int) -> int:
+        if group.consumer_group is not None:
+            return ConsumerGroupCoordinator.validate_offset_commit(group.consumer_group, member_id, generation_id,
+                                                                   transactional=True)
         if instance_id is not None:
             known = group.static_member_id(instance_id)
             if known is not None and known != member_id:
@@ -655,6 +666,17 @@ class GroupCoordinator:
         if generation_id >= 0 and generation_id != group.generation_id:
             return ILLEGAL_GENERATION
         return NONE
+
+    def is_consumer_protocol_member(self, group_id: str, member_id: str) -> bool:
+        group = self.manager.get_group(group_id) if self.manager.is_group_local(group_id) else None
+        return group is not None and group.consumer_group is not None and member_id in group.consumer_group.members
+
+    def validate_offset_fetch_member(self, group_id: str, member_id: str | None, member_epoch: int) -> int:
+        """OffsetFetch v9+ from a consumer-protocol member: is its epoch current? 0 if so."""
+        group = self.manager.get_group(group_id) if self.manager.is_group_local(group_id) else None
+        if group is None or group.consumer_group is None:
+            return NONE
+        return ConsumerGroupCoordinator.validate_offset_fetch(group.consumer_group, member_id, member_epoch)
 
     def on_offset_commit(self, group: GroupMetadata, member_id: str) -> None:
         member = group.members.get(member_id)
@@ -670,7 +692,7 @@ class GroupCoordinator:
         groups = [g for g in self.manager.groups.values() if not g.is_in(GroupState.DEAD)]
         if states:
             wanted = {s.lower() for s in states}
-            groups = [g for g in groups if str(g.state).lower() in wanted]
+            groups = [g for g in groups if g.state_name.lower() in wanted]
         return NONE, groups
 
     def handle_describe_group(self, group_id: str) -> GroupSummary:
@@ -678,7 +700,8 @@ class GroupCoordinator:
         if error:
             return GroupSummary(group_id, "", "", "", [], error)
         group = self.manager.get_group(group_id)
-        if group is None:
+        if group is None or group.consumer_group is not None:
+            # A consumer-protocol group is not a classic one: DescribeGroups (up to v5) says Dead, as Kafka.
             return GroupSummary(group_id, str(GroupState.DEAD), "", "", [])
         if group.is_in(GroupState.STABLE):
             proto = group.protocol_name or ""
@@ -698,7 +721,7 @@ class GroupCoordinator:
             group = self.manager.get_group(group_id)
             if group is None or group.is_in(GroupState.DEAD):
                 results[group_id] = GROUP_ID_NOT_FOUND
-            elif not group.is_in(GroupState.EMPTY):
+            elif not group.is_in(GroupState.EMPTY) or group.has_consumer_members:
                 results[group_id] = NON_EMPTY_GROUP
             else:
                 results[group_id] = await self.manager.delete_group(group)  # dead once the tombstones commit
@@ -753,6 +776,8 @@ class GroupCoordinator:
 
     def _on_group_loaded(self, group: GroupMetadata) -> None:
         # Members recovered from the log get a full session to reconnect and heartbeat.
+        if self.consumer_groups is not None:
+            self.consumer_groups.on_group_loaded(group)
         for member in group.members.values():
             self._complete_and_schedule_next_heartbeat(group, member)
 
@@ -763,6 +788,8 @@ class GroupCoordinator:
         self.manager.runtime.forget(partition)
 
     def _kill_group(self, group: GroupMetadata, error: int) -> None:
+        if self.consumer_groups is not None:
+            self.consumer_groups.forget(group)
         for member in group.members.values():
             member.complete_join(JoinGroupResult(member.member_id, error))
             member.complete_sync(SyncGroupResult(error))

@@ -22,6 +22,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
 
+from strom.coordinator.group.consumer_group import ConsumerGroup
 from strom.coordinator.group.consumer_protocol import CONSUMER_PROTOCOL_TYPE, subscribed_topics
 from strom.coordinator.group.member_metadata import MemberMetadata
 from strom.server_common.types import TopicPartition
@@ -107,6 +108,8 @@ class GroupMetadata:
         self.offset_append_offsets: dict[TopicPartition, int] = {}
         # producer id -> offsets written by TxnOffsetCommit, invisible until the commit marker.
         self.pending_transactional_offset_commits: dict[int, dict[TopicPartition, CommitRecordMetadataAndOffset]] = {}
+        # Set while the group runs KIP-848's consumer protocol (group.protocol=consumer).
+        self.consumer_group: ConsumerGroup | None = None
 
     # -- state -----------------------------------------------------------------
     def is_in(self, *states: GroupState) -> bool:
@@ -128,6 +131,21 @@ class GroupMetadata:
 
     def get(self, member_id: str) -> MemberMetadata:
         return self.members[member_id]
+
+    @property
+    def group_type(self) -> str:
+        """ListGroups' type: ``consumer`` for KIP-848 groups, ``classic`` otherwise."""
+        return "classic" if self.consumer_group is None else "consumer"
+
+    @property
+    def state_name(self) -> str:
+        """The state as ListGroups shows it (a consumer group has its own states)."""
+        return str(self.state) if self.consumer_group is None else str(self.consumer_group.state)
+
+    @property
+    def has_consumer_members(self) -> bool:
+        """Members of the consumer protocol (KIP-848) are in the group: it is not empty."""
+        return self.consumer_group is not None and bool(self.consumer_group.members)
 
     @property
     def size(self) -> int:
@@ -373,6 +391,8 @@ class GroupMetadata:
             return now - base >= retention_ms
 
         victims: list[TopicPartition] = []
+        if self.has_consumer_members:
+            return victims
         if self.state == GroupState.EMPTY:
             # Kafka counts from when the group became empty; a later commit (a reset by
             # the consumer-groups tool, a simple consumer) restarts the clock for its offset.

@@ -20,6 +20,12 @@ import kafka.errors as Errors
 
 from strom.coordinator.clock import SYSTEM_CLOCK, Clock
 from strom.coordinator.common import partition_for
+from strom.coordinator.group.consumer_group_records import (
+    ConsumerGroupLoad,
+    ConsumerGroupRecordKey,
+    RecordError,
+    consumer_group_tombstones,
+)
 from strom.coordinator.group.group_metadata import (
     CommitRecordMetadataAndOffset,
     GroupMetadata,
@@ -184,6 +190,8 @@ class GroupMetadataManager:
         records: list[tuple[bytes, bytes | None]] = [
             (offset_commit_key(group.group_id, *tp), None) for tp in offsets]
         records.append((group_metadata_key(group.group_id), None))
+        if group.consumer_group is not None:
+            records += consumer_group_tombstones(group.group_id)
         try:
             await self.write(group.group_id, records, functools.partial(self._apply_tombstones, group, offsets, True))
         except Exception as exc:  # noqa: BLE001
@@ -197,7 +205,8 @@ class GroupMetadataManager:
         tombstoned too, the group dies unless it came back to life meanwhile (a member joined, or a
         commit appended before the tombstones left an offset the log keeps)."""
         group.remove_offsets(offsets)
-        if group_deleted and group.is_in(GroupState.EMPTY) and not group.has_offsets():
+        if group_deleted and group.is_in(GroupState.EMPTY) and not group.has_consumer_members \
+                and not group.has_offsets():
             group.transition_to(GroupState.DEAD)
             self.remove_group(group)
 
@@ -241,6 +250,7 @@ class GroupMetadataManager:
         offsets: dict[str, dict[TopicPartition, CommitRecordMetadataAndOffset]] = {}
         metadata: dict[str, GroupMetadataRecord | None] = {}
         pending: dict[int, dict[str, dict[TopicPartition, CommitRecordMetadataAndOffset]]] = {}
+        consumer: dict[str, ConsumerGroupLoad] = {}  # KIP-848 consumer groups
         for offset, key, value, producer_id, kind in records:
             if kind >= COMMIT_MARKER:
                 for group_id, group_pending in pending.pop(producer_id, {}).items():
@@ -268,18 +278,24 @@ class GroupMetadataManager:
                         per_group[tp] = CommitRecordMetadataAndOffset(read_offset_commit_value(value), offset)
                 elif isinstance(k, GroupMetadataKey):
                     metadata[k.group] = None if value is None else read_group_metadata_value(value)
-            except SchemaError as exc:
+                elif isinstance(k, ConsumerGroupRecordKey):
+                    consumer.setdefault(k.group, ConsumerGroupLoad(k.group)).apply(k, value)
+            except (SchemaError, RecordError) as exc:
                 log.warning("skipping unreadable record in %s-%d: %s", GROUP_METADATA_TOPIC_NAME, partition, exc)
         pending_groups = {g for per_producer in pending.values() for g, tps in per_producer.items() if tps}
         groups: list[GroupMetadata] = []
-        for group_id in set(offsets) | set(metadata) | pending_groups:
+        for group_id in set(offsets) | set(metadata) | pending_groups | set(consumer):
             if self.partition_for(group_id) != partition:
                 continue
             rec = metadata.get(group_id)
             group_offsets = offsets.get(group_id, {})
-            if rec is None and not group_offsets and group_id not in pending_groups:
+            consumer_group = consumer[group_id].build() if group_id in consumer else None
+            if rec is None and not group_offsets and group_id not in pending_groups and consumer_group is None:
                 continue  # deleted group, or nothing left of it
             group = self._rebuild_group(group_id, rec, group_offsets, now)
+            if consumer_group is not None:
+                group.consumer_group = consumer_group
+                group.protocol_type = "consumer"
             for producer_id, by_group in pending.items():
                 if by_group.get(group_id):
                     group.pending_transactional_offset_commits[producer_id] = dict(by_group[group_id])
@@ -347,7 +363,8 @@ class GroupMetadataManager:
             expired = group.expired_offsets(now, self.retention_ms)
             records: list[tuple[bytes, bytes | None]] = [
                 (offset_commit_key(group.group_id, *tp), None) for tp in expired]
-            dies = group.is_in(GroupState.EMPTY) and not group.has_offsets(besides=expired)
+            dies = (group.is_in(GroupState.EMPTY) and not group.has_consumer_members
+                    and not group.has_offsets(besides=expired))
             if dies:
                 records.append((group_metadata_key(group.group_id), None))
             if not records:

@@ -251,8 +251,11 @@ class OffsetMetadataManager:
             return NON_EMPTY_GROUP, {}
         results: dict[TopicPartition, int] = {}
         deletable = []
+        consumer_topics = set(group.consumer_group.subscription_metadata) if group.has_consumer_members \
+            and group.consumer_group is not None else set()
         for tp in partitions:
-            if group.members and (group.subscribed_topics is None or group.is_subscribed_to_topic(tp[0])):
+            if group.members and (group.subscribed_topics is None or group.is_subscribed_to_topic(tp[0])) \
+                    or tp[0] in consumer_topics:
                 results[tp] = GROUP_SUBSCRIBED_TO_TOPIC
             else:
                 deletable.append(tp)

@@ -23,6 +23,12 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+from strom.coordinator.group.consumer_group_records import (
+    CONSUMER_GROUP_RECORD_TYPES,
+    ConsumerGroupRecordKey,
+    RecordError,
+    parse_key,
+)
 from strom.coordinator.group.group_metadata import OffsetAndMetadata
 
 OFFSET_COMMIT_KEY_VERSION = 1
@@ -141,9 +147,14 @@ def group_metadata_key(group: str) -> bytes:
     return _Writer().i16(GROUP_METADATA_KEY_VERSION).string(group).done()
 
 
-def read_key(key: bytes) -> OffsetKey | GroupMetadataKey:
+def read_key(key: bytes) -> OffsetKey | GroupMetadataKey | ConsumerGroupRecordKey:
     r = _Reader(key)
     version = r.i16()
+    if version in CONSUMER_GROUP_RECORD_TYPES:  # KIP-848 consumer group records
+        try:
+            return parse_key(key)
+        except (RecordError, UnicodeDecodeError) as exc:
+            raise SchemaError(f"unreadable consumer group key: {exc}") from exc
     if version in (0, 1):
         group, topic, partition = r.string(), r.string(), r.i32()
         if group is None or topic is None:
