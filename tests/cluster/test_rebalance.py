@@ -113,8 +113,9 @@ def test_a_joining_broker_gets_its_share_and_nothing_is_lost(growing: ClusterPro
     report = check_topic(cluster.bootstrap, topics[0], producer.acked, timeout=BOUND)
     assert report.lost == 0 and report.duplicated == 0, report
 
-    # A second run finds nothing left to do.
-    again = rebalance(cluster)
+    # A second run finds nothing left to do for the counts. (Disk bytes it may still even out: the producer
+    # wrote on during the moves, and moved-away copies are deleted some time after a move completes.)
+    again = rebalance(cluster, "--goals", "replica-distribution,leader-distribution,minimal-movement")
     assert again.returncode == 0 and "nothing to move" in again.stdout, again.stdout
 
 
