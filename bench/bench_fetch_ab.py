@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -40,6 +41,7 @@ def main() -> int:
     ap.add_argument("--fetch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[bb.MiB, 8 * bb.MiB])
     args = ap.parse_args()
     figures: dict[str, dict[int, list[tuple[float, float, float]]]] = {"before": {}, "after": {}}
+    load = [round(os.getloadavg()[0], 2)]  # 1-minute load average at the start and the end
     with tempfile.TemporaryDirectory(prefix="strom-fetch-ab-") as tmp, \
             bb.ab_brokers(args.ref, Path(tmp), TOPIC, args.partitions) as brokers:
         for b in brokers.values():
@@ -53,7 +55,8 @@ def main() -> int:
                     if r["errors"]:
                         raise SystemExit(f"{side}: {r['errors']} fetch errors")
                     figures[side].setdefault(size, []).append((r["mb_s"], r["broker_cpu_s"], r["mb"]))
-    out: dict[str, object] = {"benchmark": "fetch a/b", "before": args.ref, "rounds": args.rounds,
+    load.append(round(os.getloadavg()[0], 2))
+    out: dict[str, object] = {"benchmark": "fetch a/b", "ref": args.ref, "loadavg": load, "rounds": args.rounds,
                               "records": args.records, "partitions": args.partitions}
     for side, by_size in figures.items():
         for size, vals in by_size.items():

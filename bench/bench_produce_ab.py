@@ -7,15 +7,17 @@ network layer's per-request cost shows in) and one load of 1 MiB batches.
 
     python bench/bench_produce_ab.py main --rounds 10
 
-Prints JSON: per side, the median requests/s and MB/s over the rounds, and the broker CPU per
-request and per MB summed over all rounds (one round is only a few clock ticks of CPU, so
-per-round CPU figures are coarse).
+Prints JSON: per side, the median requests/s and MB/s over the rounds, the broker CPU per
+request and per MB summed over all rounds (to the nanosecond, see bench_broker.cpu_between), and
+the quartiles of the per-round CPU per MB (their spread is the machine's noise), plus the load
+average at the start and the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -32,6 +34,11 @@ import bench_broker as bb  # noqa: E402
 TOPIC = "bench-produce"
 
 
+def quartiles(values: list[float]) -> list[float]:
+    """Lower quartile, median and upper quartile, rounded."""
+    return [round(q, 4) for q in statistics.quantiles(values, n=4)] if len(values) > 1 else [round(v, 4) for v in values]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("ref", help="the older commit")
@@ -43,6 +50,7 @@ def main() -> int:
     args = ap.parse_args()
     small: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     large: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    load = [round(os.getloadavg()[0], 2)]  # 1-minute load average at the start and the end
     with tempfile.TemporaryDirectory(prefix="strom-produce-ab-") as tmp, \
             bb.ab_brokers(args.ref, Path(tmp), TOPIC, 1) as brokers:
         for k in range(args.rounds):
@@ -55,7 +63,8 @@ def main() -> int:
                     raise SystemExit(f"{side}: produce errors")
                 small[side].append(r)
                 large[side].append(big)
-    out: dict[str, object] = {"benchmark": "produce a/b", "before": args.ref, "rounds": args.rounds,
+    load.append(round(os.getloadavg()[0], 2))
+    out: dict[str, object] = {"benchmark": "produce a/b", "ref": args.ref, "loadavg": load, "rounds": args.rounds,
                               "small": {"seconds": args.seconds, "window": args.window,
                                         "record_size": args.record_size},
                               "large": {"mb_per_round": args.mb, "batch_bytes": bb.MiB, "window": 4}}
@@ -68,6 +77,8 @@ def main() -> int:
             "large_median_mb_s": statistics.median(r["mb_s"] for r in g),
             "large_broker_cpu_ms_per_mb": round(1000 * sum(r["broker_cpu_s"] for r in g) / sum(r["mb"] for r in g),
                                                 4),
+            # per-round spread: how far apart two rounds of one side land on this machine
+            "large_broker_cpu_ms_per_mb_rounds": quartiles([1000 * r["broker_cpu_s"] / r["mb"] for r in g]),
         }
     print(json.dumps(out, indent=1))
     return 0
