@@ -271,3 +271,9 @@ def test_init_producer_id_rejects_a_timeout_above_the_maximum(txn_broker: Broker
     resp = call(txn_broker, InitProducerIdRequest(transactional_id="too-long", transaction_timeout_ms=900001,
                                                   producer_id=-1, producer_epoch=-1), 4)
     assert resp.error_code == KafkaError.INVALID_TRANSACTION_TIMEOUT
+
+
+def test_find_coordinator_v6_share_key_type_is_invalid_request(txn_broker: BrokerProcess) -> None:
+    """v6 (KIP-932) defines key type 2 for share groups, which Strom has not: INVALID_REQUEST for that key."""
+    resp = call(txn_broker, FindCoordinatorRequest(key_type=2, coordinator_keys=["g:topic-id:0"]), 6)
+    assert [(c.key, c.error_code) for c in resp.coordinators] == [("g:topic-id:0", KafkaError.INVALID_REQUEST)]
