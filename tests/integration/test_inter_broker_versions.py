@@ -162,3 +162,30 @@ def test_alter_partition_every_version(cluster: ClusterProcess, version: int) ->
         assert resp.topics[0].topic_name == TOPIC
     not_controller = next(b for b in cluster.broker_ids if b != controller)
     assert call(cluster, not_controller, req, version).error_code == KafkaError.NOT_CONTROLLER
+
+
+@pytest.mark.parametrize("version", range(8))
+def test_leader_and_isr_every_version_answers_per_partition(cluster: ClusterProcess, version: int) -> None:
+    """From the current controller epoch, a partition state older than the broker's is refused for that
+    partition alone, answered in the version's layout: by topic name up to v4, by topic id from v5."""
+    current = cluster.wait_isr(TOPIC, 0, cluster.broker_ids)
+    epoch = cluster.controller_epoch()
+    state = {"partition_index": 0, "controller_epoch": epoch, "leader": current.leader,
+             "leader_epoch": current.leader_epoch - 1, "isr": list(current.isr), "partition_epoch": 0,
+             "replicas": list(cluster.broker_ids), "adding_replicas": [], "removing_replicas": [],
+             "is_new": False, "leader_recovery_state": 0}
+    tid = topic_id(cluster)
+    req = build(LeaderAndIsrRequest, controller_id=cluster.wait_controller(), is_k_raft_controller=False,
+                controller_epoch=epoch, broker_epoch=-1, request_type=0,
+                ungrouped_partition_states=[{**state, "topic_name": TOPIC}],
+                topic_states=[{"topic_name": TOPIC, "topic_id": tid, "partition_states": [state]}],
+                live_leaders=[])
+    resp = call(cluster, other_than_controller(cluster), req, version)
+    assert resp.error_code == 0
+    if version < 5:
+        assert [(p.topic_name, p.partition_index, p.error_code) for p in resp.partition_errors] == \
+            [(TOPIC, 0, STALE_CONTROLLER_EPOCH)]
+    else:
+        assert [(t.topic_id, [(p.partition_index, p.error_code) for p in t.partition_errors])
+                for t in resp.topics] == [(tid, [(0, STALE_CONTROLLER_EPOCH)])]
+    assert cluster.wait_isr(TOPIC, 0, cluster.broker_ids).leader_epoch == current.leader_epoch
