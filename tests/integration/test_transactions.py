@@ -213,11 +213,12 @@ def versions(key: ApiKey) -> list[int]:
 
 @pytest.mark.parametrize("version", versions(ApiKey.END_TXN))
 def test_every_advertised_version_of_the_transaction_apis(txn_broker: BrokerProcess, version: int) -> None:
-    """A whole transaction by raw requests at each version (AddPartitionsToTxn, AddOffsetsToTxn and
-    EndTxn share 0-3), with FindCoordinator and InitProducerId at every version of theirs."""
+    """A whole transaction by raw requests at each version (AddOffsetsToTxn and EndTxn share 0-4; a client's
+    AddPartitionsToTxn stops at v3, v4+ is the brokers' form), with FindCoordinator and InitProducerId at
+    every version of theirs."""
     topic = new_topic(txn_broker, partitions=2)
     tid = f"raw-{version}-{uuid.uuid4().hex[:6]}"
-    for v in range(1, 5):
+    for v in range(1, SUPPORTED_VERSIONS[ApiKey.FIND_COORDINATOR][1] + 1):
         req = FindCoordinatorRequest(key_type=1, coordinator_keys=[tid]) if v >= 4 else \
             FindCoordinatorRequest(key=tid, key_type=1)
         fc = call(txn_broker, req, v)
@@ -233,13 +234,14 @@ def test_every_advertised_version_of_the_transaction_apis(txn_broker: BrokerProc
     added = call(txn_broker, A(v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
                                v3_and_below_producer_epoch=epoch,
                                v3_and_below_topics=[A.AddPartitionsToTxnTopic(name=topic, partitions=[0, 1])]),
-                 version)
+                 min(version, 3))
     assert [(r.partition_index, r.partition_error_code) for t in added.results_by_topic_v3_and_below
             for r in t.results_by_partition] == [(0, 0), (1, 0)]
     unknown = call(txn_broker, A(v3_and_below_transactional_id=tid, v3_and_below_producer_id=pid,
                                  v3_and_below_producer_epoch=epoch, v3_and_below_topics=[
                                      A.AddPartitionsToTxnTopic(name=topic, partitions=[0]),
-                                     A.AddPartitionsToTxnTopic(name="no-such-topic", partitions=[0])]), version)
+                                     A.AddPartitionsToTxnTopic(name="no-such-topic", partitions=[0])]),
+                   min(version, 3))
     assert {t.name: t.results_by_partition[0].partition_error_code for t in unknown.results_by_topic_v3_and_below} \
         == {topic: KafkaError.OPERATION_NOT_ATTEMPTED, "no-such-topic": KafkaError.UNKNOWN_TOPIC_OR_PART}
     offsets = call(txn_broker, AddOffsetsToTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch,
@@ -269,3 +271,9 @@ def test_init_producer_id_rejects_a_timeout_above_the_maximum(txn_broker: Broker
     resp = call(txn_broker, InitProducerIdRequest(transactional_id="too-long", transaction_timeout_ms=900001,
                                                   producer_id=-1, producer_epoch=-1), 4)
     assert resp.error_code == KafkaError.INVALID_TRANSACTION_TIMEOUT
+
+
+def test_find_coordinator_v6_share_key_type_is_invalid_request(txn_broker: BrokerProcess) -> None:
+    """v6 (KIP-932) defines key type 2 for share groups, which Strom has not: INVALID_REQUEST for that key."""
+    resp = call(txn_broker, FindCoordinatorRequest(key_type=2, coordinator_keys=["g:topic-id:0"]), 6)
+    assert [(c.key, c.error_code) for c in resp.coordinators] == [("g:topic-id:0", KafkaError.INVALID_REQUEST)]

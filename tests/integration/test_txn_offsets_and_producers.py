@@ -86,7 +86,7 @@ def offset_fetch(broker: BrokerProcess, group: str, topic: str, require_stable: 
     return part.error_code, part.committed_offset
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 3])
+@pytest.mark.parametrize("version", [0, 1, 2, 3, 4])
 def test_txn_offsets_stay_pending_without_a_marker(broker: BrokerProcess, version: int) -> None:
     topic = new_topic(broker)
     group = f"txn-group-v{version}"

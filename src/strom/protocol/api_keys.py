@@ -71,8 +71,8 @@ class ApiKey(IntEnum):
 # (min, max) advertised per API. Group APIs are added by the group coordinator
 # module when it registers its handlers.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    ApiKey.PRODUCE: (0, 10),  # v0-v2 carry message format v0/v1, up-converted on append
-    ApiKey.FETCH: (0, 16),  # v0-v3 read message format v0/v1, down-converted
+    ApiKey.PRODUCE: (0, 11),  # v0-v2 carry message format v0/v1, up-converted on append; v11 is v10 (KIP-890)
+    ApiKey.FETCH: (0, 17),  # v0-v3 read message format v0/v1, down-converted; v17 adds a tagged directory id
     ApiKey.LIST_OFFSETS: (0, 11),
     ApiKey.METADATA: (0, 13),
     ApiKey.API_VERSIONS: (0, 4),
@@ -93,11 +93,14 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     # partition reassignment (KIP-455): answered by the controller
     ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 0),
     ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
-    # transaction coordinator (before KIP-890 part 2: clients name their partitions themselves)
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
-    ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
-    ApiKey.END_TXN: (0, 3),
-    ApiKey.WRITE_TXN_MARKERS: (1, 1),
+    # transaction coordinator (KIP-890 part 1 as Kafka 3.9: clients name their partitions themselves,
+    # brokers may verify them with AddPartitionsToTxn v4+)
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 5),
+    ApiKey.ADD_OFFSETS_TO_TXN: (0, 4),
+    ApiKey.END_TXN: (0, 4),
+    ApiKey.WRITE_TXN_MARKERS: (0, 1),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 4),
+    ApiKey.FIND_COORDINATOR: (0, 6),
     ApiKey.DESCRIBE_TRANSACTIONS: (0, 0),
     ApiKey.LIST_TRANSACTIONS: (0, 1),
     ApiKey.DESCRIBE_PRODUCERS: (0, 0),

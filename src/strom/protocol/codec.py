@@ -33,6 +33,9 @@ for _mod in (_admin, _consumer, _metadata, _producer, _sasl, _inter_broker, _gro
                 _RESPONSES[_cls.API_KEY] = _cls
 
 
+CONTROLLED_SHUTDOWN = 7
+
+
 class MalformedRequest(Exception):
     """The frame could not be parsed; Kafka closes the connection in this case."""
 
@@ -92,6 +95,9 @@ def parse_request_header(frame: memoryview) -> tuple[RequestHeader, int]:
     api_key, api_version, correlation_id = struct.unpack_from(">hhi", frame, 0)
     pos = 8
     client_id: str | None = None
+    if api_key == CONTROLLED_SHUTDOWN and api_version == 0:
+        # Kafka's one exception: ControlledShutdown v0 uses request header v0 (no client id).
+        return RequestHeader(api_key, api_version, correlation_id, None, False), pos
     if len(frame) >= 10:
         (n,) = struct.unpack_from(">h", frame, pos)
         pos += 2

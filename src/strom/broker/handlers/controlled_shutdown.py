@@ -1,4 +1,8 @@
-"""ControlledShutdown (broker -> controller): move leadership off a broker before it stops."""
+"""ControlledShutdown (broker -> controller): move leadership off a broker before it stops.
+
+Strom's brokers send v3; v0-v3 (Kafka 3.9's range) are served: v0-v1 carry no broker epoch (not checked),
+and v0 comes with a request header without a client id (see codec.parse_request_header).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ from strom.protocol.inter_broker import ControlledShutdownResponse, build
 from strom.security.acl import AclOperation
 
 API_KEY = ApiKey.CONTROLLED_SHUTDOWN
-VERSIONS = (3, 3)
+VERSIONS = (0, 3)  # Strom's brokers send v3
 
 
 async def handle(ctx: RequestContext, request: Any) -> ControlledShutdownResponse:

@@ -13,7 +13,7 @@ from strom.protocol.api_keys import ApiKey
 from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.END_TXN
-VERSIONS = (0, 3)
+VERSIONS = (0, 4)  # v4 (KIP-890): the client also understands TRANSACTION_ABORTABLE
 
 
 async def handle(ctx: RequestContext, request: Any) -> EndTxnResponse:

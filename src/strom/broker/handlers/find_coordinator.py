@@ -1,4 +1,4 @@
-"""FindCoordinator: which broker coordinates a group or a transactional id (v0-v3 one key, v4+ a batch).
+"""FindCoordinator: which broker coordinates a group or a transactional id (v0-v3 one key, v4-v6 a batch).
 
 The coordinator of a group is the leader of its ``__consumer_offsets`` partition, that of a
 transactional id (key type 1) the leader of its ``__transaction_state`` partition; both
@@ -23,7 +23,7 @@ from strom.protocol.api_keys import ApiKey
 from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.FIND_COORDINATOR
-VERSIONS = (0, 4)
+VERSIONS = (0, 6)  # v5: KIP-890 TRANSACTION_ABORTABLE, v6: share groups (none here: INVALID_REQUEST)
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 Coordinator = FindCoordinatorResponse.Coordinator

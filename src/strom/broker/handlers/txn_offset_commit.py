@@ -19,7 +19,7 @@ from strom.protocol.api_keys import ApiKey
 from strom.security.acl import AclOperation, ResourceType
 
 API_KEY = ApiKey.TXN_OFFSET_COMMIT
-VERSIONS = (0, 3)
+VERSIONS = (0, 4)  # v4 (KIP-890): the client also understands TRANSACTION_ABORTABLE
 Topic = TxnOffsetCommitResponse.TxnOffsetCommitResponseTopic
 Part = Topic.TxnOffsetCommitResponsePartition
 

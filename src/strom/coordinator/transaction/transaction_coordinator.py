@@ -45,6 +45,7 @@ INVALID_TRANSACTION_TIMEOUT = Errors.InvalidTransactionTimeoutError.errno
 PRODUCER_FENCED = Errors.ProducerFencedError.errno
 INVALID_PRODUCER_EPOCH = Errors.InvalidProducerEpochError.errno
 NOT_COORDINATOR = Errors.NotCoordinatorError.errno
+TRANSACTION_ABORTABLE = 120  # KIP-890 (Kafka 3.8); kafka-python has no class for it
 S = TransactionState
 
 
@@ -183,6 +184,22 @@ class TransactionCoordinator:
         transit = md.prepare_add_partitions(partitions, self.clock.wall_ms())
         return await self.txn_manager.append_transaction_to_log(transactional_id, current.coordinator_epoch,
                                                                 transit)
+
+    def handle_verify_partitions_in_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                                partitions: set[TopicPartition]) -> dict[TopicPartition, int]:
+        """AddPartitionsToTxn v4+ with VerifyOnly (KIP-890 part 1): is each partition already in the
+        producer's ongoing transaction? A leader asks before it appends transactional data. Nothing is
+        written; a partition not in the transaction gets TRANSACTION_ABORTABLE, as Kafka 3.8+ answers."""
+        err, current = self._producer_transaction(transactional_id, producer_id)
+        if current is not None:
+            md = current.metadata
+            if md.producer_epoch != producer_epoch:
+                err = PRODUCER_FENCED
+            elif md.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
+                err = CONCURRENT_TRANSACTIONS
+            else:
+                return {tp: NONE if tp in md.topic_partitions else TRANSACTION_ABORTABLE for tp in partitions}
+        return dict.fromkeys(partitions, err)
 
     async def handle_add_offsets_to_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                                 group_id: str) -> int:
