@@ -12,7 +12,6 @@ from kafka.errors import (
     InvalidTimestampError,
     MessageSizeTooLargeError,
     OffsetOutOfRangeError,
-    UnsupportedForMessageFormatError,
 )
 from kafka.record.default_records import DefaultRecordBatch
 
@@ -90,7 +89,7 @@ def test_log_append_time_rewrites_header(tmp_path: str) -> None:
     [
         ("crc", CorruptRecordError),
         ("truncated", CorruptRecordError),
-        ("magic1", UnsupportedForMessageFormatError),
+        ("magic1", InvalidRecordError),  # Produce v3+ with magic 0/1: Kafka answers INVALID_RECORD
         ("count", InvalidRecordError),
         ("too_large", MessageSizeTooLargeError),
         ("empty", InvalidRecordError),
