@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import lz4.frame
 import pytest
 from confluent_kafka import Producer
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, OffsetCommitRequest
@@ -56,7 +57,10 @@ def messages(records: bytes, magic: int) -> list[tuple[int, int | None, bytes | 
             out += [(m.offset, m.timestamp, m.key, m.value) for m in batch]
             continue
         (wrapper,) = list(LegacyRecordBatch(_plain(msg), magic))
-        inner = [m for part in _split(decompress(msg[17] & 7, wrapper.value)) for m in LegacyRecordBatch(part, magic)]
+        payload = wrapper.value
+        if magic == 0 and msg[17] & 7 == 3:  # a magic-0 LZ4 header checksum is the old clients' (KAFKA-3160)
+            payload = payload[:6] + bytes([(xxh32(payload[4:6]) >> 8) & 0xFF]) + payload[7:]
+        inner = [m for part in _split(decompress(msg[17] & 7, payload)) for m in LegacyRecordBatch(part, magic)]
         assert all(m.validate_crc() for m in inner)
         base = batch.base_offset - inner[-1].offset if magic == 1 else 0  # v1: inner offsets are relative
         out += [(base + m.offset, m.timestamp, m.key, m.value) for m in inner]
@@ -79,6 +83,28 @@ def _plain(message: bytes) -> bytes:
     return bytes(out)
 
 
+def xxh32(data: bytes) -> int:
+    """XXH32 with seed 0 of a short input (under 16 bytes), written out here as the test's own oracle."""
+    p1, p2, p3, p4, p5, mask = 2654435761, 2246822519, 3266489917, 668265263, 374761393, 0xFFFFFFFF
+    assert len(data) < 16
+
+    def rotl(x: int, r: int) -> int:
+        return ((x << r) | (x >> (32 - r))) & mask
+
+    h = (p5 + len(data)) & mask
+    pos = 0
+    while pos + 4 <= len(data):
+        h = rotl((h + int.from_bytes(data[pos:pos + 4], "little") * p3) & mask, 17) * p4 & mask
+        pos += 4
+    for b in data[pos:]:
+        h = rotl((h + b * p5) & mask, 11) * p1 & mask
+    h ^= h >> 15
+    h = h * p2 & mask
+    h ^= h >> 13
+    h = h * p3 & mask
+    return h ^ (h >> 16)
+
+
 @pytest.mark.parametrize("codec_name", ["none", "gzip", "snappy", "lz4"])
 @pytest.mark.parametrize("version", [0, 1, 2, 3])
 def test_fetch_v0_to_v3_down_converts(broker: BrokerProcess, version: int, codec_name: str) -> None:
@@ -96,6 +122,33 @@ def test_fetch_v0_to_v3_down_converts(broker: BrokerProcess, version: int, codec
     # from the middle of a batch: the messages before the offset asked for may come too (as Kafka)
     later = messages(bytes(fetch(broker, topic, version, 2).responses[0].partitions[0].records), magic)
     assert [o for o, _, _, _ in later][-2:] == [2, 3]
+
+
+@pytest.mark.parametrize("version", [0, 1, 2, 3])
+def test_lz4_for_magic_0_carries_the_header_checksum_old_java_clients_expect(broker: BrokerProcess,
+                                                                             version: int) -> None:
+    """Kafka 0.8-0.10.0 Java clients check the LZ4 frame header checksum over the magic number and the descriptor
+    (KAFKA-3160); Kafka writes that one into magic-0 LZ4 messages and the correct one into magic 1 (KIP-57)."""
+    topic = new_topic(broker)
+    produce_modern(broker, topic, 4, **{"compression.type": "lz4"})
+    records = bytes(fetch(broker, topic, version).responses[0].partitions[0].records)
+    magic = 0 if version <= 1 else 1
+    (message,) = _split(records)
+    assert message[16] == magic and message[17] & 7 == 3
+    (wrapper,) = list(LegacyRecordBatch(_plain(message), magic))
+    frame = wrapper.value
+    assert frame[:4] == bytes.fromhex("04224d18") and not frame[4] & 0x08  # no content size: header is 7 bytes
+    correct, broken = (xxh32(frame[4:6]) >> 8) & 0xFF, (xxh32(frame[:6]) >> 8) & 0xFF
+    assert correct != broken
+    if magic == 0:
+        assert frame[6] == broken
+        with pytest.raises(RuntimeError):
+            lz4.frame.decompress(frame)  # a decoder that checks the header refuses it, as Kafka 0.10.0+ would
+        frame = frame[:6] + bytes([correct]) + frame[7:]
+    else:
+        assert frame[6] == correct
+    inner = [m for part in _split(lz4.frame.decompress(frame)) for m in LegacyRecordBatch(part, magic)]
+    assert [(m.key, m.value) for m in inner] == [(f"k{i}".encode(), value(i)) for i in range(4)]
 
 
 def test_fetch_refuses_down_conversion_when_the_topic_disables_it_and_zstd(broker: BrokerProcess) -> None:
