@@ -7,7 +7,8 @@ import time
 
 import lz4.frame
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, OffsetCommitRequest
 from kafka.protocol.consumer.group import OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
@@ -16,6 +17,7 @@ from kafka.record.legacy_records import LegacyRecordBatch
 
 from strom.protocol import codec
 from strom.protocol.compression import decompress
+from strom.protocol.record_batch import build_batch
 from tests.integration.test_api_version_matrix import call
 from tests.integration.test_produce_consume import new_topic
 from tests.support.broker import BrokerProcess
@@ -161,22 +163,60 @@ def test_fetch_refuses_down_conversion_when_the_topic_disables_it_and_zstd(broke
     assert fetch(broker, zstd, 2).responses[0].partitions[0].error_code == UNSUPPORTED_COMPRESSION_TYPE
 
 
+def list_offsets_v0(broker: BrokerProcess, topic: str, timestamp: int, max_num: int) -> list[int]:
+    P = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
+    req = ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(
+        name=topic, partitions=[P(partition_index=0, timestamp=timestamp, max_num_offsets=max_num)])])
+    p = call(broker, req, 0).topics[0].partitions[0]
+    assert p.error_code == 0
+    return list(p.old_style_offsets)
+
+
+def produce_batch(broker: BrokerProcess, topic: str, n: int) -> int:
+    """One batch of ``n`` records (of 400 bytes: with segment.bytes=1024 each batch starts a segment); its base offset."""
+    now = int(time.time() * 1000)
+    batch = build_batch([(None, b"x" * 400, (), now)] * n)
+    req = ProduceRequest(transactional_id=None, acks=-1, timeout_ms=10000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)])])
+    p = call(broker, req, 3).responses[0].partition_responses[0]
+    assert p.error_code == 0
+    return p.base_offset
+
+
 def test_list_offsets_v0_answers_old_style_offsets(broker: BrokerProcess) -> None:
     topic = new_topic(broker)
     produce_modern(broker, topic, 5)
-    P = ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition
+    assert list_offsets_v0(broker, topic, -1, 1) == [5]
+    assert list_offsets_v0(broker, topic, -1, 10) == [5, 0]  # the log end offset, the segment's base offset
+    assert list_offsets_v0(broker, topic, -2, 10) == [0]
+    assert list_offsets_v0(broker, topic, -1, 0) == []
 
-    def offsets(timestamp: int, max_num: int) -> list[int]:
-        req = ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsRequest.ListOffsetsTopic(
-            name=topic, partitions=[P(partition_index=0, timestamp=timestamp, max_num_offsets=max_num)])])
-        p = call(broker, req, 0).topics[0].partitions[0]
-        assert p.error_code == 0
-        return list(p.old_style_offsets)
 
-    assert offsets(-1, 1) == [5]
-    assert offsets(-1, 10) == [5, 0]
-    assert offsets(-2, 10) == [0]
-    assert offsets(1_700_000_000_003, 1) == [3]
+def test_list_offsets_v0_lists_segment_base_offsets_by_modification_time(broker: BrokerProcess) -> None:
+    """Kafka 3.9's legacy answer: every segment's base offset and the log end offset, newest first, limited
+    by max_num_offsets and by the timestamp, compared with when each segment was last written (record
+    timestamps play no part)."""
+    topic = new_topic(broker, config={"segment.bytes": "1024"})
+    assert [produce_batch(broker, topic, 3) for _ in range(3)] == [0, 3, 6]
+    time.sleep(1)  # segment files are stamped by the file system clock: keep well apart from the cut
+    cut = int(time.time() * 1000)
+    time.sleep(1)
+    assert [produce_batch(broker, topic, 3) for _ in range(2)] == [9, 12]
+    assert list_offsets_v0(broker, topic, -1, 100) == [15, 12, 9, 6, 3, 0]
+    assert list_offsets_v0(broker, topic, -1, 3) == [15, 12, 9]
+    assert list_offsets_v0(broker, topic, -2, 100) == [0]
+    # segments last written at or before the cut: those of offsets 0, 3 and 6
+    assert list_offsets_v0(broker, topic, cut, 100) == [6, 3, 0]
+    assert list_offsets_v0(broker, topic, cut, 2) == [6, 3]
+    assert list_offsets_v0(broker, topic, int(time.time() * 1000) + 60_000, 100) == [15, 12, 9, 6, 3, 0]
+    assert list_offsets_v0(broker, topic, 1_700_000_000_000, 100) == []  # before any segment was written
+    # the first segment's base offset becomes the log start offset when records are deleted below it
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    [deleted] = admin.delete_records([TopicPartition(topic, 0, 4)]).values()
+    assert deleted.result(timeout=30).low_watermark == 4
+    assert list_offsets_v0(broker, topic, -1, 100) == [15, 12, 9, 6, 4]
+    assert list_offsets_v0(broker, topic, -2, 100) == [4]
 
 
 @pytest.mark.parametrize("version", [0, 1])
