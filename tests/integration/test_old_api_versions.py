@@ -9,6 +9,8 @@ import lz4.frame
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KafkaTopicPartition
 from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, OffsetCommitRequest
 from kafka.protocol.consumer.group import OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
@@ -18,6 +20,7 @@ from kafka.record.legacy_records import LegacyRecordBatch
 from strom.protocol import codec
 from strom.protocol.compression import decompress
 from strom.protocol.record_batch import build_batch
+from strom.storage.lazy_down_conversion import CHUNK_BYTES
 from tests.integration.test_api_version_matrix import call
 from tests.integration.test_produce_consume import new_topic
 from tests.support.broker import BrokerProcess
@@ -151,6 +154,101 @@ def test_lz4_for_magic_0_carries_the_header_checksum_old_java_clients_expect(bro
         assert frame[6] == correct
     inner = [m for part in _split(lz4.frame.decompress(frame)) for m in LegacyRecordBatch(part, magic)]
     assert [(m.key, m.value) for m in inner] == [(f"k{i}".encode(), value(i)) for i in range(4)]
+
+
+def fetch_at(broker: BrokerProcess, topic: str, version: int, offset: int, max_bytes: int) -> bytes:
+    fp = FetchRequest.FetchTopic.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=offset,
+                                                log_start_offset=-1, partition_max_bytes=max_bytes)
+    req = FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes, isolation_level=0,
+                       session_id=0, session_epoch=-1, topics=[FetchRequest.FetchTopic(topic=topic, partitions=[fp])],
+                       forgotten_topics_data=[], rack_id="")
+    part = call(broker, req, version).responses[0].partitions[0]
+    assert part.error_code == 0
+    return bytes(part.records)
+
+
+def whole_messages(records: bytes, magic: int) -> tuple[list, bytes]:
+    """The whole messages of a fetched message set (CRC checked) and the bytes after them, which must be a
+    partial message: a header running past the end, or fewer bytes than a header."""
+    out, pos = [], 0
+    while pos + 12 <= len(records) and pos + 12 + int.from_bytes(records[pos + 8:pos + 12], "big") <= len(records):
+        end = pos + 12 + int.from_bytes(records[pos + 8:pos + 12], "big")
+        batch = LegacyRecordBatch(records[pos:end], magic)
+        assert records[pos + 16] == magic and batch.validate_crc()
+        out += [(m.offset, m.key, m.value) for m in batch]
+        pos = end
+    return out, records[pos:]
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_large_reads_are_converted_lazily_and_cut_at_the_read_size(broker: BrokerProcess, version: int) -> None:
+    """A read longer than one conversion chunk is converted while it is written (KIP-283): the partition's records
+    take exactly the read's size (that of its v2 batches); converted messages, larger than v2 records here, are cut
+    there, and the partial last one is fetched again from its offset. Every record comes once, in order."""
+    topic = new_topic(broker)
+    produce_modern(broker, topic, 3000, **{"batch.num.messages": 100})
+    magic = 0 if version <= 1 else 1
+    got: list = []
+    cut = 0
+    while len(got) < 3000:
+        v1 = fetch_at(broker, topic, version, len(got), 256 * 1024)
+        v2 = fetch_at(broker, topic, 4, len(got), 256 * 1024)
+        messages_, tail = whole_messages(v1, magic)
+        if len(v2) > CHUNK_BYTES:  # converted lazily: the read's size, fixed before the conversion is done
+            assert len(v1) == len(v2)
+        else:  # converted at once: exactly the converted messages
+            assert not tail
+        messages_ = [m for m in messages_ if m[0] >= len(got)]  # a batch's earlier records may come too
+        assert messages_ and messages_[0][0] == len(got)
+        if tail:
+            assert len(tail) < 12 or int.from_bytes(tail[8:12], "big") + 12 > len(tail)
+            cut += 1
+        got += messages_
+    assert [(o, k, v) for o, k, v in got] == [(i, f"k{i}".encode(), value(i)) for i in range(3000)]
+    assert cut > 0
+
+
+def test_lazily_converted_records_shorter_than_the_read_are_padded(broker: BrokerProcess) -> None:
+    """Headers are lost in the conversion: the converted messages are shorter than the read, and the rest of the
+    partition's size is a message header claiming more than remains (clients read it as a partial message)."""
+    topic = new_topic(broker)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50, "batch.num.messages": 100})
+    for i in range(2000):
+        p.produce(topic, value=f"v{i}".encode(), headers=[("h", b"y" * 400)])
+    assert p.flush(30) == 0
+    v1 = fetch_at(broker, topic, 1, 0, 512 * 1024)
+    v2 = fetch_at(broker, topic, 4, 0, 512 * 1024)
+    assert len(v1) == len(v2)
+    messages_, tail = whole_messages(v1, 0)
+    assert [(o, v) for o, _, v in messages_] == [(i, f"v{i}".encode()) for i in range(len(messages_))]
+    assert len(messages_) > 100 and len(tail) > 12  # more than one chunk converted, much shorter than the read
+    assert int.from_bytes(tail[:8], "big", signed=True) == -1 and int.from_bytes(tail[8:12], "big") > len(tail) - 12
+
+
+@pytest.mark.parametrize("api_version", [(0, 9), (0, 10, 1)], ids=lambda v: ".".join(map(str, v)))
+def test_old_kafka_python_reads_lazily_converted_fetches(broker: BrokerProcess, api_version: tuple) -> None:
+    """kafka-python pinned to Fetch v0/v3 reads through cut and padded partitions."""
+    plain, padded = new_topic(broker), new_topic(broker)
+    produce_modern(broker, plain, 3000, **{"batch.num.messages": 100})
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50, "batch.num.messages": 100})
+    for i in range(2000):
+        p.produce(padded, value=f"v{i}".encode(), headers=[("h", b"y" * 400)])
+    assert p.flush(30) == 0
+    for topic, n in ((plain, 3000), (padded, 2000)):
+        c = KafkaConsumer(bootstrap_servers=broker.bootstrap, api_version=api_version, enable_auto_commit=False,
+                          group_id=None, max_partition_fetch_bytes=200 * 1024, fetch_max_bytes=400 * 1024)
+        c.assign([KafkaTopicPartition(topic, 0)])
+        c.seek_to_beginning()
+        got: list = []
+        deadline = time.monotonic() + 90
+        try:
+            while len(got) < n and time.monotonic() < deadline:
+                for records in c.poll(timeout_ms=500).values():
+                    got += [(r.offset, r.value) for r in records]
+        finally:
+            c.close()
+        expected = [value(i) for i in range(n)] if topic == plain else [f"v{i}".encode() for i in range(n)]
+        assert got == list(enumerate(expected)), topic
 
 
 def test_fetch_refuses_down_conversion_when_the_topic_disables_it_and_zstd(broker: BrokerProcess) -> None:
