@@ -259,6 +259,13 @@ def test_fetch_refuses_down_conversion_when_the_topic_disables_it_and_zstd(broke
     zstd = new_topic(broker)
     produce_modern(broker, zstd, 2, **{"compression.type": "zstd"})
     assert fetch(broker, zstd, 2).responses[0].partitions[0].error_code == UNSUPPORTED_COMPRESSION_TYPE
+    # a zstd batch after others: the records before it come, the fetch from its offset gets the error
+    mixed = new_topic(broker)
+    produce_modern(broker, mixed, 2)
+    produce_modern(broker, mixed, 2, **{"compression.type": "zstd"})
+    part = fetch(broker, mixed, 2).responses[0].partitions[0]
+    assert part.error_code == 0 and [o for o, _, _, _ in messages(bytes(part.records), 1)] == [0, 1]
+    assert fetch(broker, mixed, 2, 2).responses[0].partitions[0].error_code == UNSUPPORTED_COMPRESSION_TYPE
 
 
 def list_offsets_v0(broker: BrokerProcess, topic: str, timestamp: int, max_num: int) -> list[int]:
