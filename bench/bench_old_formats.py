@@ -8,7 +8,9 @@ thousand records is where conversion shows.
 
     python bench/bench_old_formats.py --records 20000 --rounds 3
 
-Prints JSON: per side, median records/s of produce and of fetch, and broker CPU ms per 1000 records.
+Prints JSON: per side, median records/s of produce and of fetch, broker CPU ms per 1000 records, and the
+broker's peak resident memory while the consumer reads (its high-water mark is reset before each read, so
+the figure is the read's own peak: for the v1 side, what down-conversion holds in memory at once).
 """
 
 from __future__ import annotations
@@ -58,6 +60,20 @@ def consume(bootstrap: str, topic: str, api_version: tuple, n: int) -> None:
         raise RuntimeError(f"read {seen} of {n} records")
 
 
+def reset_peak_rss(pid: int) -> None:
+    """Reset the process's resident-set high-water mark (VmHWM) to its current size."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+
+
+def peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc status")
+
+
 def timed(pid: int, fn, *args) -> tuple[float, float]:  # noqa: ANN001
     cpu0, t0 = bb.cpu_seconds(pid), time.perf_counter()
     fn(*args)
@@ -72,8 +88,8 @@ def main() -> int:
     ap.add_argument("--compression", default=None, help="gzip, lz4 or none")
     args = ap.parse_args()
     codec = None if args.compression in (None, "none") else args.compression
-    figures: dict[str, dict[str, list[float]]] = {s: {"produce": [], "fetch": [], "pcpu": [], "fcpu": []}
-                                                  for s in SIDES}
+    figures: dict[str, dict[str, list[float]]] = {s: {"produce": [], "fetch": [], "pcpu": [], "fcpu": [],
+                                                      "rss": []} for s in SIDES}
     with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp)) as broker:
         pid = broker.pid
         assert pid is not None
@@ -85,16 +101,19 @@ def main() -> int:
                 wall, cpu = timed(pid, produce, broker.bootstrap, topic, SIDES[side], args.records, args.size, codec)
                 figures[side]["produce"].append(args.records / wall)
                 figures[side]["pcpu"].append(cpu * 1000 / (args.records / 1000))
+                reset_peak_rss(pid)
                 wall, cpu = timed(pid, consume, broker.bootstrap, topic, SIDES[side], args.records)
+                figures[side]["rss"].append(peak_rss_mb(pid))
                 figures[side]["fetch"].append(args.records / wall)
                 figures[side]["fcpu"].append(cpu * 1000 / (args.records / 1000))
                 bb.log(f"round {r} {side}: produce {figures[side]['produce'][-1]:.0f}/s "
-                       f"fetch {figures[side]['fetch'][-1]:.0f}/s")
+                       f"fetch {figures[side]['fetch'][-1]:.0f}/s peak rss {figures[side]['rss'][-1]:.0f} MB")
     out = {side: {"client_api_version": ".".join(map(str, SIDES[side])),
                   "produce_records_s": round(statistics.median(f["produce"])),
                   "fetch_records_s": round(statistics.median(f["fetch"])),
                   "broker_cpu_ms_per_1k_produced": round(statistics.median(f["pcpu"]), 2),
-                  "broker_cpu_ms_per_1k_fetched": round(statistics.median(f["fcpu"]), 2)}
+                  "broker_cpu_ms_per_1k_fetched": round(statistics.median(f["fcpu"]), 2),
+                  "broker_peak_rss_mb_while_fetching": round(statistics.median(f["rss"]), 1)}
            for side, f in figures.items()}
     print(json.dumps({"records": args.records, "value_bytes": args.size, "compression": codec or "none",
                       "rounds": args.rounds, "sides": out}, indent=2))

@@ -23,7 +23,7 @@ from tests.support.metrics import scrape
 from tests.support.raw_client import RawClient
 
 OLD_CLIENTS = [(0, 9), (0, 10, 0), (0, 10, 1), (0, 11), (1, 0), (2, 0)]
-CORRUPT_MESSAGE, INVALID_TIMESTAMP, UNSUPPORTED_FOR_MESSAGE_FORMAT, INVALID_RECORD = 2, 32, 43, 87
+CORRUPT_MESSAGE, INVALID_TIMESTAMP, INVALID_RECORD = 2, 32, 87
 
 
 def read_all(broker: BrokerProcess, topic: str, expected: int, partition: int = 0) -> list:
@@ -77,7 +77,8 @@ def produce_raw(broker: BrokerProcess, topic: str, records: bytes, version: int 
         frame = c.request(req, version)
     finally:
         c.close()
-    p = ProduceResponse.decode(frame[4:], version=version).responses[0].partition_responses[0]
+    body = frame[5:] if version >= 9 else frame[4:]  # v9+: the flexible header's tagged fields
+    p = ProduceResponse.decode(body, version=version).responses[0].partition_responses[0]
     return p.error_code, p.base_offset
 
 
@@ -146,12 +147,29 @@ def test_malformed_message_sets_get_kafka_errors_and_the_log_is_intact(broker_fa
     }
     for name, (records, error) in cases.items():
         assert produce_raw(broker, topic, records)[0] == error, name
-    # Produce v3 and later may carry message format v2 only (Kafka answers INVALID_RECORD; Strom's log
-    # answers UNSUPPORTED_FOR_MESSAGE_FORMAT so that modern produce requests are never inspected for it)
-    assert produce_raw(broker, topic, good, version=3)[0] == UNSUPPORTED_FOR_MESSAGE_FORMAT
+    # Produce v3 and later may carry message format v2 only: INVALID_RECORD, as Kafka answers
+    assert produce_raw(broker, topic, good, version=3)[0] == INVALID_RECORD
     assert produce_raw(broker, topic, legacy_set(1, [(b"k", b"after", now)])) == (0, 1)
     got = read_all(broker, topic, 2)
     assert [m.value() for m in got] == [b"good", b"after"]
+
+
+@pytest.mark.parametrize("compression", ["producer", "gzip"])
+def test_produce_v3_and_later_with_old_message_format_is_an_invalid_record(broker: BrokerProcess,
+                                                                            compression: str) -> None:
+    """Kafka 3.9 answers INVALID_RECORD to a Produce v3+ carrying magic 0/1 (only v2 batches may come with
+    them), whether or not the topic recompresses; nothing is appended and v2 batches still are."""
+    topic = new_topic(broker, config={"compression.type": compression})
+    now = int(time.time() * 1000)
+    for version in (3, 7, 9):
+        for magic in (0, 1):
+            plain = legacy_set(magic, [(b"k", b"old", now)])
+            wrapped = wrapper(magic, 1, legacy_set(magic, [(b"k", b"old-gzip", now)]))
+            for records in (plain, wrapped):
+                assert produce_raw(broker, topic, records, version=version) == (INVALID_RECORD, -1), \
+                    (version, magic)
+    assert produce_raw(broker, topic, build_batch([(b"k", b"v2", (), now)]), version=3) == (0, 0)
+    assert [m.value() for m in read_all(broker, topic, 1)] == [b"v2"]
 
 
 @pytest.mark.parametrize("version", [0, 1, 2])

@@ -12,7 +12,6 @@ from kafka.errors import (
     InvalidTimestampError,
     MessageSizeTooLargeError,
     OffsetOutOfRangeError,
-    UnsupportedForMessageFormatError,
 )
 from kafka.record.default_records import DefaultRecordBatch
 
@@ -90,7 +89,7 @@ def test_log_append_time_rewrites_header(tmp_path: str) -> None:
     [
         ("crc", CorruptRecordError),
         ("truncated", CorruptRecordError),
-        ("magic1", UnsupportedForMessageFormatError),
+        ("magic1", InvalidRecordError),  # Produce v3+ with magic 0/1: Kafka answers INVALID_RECORD
         ("count", InvalidRecordError),
         ("too_large", MessageSizeTooLargeError),
         ("empty", InvalidRecordError),
@@ -385,4 +384,29 @@ def test_retention_renames_segments_without_holding_the_log_lock(tmp_path: str, 
                    int(name.split(".")[0]) < log.log_start_offset for name in os.listdir(log.directory))
     info = log.append_as_leader(batch(1, ts=20_000), 0, now_ms=20_000)
     assert info.first_offset == 12
+    log.close()
+
+
+def test_legacy_offsets_list_segment_bases_by_modification_time(tmp_path: str) -> None:
+    """ListOffsets v0 (Kafka's legacy offsets): segment base offsets (the log start offset for the first) and the
+    log end offset, newest first, up to max_num_offsets, none after the last segment modified at or before the
+    timestamp; record timestamps play no part."""
+    log = open_log(tmp_path, **{"segment.bytes": "200"})
+    for _ in range(4):
+        log.append_as_leader(batch(3, value=b"v" * 60), 0)
+    assert [s.base_offset for s in log.segments] == [0, 3, 6, 9]
+    for i, seg in enumerate(log.segments):  # written at 1000 s, 2000 s, 3000 s and 4000 s
+        os.utime(seg.log_path, ((i + 1) * 1000, (i + 1) * 1000))
+    assert log.legacy_fetch_offsets_before(-1, 100) == [12, 9, 6, 3, 0]
+    assert log.legacy_fetch_offsets_before(-1, 2) == [12, 9]
+    assert log.legacy_fetch_offsets_before(-2, 100) == [0]
+    assert log.legacy_fetch_offsets_before(2_500_000, 100) == [3, 0]
+    assert log.legacy_fetch_offsets_before(3_000_000, 1) == [6]
+    assert log.legacy_fetch_offsets_before(999_999, 100) == []
+    assert log.legacy_fetch_offsets_before(2_500_000, 0) == []
+    log.roll()  # an empty active segment: its base offset is the log end offset, listed once
+    assert log.legacy_fetch_offsets_before(-1, 100) == [12, 9, 6, 3, 0]
+    log.update_high_watermark(12)
+    log.delete_records(4)
+    assert log.legacy_fetch_offsets_before(-1, 100) == [12, 9, 6, 4]
     log.close()

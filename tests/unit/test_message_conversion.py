@@ -7,6 +7,7 @@ import struct
 import time
 import zlib
 
+import lz4.frame
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatch, LegacyRecordBatchBuilder
@@ -15,7 +16,13 @@ from strom.protocol.compression import StreamCompressor, decompress
 from strom.protocol.record_batch import iter_batches
 from strom.protocol.record_stream import iter_records
 from strom.storage.log_config import LogConfig
-from strom.storage.message_conversion import down_convert, legacy_magic, up_convert
+from strom.storage.message_conversion import (
+    _lz4_fix_header_checksum,
+    down_convert,
+    legacy_magic,
+    lz4_broken_header_checksum,
+    up_convert,
+)
 
 NOW = int(time.time() * 1000)
 CONFIG = LogConfig()
@@ -98,3 +105,14 @@ def test_a_v2_batch_is_not_legacy_and_control_batches_never_reach_old_readers() 
     back, count = down_convert(data + marker, 1)
     assert count == 1
     assert read_back(back, 1) == [(0, NOW, b"k", b"v")]  # the header is dropped, the marker skipped
+
+
+def test_lz4_header_checksum_of_old_clients_matches_kafkas_test_vector() -> None:
+    """Kafka's own tests read a magic-0 LZ4 header 04 22 4D 18 60 40 1A (1A: the checksum over the magic number
+    and the descriptor, KAFKA-3160); the correct one for that descriptor is 82, which fixing gives back."""
+    frame = lz4.frame.compress(b"records", store_size=False)
+    assert frame[:7] == bytes.fromhex("04224d18604082")
+    broken = lz4_broken_header_checksum(frame)
+    assert broken[:7] == bytes.fromhex("04224d1860401a") and broken[7:] == frame[7:]
+    assert _lz4_fix_header_checksum(broken) == frame
+    assert lz4.frame.decompress(_lz4_fix_header_checksum(broken)) == b"records"

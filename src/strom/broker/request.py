@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -42,10 +43,19 @@ class FileRegion:
 
 
 @dataclass(slots=True)
-class RawResponse:
-    """A response body a handler encoded itself: bytes and file regions, in order."""
+class LazyRecords:
+    """Records made while they are written (Fetch v0-v3's down-conversion, KIP-283): ``next_piece`` gives
+    the next bytes, None at the end, exactly ``size`` bytes in all (the size is already on the wire)."""
 
-    parts: list[bytes | FileRegion]
+    size: int
+    next_piece: Callable[[], Awaitable[bytes | None]]
+
+
+@dataclass(slots=True)
+class RawResponse:
+    """A response body a handler encoded itself: bytes, file regions and lazy records, in order."""
+
+    parts: list[bytes | FileRegion | LazyRecords]
     # For metrics: time waited in a purgatory (long-poll fetch), and for a Fetch whether a replica sent it.
     remote_time_s: float = field(default=0.0, kw_only=True)
     from_follower: bool | None = field(default=None, kw_only=True)

@@ -487,6 +487,28 @@ class Log:
                     return found
         return None
 
+    def legacy_fetch_offsets_before(self, timestamp: int, max_num_offsets: int) -> list[int]:
+        """ListOffsets v0 (Kafka's legacy offsets): each segment's base offset (the log start offset for the
+        first) paired with its file's last modification time, plus the log end offset paired with now when
+        the active segment holds data; the answer lists, newest first and at most ``max_num_offsets`` of
+        them, those at and before the last pair modified at or before ``timestamp`` (-1: the newest,
+        -2: the oldest)."""
+        with self._lock:
+            segments = self._local.segments
+            start = self.log_start_offset
+            points = [max(seg.base_offset, start) for seg in segments]
+            if segments[-1].size > 0:
+                points.append(self._local.end_offset)
+            if timestamp == LATEST_TIMESTAMP:
+                last = len(points) - 1
+            elif timestamp == EARLIEST_TIMESTAMP:
+                last = 0
+            else:  # modification times only for this case: one fstat per segment
+                times = [seg.last_modified_ms for seg in segments] + [time_ms()] * (len(points) - len(segments))
+                last = next((i for i in range(len(points) - 1, -1, -1) if times[i] <= timestamp), -1)
+        chosen = points[max(last + 1 - max(max_num_offsets, 0), 0):last + 1]
+        return sorted(chosen, reverse=True)
+
     # -- retention ----------------------------------------------------------------------------------
 
     def delete_records(self, new_log_start_offset: int) -> int:

@@ -67,6 +67,7 @@ _CODEC_NAMES = {CODEC_GZIP: "gzip", CODEC_SNAPPY: "snappy", CODEC_LZ4: "lz4"}
 # Decompressed bytes one produce request's partition may inflate to: the records are held while
 # the v2 batch is built, so a compression bomb must stop somewhere (Kafka has no such limit).
 MAX_INFLATED_BYTES = 64 * 1024 * 1024
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"  # an LZ4 frame's first four bytes
 
 
 @dataclass(slots=True)
@@ -224,22 +225,31 @@ def _inflate(codec: int, magic: int, payload: bytes, limit: int, pos: int) -> by
 
 def _lz4_fix_header_checksum(payload: bytes) -> bytes:
     """Kafka 0.8-0.10.0 clients computed the LZ4 frame header checksum over the wrong bytes; Kafka
-    ignores that checksum for magic 0. The right one is found by asking the frame decoder (the
-    header holds no data, so at most 256 header-only decodes)."""
-    if len(payload) < 7 or payload[:4] != b"\x04\x22\x4d\x18":
-        return payload
-    header_len = 7 + (8 if payload[4] & 0x08 else 0)
-    if len(payload) < header_len:
-        return payload
-    head = bytearray(payload[:header_len])
-    for hc in range(256):
-        head[-1] = hc
-        try:
-            lz4.frame.LZ4FrameDecompressor().decompress(bytes(head))
-        except RuntimeError:
-            continue
-        return bytes(head) + payload[header_len:]
-    return payload
+    ignores that checksum for magic 0, so the frame gets the right one before it is decoded."""
+    return _with_lz4_header_checksum(payload, broken=False)
+
+
+def lz4_broken_header_checksum(frame: bytes) -> bytes:
+    """An LZ4 frame with the header checksum Kafka 0.8-0.10.0 clients compute and check (KAFKA-3160, KIP-57):
+    over the magic number and the descriptor instead of the descriptor alone. Kafka writes it into every
+    magic-0 LZ4 wrapper so that those clients, which reject the correct one, can read it; magic 1 keeps the
+    correct checksum."""
+    return _with_lz4_header_checksum(frame, broken=True)
+
+
+def _with_lz4_header_checksum(frame: bytes, broken: bool) -> bytes:
+    """The frame with its header checksum byte recomputed: the second byte of the XXH32 (seed 0) of the
+    descriptor (or, broken, of the magic number and the descriptor), which the lz4 library computes as the
+    content checksum of a frame holding those bytes. A frame that is not LZ4 is returned as it is."""
+    if len(frame) < 7 or frame[:4] != _LZ4_MAGIC:
+        return frame
+    header_len = 7 + (8 if frame[4] & 0x08 else 0)  # the content size is optional
+    if len(frame) < header_len:
+        return frame
+    covered = frame[0 if broken else 4:header_len - 1]
+    probe = lz4.frame.compress(covered, content_checksum=True, store_size=False)
+    xxh32 = int.from_bytes(probe[-4:], "little")
+    return bytes(frame[:header_len - 1]) + bytes([(xxh32 >> 8) & 0xFF]) + frame[header_len:]
 
 
 def down_convert(batches: Buffer, magic: int) -> tuple[bytes, int]:
@@ -270,6 +280,8 @@ def down_convert(batches: Buffer, magic: int) -> tuple[bytes, int]:
         else:
             compressor = StreamCompressor(codec)
             value = bytes(compressor.compress(bytes(message_set))) + compressor.flush()
+            if codec == CODEC_LZ4 and magic == MAGIC_V0:
+                value = lz4_broken_header_checksum(value)
             wrapper_builder = LegacyRecordBatchBuilder(magic, CODEC_NONE, 2**31 - 1)
             wrapper_builder.append(records[-1].offset, h.max_timestamp, None, value)
             wrapper = wrapper_builder.build()

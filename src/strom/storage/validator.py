@@ -15,6 +15,7 @@ from kafka.errors import (
     InvalidRecordError,
     InvalidTimestampError,
     MessageSizeTooLargeError,
+    UnsupportedForMessageFormatError,
 )
 
 from strom.protocol.record_batch import Buffer, RecordBatchHeader, compute_crc, iter_batches
@@ -58,22 +59,30 @@ class LogValidator:
             and not config.log_append_time
             and (config.timestamp_before_max_ms < LONG_MAX or config.timestamp_after_max_ms < LONG_MAX)
         )
-        for h in iter_batches(view):
-            size = h.size
-            if size > config.max_message_bytes:
-                raise MessageSizeTooLargeError(
-                    f"record batch of {size} bytes exceeds max.message.bytes={config.max_message_bytes}"
-                )
-            if compute_crc(view, h.position, size) != h.crc:
-                raise CorruptRecordError(f"record batch at position {h.position} failed its CRC-32C check")
-            if from_client:
-                LogValidator._check_client_batch(h)
-            if check_time:
-                LogValidator._check_timestamps(h, config, now_ms)
-            headers.append(h)
-            record_count += h.records_count
-            if h.max_timestamp > max_timestamp:
-                max_timestamp = h.max_timestamp
+        try:  # free in the normal case (zero-cost exceptions)
+            for h in iter_batches(view):
+                size = h.size
+                if size > config.max_message_bytes:
+                    raise MessageSizeTooLargeError(
+                        f"record batch of {size} bytes exceeds max.message.bytes={config.max_message_bytes}"
+                    )
+                if compute_crc(view, h.position, size) != h.crc:
+                    raise CorruptRecordError(f"record batch at position {h.position} failed its CRC-32C check")
+                if from_client:
+                    LogValidator._check_client_batch(h)
+                if check_time:
+                    LogValidator._check_timestamps(h, config, now_ms)
+                headers.append(h)
+                record_count += h.records_count
+                if h.max_timestamp > max_timestamp:
+                    max_timestamp = h.max_timestamp
+        except UnsupportedForMessageFormatError as e:
+            if not from_client:
+                raise
+            # Produce v0-v2 message sets are up-converted before they get here: a magic 0/1 set here came
+            # with Produce v3+, which Kafka refuses with INVALID_RECORD. The header walk finds it for free.
+            raise InvalidRecordError(
+                f"Produce requests with version 3 and above must contain only v2 batches: {e}") from e
         return ValidationResult(headers, record_count, max_timestamp, len(view))
 
     @staticmethod

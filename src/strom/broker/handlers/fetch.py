@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import kafka.errors as Errors
@@ -22,12 +23,11 @@ from strom.broker.fetch_session import CachedPartition, PartitionKey
 from strom.broker.partition import NO_LEADER_EPOCH, READ_UNCOMMITTED
 from strom.broker.replica_manager import FetchParams, FetchPartitionRequest, FetchPartitionResult
 from strom.broker.replica_selector import ClientMetadata
-from strom.broker.request import FileRegion, RawResponse, RequestContext
+from strom.broker.request import FileRegion, LazyRecords, RawResponse, RequestContext
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.primitives import array_len, string, uvarint
-from strom.protocol.record_batch import COMPRESSION_ZSTD, iter_batches
 from strom.security.acl import AclOperation, ResourceType
-from strom.storage.message_conversion import down_convert
+from strom.storage.lazy_down_conversion import LazyDownConversion
 
 API_KEY = ApiKey.FETCH
 CURRENT_LEADER_EPOCH_FROM = 9
@@ -114,11 +114,11 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
 
 async def _down_convert(ctx: RequestContext, version: int, params: FetchParams,
                         results: list[FetchPartitionResult]) -> None:
-    """Fetch v0-v3 read message format v0 (v0-v1) or v1 (v2-v3): each partition's read (at most its
-    partition_max_bytes of whole batches) is converted in a worker thread, one partition at a time, and
-    sent from memory instead of the file; modern fetches never come here. A topic with
-    message.downconversion.enable=false answers UNSUPPORTED_VERSION, zstd UNSUPPORTED_COMPRESSION_TYPE
-    (as Kafka)."""
+    """Fetch v0-v3 read message format v0 (v0-v1) or v1 (v2-v3), converted lazily (KIP-283): the first chunk
+    of each partition's read is converted here, in a worker thread, to fix the partition's size; the rest
+    as the response is written (``LazyDownConversion``), so memory holds a chunk, not the whole read twice.
+    Modern fetches never come here. A topic with message.downconversion.enable=false answers
+    UNSUPPORTED_VERSION, zstd UNSUPPORTED_COMPRESSION_TYPE (as Kafka)."""
     loop = asyncio.get_running_loop()
     magic = 0 if version <= 1 else 1
     partitions = ctx.replica_manager.partitions
@@ -130,21 +130,30 @@ async def _down_convert(ctx: RequestContext, version: int, params: FetchParams,
         if part is not None and not part.log_config.message_downconversion_enable:
             r.error_code, r.records, r.size = UNSUPPORTED_VERSION, None, 0
             continue
+        conversion = LazyDownConversion(r.records.slices, r.size, magic)
         try:
-            converted, count = await loop.run_in_executor(None, _convert_read, r.records, magic)
+            whole = await loop.run_in_executor(None, conversion.start)
         except Errors.UnsupportedCompressionTypeError:
             r.error_code, r.records, r.size = UNSUPPORTED_COMPRESSION_TYPE, None, 0
             continue
-        r.records, r.size = converted, len(converted)
-        if stats is not None and count:
-            stats.record_conversions(req.topic, False, count)
+        if whole is not None:
+            r.records, r.size = whole, len(whole)
+            if stats is not None and conversion.converted_records:
+                stats.record_conversions(req.topic, False, conversion.converted_records)
+        else:
+            r.records = LazyRecords(conversion.size, _pieces(conversion, req.topic, stats))
+            r.size = conversion.size
 
 
-def _convert_read(info: Any, magic: int) -> tuple[bytes, int]:
-    data = info.to_bytes()
-    if any(h.compression == COMPRESSION_ZSTD for h in iter_batches(data)):
-        raise Errors.UnsupportedCompressionTypeError("zstd batches cannot be read with Fetch v0-v3")
-    return down_convert(data, magic)
+def _pieces(conversion: LazyDownConversion, topic: str, stats: Any) -> Callable[[], Awaitable[bytes | None]]:
+    """The lazy part's source: each piece converted in a worker thread; conversions counted at the end."""
+    async def next_piece() -> bytes | None:
+        piece = await asyncio.get_running_loop().run_in_executor(None, conversion.next_piece)
+        if piece is None and stats is not None and conversion.converted_records:
+            stats.record_conversions(topic, False, conversion.converted_records)
+        return piece
+
+    return next_piece
 
 
 def _fetch_data(ctx: RequestContext, version: int, request: Any) -> list[CachedPartition]:
@@ -196,7 +205,7 @@ def _encode(version: int, top_error: int, session_id: int,
     """The response body; ``answered`` is (topic key as sent, partition, result), a topic's partitions
     adjacent (a topic that comes back after another is written again, as Kafka does)."""
     flexible = version >= FLEXIBLE_FROM
-    parts: list[bytes | FileRegion] = []
+    parts: list[bytes | FileRegion | LazyRecords] = []
     buf = bytearray()
     if version >= 1:
         buf += struct.pack(">i", 0)  # throttle_time_ms
@@ -240,6 +249,10 @@ def _encode(version: int, top_error: int, session_id: int,
             buf += uvarint(size + 1) if flexible else struct.pack(">i", size)
             if size and isinstance(data, bytes):  # down-converted for Fetch v0-v3
                 buf += data
+            elif size and isinstance(data, LazyRecords):  # the rest of a Fetch v0-v3 down-conversion
+                parts.append(bytes(buf))
+                buf = bytearray()
+                parts.append(data)
             elif size:
                 parts.append(bytes(buf))
                 buf = bytearray()

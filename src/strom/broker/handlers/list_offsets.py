@@ -18,6 +18,7 @@ TopicResp = ListOffsetsResponse.ListOffsetsTopicResponse
 PartResp = TopicResp.ListOffsetsPartitionResponse
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 EARLIEST_LOCAL, LATEST_TIERED = -4, -5
+CONSUMER_REPLICA_ID = -1
 DEBUGGING_REPLICA_ID = -2  # may ask any replica; everyone else asks the leader (also with KIP-392)
 
 
@@ -41,7 +42,10 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
                         f"broker {part.local_broker_id} is not the leader of {t.name}-{p.partition_index}")
                 resp.leader_epoch = part.leader_epoch
                 ts = p.timestamp
-                if ts == LATEST:
+                if ctx.version == 0:  # a list of offsets instead of one (Kafka's legacy answer)
+                    resp.old_style_offsets = _old_style_offsets(part, ts, p.max_num_offsets,
+                                                                request.replica_id == CONSUMER_REPLICA_ID)
+                elif ts == LATEST:
                     resp.offset = part.fetch_offset_limit(isolation)  # HW, or the LSO for read_committed
                 elif ts in (EARLIEST, EARLIEST_LOCAL):
                     resp.offset = part.log_start_offset
@@ -55,8 +59,6 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
                     found = part.fetch_offset_for_timestamp(ts, isolation)
                     if found is not None:
                         resp.offset, resp.timestamp = found
-                if ctx.version == 0:
-                    resp.old_style_offsets = _old_style_offsets(part, ts, resp.offset, p.max_num_offsets)
             except Exception as exc:
                 resp.error_code = error_code_of(exc)
             parts.append(resp)
@@ -64,12 +66,15 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
 
-def _old_style_offsets(part: Any, timestamp: int, offset: int, max_num_offsets: int) -> list[int]:
-    """ListOffsets v0's answer: offsets in descending order, at most ``max_num_offsets``. Kafka lists the
-    high watermark then segment base offsets for "latest"; Strom lists the high watermark and the log start
-    offset (the segment bases in between are not listed: clients of v0 ask for one offset)."""
-    if timestamp == LATEST:
-        offsets = [offset] + ([part.log_start_offset] if part.log_start_offset < offset else [])
-    else:
-        offsets = [offset] if offset >= 0 else []
-    return offsets[:max(max_num_offsets, 0)]
+def _old_style_offsets(part: Any, timestamp: int, max_num_offsets: int, from_consumer: bool) -> list[int]:
+    """ListOffsets v0's answer, as Kafka 3.9 gives it: segment base offsets and the log end offset, newest
+    first, at most ``max_num_offsets``, none newer than the last segment written at or before ``timestamp``
+    (by file modification time, not record timestamps). A consumer never sees past the high watermark:
+    the offsets above it are replaced by the high watermark."""
+    offsets = part.log.legacy_fetch_offsets_before(timestamp, max_num_offsets)
+    if not from_consumer:
+        return offsets
+    hw = part.high_watermark
+    if offsets and offsets[0] > hw:
+        return [hw] + [o for o in offsets if o <= hw]
+    return offsets

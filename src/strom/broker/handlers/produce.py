@@ -144,8 +144,8 @@ async def _up_convert_off_loop(ctx: RequestContext, legacy: list[TopicPartition]
                                ) -> ProduceResults:
     """Message sets in format v0/v1 (clients before Kafka 0.11) in Produce v0-v2 become v2 batches before the
     append, in a worker thread. A partition not led here keeps its bytes: the replica manager answers it as
-    usual. (From v3 on, the log refuses them with UNSUPPORTED_FOR_MESSAGE_FORMAT where Kafka answers
-    INVALID_RECORD: looking for them would cost every modern produce.)"""
+    usual. (From v3 on, the log's validator refuses them with INVALID_RECORD, as Kafka, while it walks the
+    batch headers anyway: modern produces pay nothing for the check.)"""
     refused: ProduceResults = {}
     loop = asyncio.get_running_loop()
     partitions = ctx.replica_manager.partitions

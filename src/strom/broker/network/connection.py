@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING
 from strom.broker.network.file_region import SENDFILE_MIN_BYTES, read_file_region, send_file_region
 from strom.broker.network.framing import FrameReceiver
 from strom.broker.network.response_queue import ResponseQueue
-from strom.broker.request import CloseConnection, DeferredResponse, FileRegion, RawResponse, RequestContext
+from strom.broker.request import (
+    CloseConnection,
+    DeferredResponse,
+    FileRegion,
+    LazyRecords,
+    RawResponse,
+    RequestContext,
+)
 from strom.broker.session import Session
 from strom.config.listeners import EndPoint
 from strom.metrics.request_metrics import RequestMetrics
@@ -501,8 +508,23 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     await send_file_region(self._transport, part, None if self._zero_copy else self._write)
                 else:
                     pending.append(read_file_region(part))
+            elif isinstance(part, LazyRecords):
+                await self._write(pending)
+                pending = []
+                await self._send_lazy(part)
             else:
                 pending.append(part)
         if pending:
             await self._write(pending)
+
+    async def _send_lazy(self, part: LazyRecords) -> None:
+        """Pieces as they are made, each after the socket took the previous one (the write waits while the
+        transport's buffer is full): memory holds about one piece, not the whole records."""
+        sent = 0
+        while (piece := await part.next_piece()) is not None:
+            if piece:
+                await self._write([piece])
+                sent += len(piece)
+        if sent != part.size:  # never send a short frame
+            raise ConnectionError(f"lazy records gave {sent} bytes of {part.size}")
 
