@@ -118,3 +118,28 @@ def test_a_replica_not_created_yet_is_created_in_the_requested_dir(cluster_facto
     admin.create_partitions([NewPartitions(topic, 2, replica_assignment=[[FOLLOWER]])])[topic].result(timeout=60)
     cluster.wait_isr(topic, 1, [FOLLOWER])
     assert (Path(preferred) / f"{topic}-1").is_dir()
+
+
+def test_a_leader_ahead_of_its_high_watermark_reports_no_offset_lag(cluster_factory) -> None:  # noqa: ANN001
+    """DescribeLogDirs' offsetLag of a current replica is how far its end is behind the high watermark
+    (Kafka's max(HW - LEO, 0)): a leader holding records its follower has not fetched yet lags nothing."""
+    cluster: ClusterProcess = cluster_factory(2, offsets_replication_factor=1, session_timeout_ms=60_000,
+                                              overrides={"replica.lag.time.max.ms": 120_000})
+    topic = create_topic(cluster, replicas=[[1, FOLLOWER]], config={"min.insync.replicas": "1"})
+    cluster.sigstop(FOLLOWER)
+    try:
+        producer = Producer({"bootstrap.servers": cluster.broker(1).bootstrap, "acks": 1, "log_level": 0})
+        for i in range(10):
+            producer.produce(topic, b"v%d" % i, partition=0)
+        assert producer.flush(60) == 0
+        # The follower is still in the ISR, so the leader's high watermark stays behind its log end.
+        assert list(cluster.partition_state(topic, 0).isr) == [1, FOLLOWER]
+        assert high_watermark(cluster, topic, 0, cluster.broker(1).bootstrap) == 0
+        [leader_copy] = [p for ps in replicas_on(cluster, 1, topic).values() for p in ps]
+        assert leader_copy["offsetLag"] == 0 and not leader_copy["isFuture"]
+    finally:
+        cluster.sigcont(FOLLOWER)
+    cluster.wait_for(lambda: high_watermark(cluster, topic, 0, cluster.broker(1).bootstrap) == 10, 60,
+                     "the follower to catch up")
+    [follower_copy] = [p for ps in replicas_on(cluster, FOLLOWER, topic).values() for p in ps]
+    assert follower_copy["offsetLag"] == 0
