@@ -14,10 +14,11 @@ from typing import Any
 
 import kafka.errors as Errors
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewPartitions
 
 from strom.cli.log_dirs import alter_replica_log_dirs, describe_log_dirs
+from tests.integration.test_full_disk import _mount_tmpfs, _unmount, fill
 from tests.support.cluster import ClusterProcess
 from tests.support.replicas import IDEMPOTENT, WHOLE_LOG, batches_below, create_topic, high_watermark
 
@@ -118,3 +119,97 @@ def test_a_replica_not_created_yet_is_created_in_the_requested_dir(cluster_facto
     admin.create_partitions([NewPartitions(topic, 2, replica_assignment=[[FOLLOWER]])])[topic].result(timeout=60)
     cluster.wait_isr(topic, 1, [FOLLOWER])
     assert (Path(preferred) / f"{topic}-1").is_dir()
+
+
+def test_a_leader_ahead_of_its_high_watermark_reports_no_offset_lag(cluster_factory) -> None:  # noqa: ANN001
+    """DescribeLogDirs' offsetLag of a current replica is how far its end is behind the high watermark
+    (Kafka's max(HW - LEO, 0)): a leader holding records its follower has not fetched yet lags nothing."""
+    cluster: ClusterProcess = cluster_factory(2, offsets_replication_factor=1, session_timeout_ms=60_000,
+                                              overrides={"replica.lag.time.max.ms": 120_000})
+    topic = create_topic(cluster, replicas=[[1, FOLLOWER]], config={"min.insync.replicas": "1"})
+    cluster.sigstop(FOLLOWER)
+    try:
+        producer = Producer({"bootstrap.servers": cluster.broker(1).bootstrap, "acks": 1, "log_level": 0})
+        for i in range(10):
+            producer.produce(topic, b"v%d" % i, partition=0)
+        assert producer.flush(60) == 0
+        # The follower is still in the ISR, so the leader's high watermark stays behind its log end.
+        assert list(cluster.partition_state(topic, 0).isr) == [1, FOLLOWER]
+        assert high_watermark(cluster, topic, 0, cluster.broker(1).bootstrap) == 0
+        [leader_copy] = [p for ps in replicas_on(cluster, 1, topic).values() for p in ps]
+        assert leader_copy["offsetLag"] == 0 and not leader_copy["isFuture"]
+    finally:
+        cluster.sigcont(FOLLOWER)
+    cluster.wait_for(lambda: high_watermark(cluster, topic, 0, cluster.broker(1).bootstrap) == 10, 60,
+                     "the follower to catch up")
+    [follower_copy] = [p for ps in replicas_on(cluster, FOLLOWER, topic).values() for p in ps]
+    assert follower_copy["offsetLag"] == 0
+
+
+def dirs_of(cluster: ClusterProcess, broker: int) -> dict[str, dict[str, Any]]:
+    """log dir -> kafka-log-dirs.sh's entry for it (error, partitions), on ``broker``."""
+    described = describe_log_dirs(cluster.broker(broker).bootstrap, [broker])
+    return {d["logDir"]: d for d in described["brokers"][0]["logDirs"]}
+
+
+def test_a_target_dir_failing_mid_move_goes_offline_and_the_source_keeps_serving(cluster_factory) -> None:  # noqa: ANN001
+    """Broker 2's second log dir is a small tmpfs that fills up while a replica is being copied into it:
+    the dir goes offline as a failed append would take it (DescribeLogDirs: KAFKA_STORAGE_ERROR, the
+    controller moves leadership of what it held), and the replica being moved keeps serving from its dir."""
+    mover = 2
+    cluster: ClusterProcess = cluster_factory(2, start=False, offsets_replication_factor=1,
+                                              overrides={"replica.lag.time.max.ms": 600_000})
+    base = cluster.log_dir(mover)
+    second = Path(f"{base}2")
+    _mount_tmpfs(second, 16)
+    try:
+        cluster.broker_overrides[mover] = {"log.dirs": f"{base},{second}",
+                                           "replica.alter.log.dirs.io.max.bytes.per.second": 500_000}
+        cluster.broker(mover).overrides = cluster._broker_config(mover)
+        cluster.start()
+        topic = create_topic(cluster, replicas=[[mover, 1], [mover, 1]], config={"min.insync.replicas": "1"})
+        [moved] = [p for p in (0, 1) if (base / f"{topic}-{p}").is_dir()]
+        [other] = [p for p in (0, 1) if (second / f"{topic}-{p}").is_dir()]
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, **IDEMPOTENT, "log_level": 0})
+        for i in range(2000):  # ~2 MB: seconds of copying at the throttle
+            producer.produce(topic, b"r-%08d" % i + b"x" * 1000, partition=moved)
+            producer.poll(0)
+        assert producer.flush(60) == 0
+
+        assert alter_replica_log_dirs(cluster.bootstrap, {(topic, moved, mover): str(second)}) == {
+            (topic, moved, mover): 0}
+        cluster.wait_for(lambda: any(p["isFuture"] for p in dirs_of(cluster, mover)[str(second)]["partitions"]),
+                         60, "the future replica in the second dir")
+        fill(str(second))  # the next copy step finds no space
+
+        cluster.wait_for(lambda: dirs_of(cluster, mover)[str(second)]["error"] == "KafkaStorageError", 60,
+                         "the second dir reported offline")
+        # The dir is offline: no new move into it, and what it held is led by broker 1 now.
+        assert alter_replica_log_dirs(cluster.bootstrap, {(topic, moved, mover): str(second)}) == {
+            (topic, moved, mover): Errors.KafkaStorageError.errno}
+        assert cluster.wait_leader(topic, other, not_in=[mover]).leader == 1
+        # The replica that was moving stays where it was, current, led by broker 2, and takes writes.
+        [current] = dirs_of(cluster, mover)[str(base)]["partitions"]
+        assert current["partition"] == f"{topic}-{moved}" and not current["isFuture"]
+        assert not any(n.endswith("-future") for n in (p.name for p in base.iterdir()))
+        assert cluster.partition_state(topic, moved).leader == mover
+        for i in range(2000, 2100):
+            producer.produce(topic, b"r-%08d" % i + b"x" * 1000, partition=moved)
+        assert producer.flush(60) == 0
+        consumer = Consumer({"bootstrap.servers": cluster.broker(mover).bootstrap, "group.id": "unused",
+                             "enable.auto.commit": False, "log_level": 0})
+        consumer.assign([TopicPartition(topic, moved, 0)])
+        values: list[bytes] = []
+        try:
+            for _ in range(240):
+                values += [m.value()[:10] for m in consumer.consume(500, timeout=0.5) if m.error() is None]
+                if len(values) >= 2100:
+                    break
+        finally:
+            consumer.close()
+        assert values == [b"r-%08d" % i for i in range(2100)]
+        log_text = cluster.broker(mover).log_path.read_text(errors="replace")
+        assert "is offline" in log_text and "Traceback" not in log_text, log_text[-3000:]
+    finally:
+        cluster.close()
+        _unmount(second)

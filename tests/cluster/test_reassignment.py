@@ -274,3 +274,52 @@ def test_a_move_waits_for_a_dead_new_replica_and_topics_describe_shows_it(cluste
     cluster.start_broker(3)
     wait_moved(cluster, topic, [2, 3])
     cluster.wait_for(lambda: not partition_dir(cluster, 1, topic).exists(), BOUND, "broker 1 deleted its replica")
+
+
+def test_a_topic_deleted_while_moving_goes_once_the_move_ends(cluster_factory, tmp_path) -> None:  # noqa: ANN001
+    """DeleteTopics while a throttled move of the topic runs is accepted, but the topic is ineligible for
+    deletion until the move ends (Kafka's TopicDeletionManager): it keeps serving, no new move of it may
+    start, and once the throttle is raised and the move completes it is deleted from every broker."""
+    from confluent_kafka.admin import AdminClient
+
+    from tests.cluster.test_reassign_partitions_cli import strom, write_json
+    from tests.cluster.test_replication_throttle import produce
+
+    cluster: ClusterProcess = cluster_factory(3, overrides={"auto.leader.rebalance.enable": "false"})
+    topic = create_topic(cluster, replicas=[[1, 2]])
+    produce(cluster, topic, 1000)  # 10 MB: over a minute at the throttled rate
+    plan = write_json(tmp_path / "plan.json",
+                      {"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": [1, 3]}]})
+    out = strom("--bootstrap-server", cluster.bootstrap, "--execute", "--reassignment-json-file", str(plan),
+                "--throttle", "100000")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert listed(cluster) == {(topic, 0): ([1, 3, 2], [3], [2])}
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+    admin.delete_topics([topic], operation_timeout=0)[topic].result(60)  # accepted, as Kafka answers
+    controller = cluster.broker(cluster.wait_controller())
+    cluster.wait_for(lambda: not cluster.zk.exists(f"/brokers/topics/{topic}")
+                     or "ineligible for deletion" in controller.log_path.read_text(errors="replace"),
+                     BOUND, "the controller to handle the deletion")
+    # Still there while it moves: in ZooKeeper, queued for deletion, moving, and no new move may start.
+    assert cluster.zk.exists(f"/brokers/topics/{topic}") and cluster.zk.exists(f"/admin/delete_topics/{topic}")
+    assert listed(cluster) == {(topic, 0): ([1, 3, 2], [3], [2])}
+    assert reassign(cluster, {(topic, 0): [2, 3]}) == {(topic, 0): 3}  # UNKNOWN_TOPIC_OR_PARTITION, as Kafka
+
+    # The tool raises the throttle; re-submitting the move itself is refused as any new move of the topic.
+    out = strom("--bootstrap-server", cluster.bootstrap, "--execute", "--additional", "--reassignment-json-file",
+                str(plan), "--throttle", "1000000000")
+    assert "The inter-broker throttle limit was set to 1000000000 B/s" in out.stdout, out.stdout + out.stderr
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in out.stdout, out.stdout + out.stderr
+    cluster.wait_for(lambda: not cluster.zk.exists(f"/brokers/topics/{topic}")
+                     and not cluster.zk.exists(f"/admin/delete_topics/{topic}"), BOUND,
+                     "the topic deleted once its move completed")
+    def left_on(broker_id: int) -> list[str]:
+        """The topic's replica dirs and files on a broker (an emptied ``-delete`` tombstone dir holds none)."""
+        return [str(f) for p in cluster.log_dir(broker_id).iterdir() if p.name.startswith(f"{topic}-")
+                for f in (p, *p.iterdir()) if f is not p or not p.name.endswith("-delete")]
+
+    for broker_id in (1, 2, 3):
+        cluster.wait_for(lambda b=broker_id: not left_on(b), BOUND,
+                         f"no replica of {topic} left on broker {broker_id}: {left_on(broker_id)}")
+    assert topic not in admin.list_topics(timeout=30).topics

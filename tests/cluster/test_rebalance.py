@@ -224,3 +224,56 @@ def test_leaders_are_evened_without_copying_data(growing: ClusterProcess) -> Non
 
     cluster.wait_for(leaders, BOUND, "the preferred replicas leading")
     assert not zk_config(cluster, "topics", topic) and "throttled" not in str(zk_config(cluster, "brokers", "1"))
+
+
+def test_a_new_controller_removes_the_throttles_of_a_balancer_that_died_mid_batch(tmp_path: Path) -> None:
+    """The controller's balancer starts a throttled move to a joining broker and the controller is killed
+    (kill -9) mid-batch. Its next round never comes; the new controller, whose own balancer has nothing to
+    do, must remove the throttles it left once the move is over, and not before."""
+    from confluent_kafka import Producer
+
+    cluster = ClusterProcess(tmp_path, broker_ids=[1, 2, 3], offsets_replication_factor=2,
+                             overrides={"auto.leader.rebalance.enable": "false", "strom.balancer.enable": "true",
+                                        "strom.balancer.interval.ms": 600_000,  # only a join starts a round
+                                        "strom.balancer.max.partition.movements": 1,
+                                        "strom.balancer.throttle.bytes.per.sec": 200_000},
+                             # Throttled from the start: a broker applies the balancer's throttle configs only
+                             # once it has read them, and the copy must not outrun them meanwhile.
+                             broker_overrides={3: {"follower.replication.throttled.rate": 200_000}})
+    try:
+        cluster.start_zookeeper()
+        for broker_id in (1, 2):
+            cluster.start_broker(broker_id, timeout=90)
+        controller = cluster.wait_controller()
+        topic = create_topic(cluster, replicas=[[1, 2], [2, 1]],
+                             config={"follower.replication.throttled.replicas": "*"})
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 5, "log_level": 0})
+        for i in range(1000):  # 5 MB per partition: many seconds at the throttled rate
+            producer.produce(topic, b"v" * 10_000, partition=i % 2)
+            producer.poll(0)
+        assert producer.flush(60) == 0
+
+        def throttles() -> list[str]:
+            found = [f"broker {b}: {k}" for b in (1, 2, 3) for k in zk_config(cluster, "brokers", str(b))
+                     if "throttled" in k]
+            return found + [f"topic: {k}" for k in zk_config(cluster, "topics", topic) if "throttled" in k]
+
+        def moving() -> bool:
+            data, _ = cluster.zk.get(f"/brokers/topics/{topic}")
+            return bool(json.loads(data).get("adding_replicas"))
+
+        cluster.start_broker(3, timeout=90)
+        cluster.wait_for(moving, BOUND, "the balancer's move to broker 3")
+        assert [t for t in throttles() if t.startswith("broker")], "the balancer set no throttle"
+        cluster.kill9(controller)
+        cluster.wait_controller(not_in=(controller,), timeout=BOUND)
+        cluster.start_broker(controller, timeout=90)  # a replica the move keeps may be on it
+
+        # Once they are gone, the move must be over: they were not removed while it still needed them.
+        after = cluster.wait_for(lambda: None if throttles() else ("moving" if moving() else "done"), BOUND,
+                                 "the dead controller's throttles removed by the new one")
+        assert after == "done"
+        assert 3 in {b for r in cluster.topic_assignment(topic).values() for b in r}  # the move happened
+        assert cluster.zk.exists("/strom/balancer_throttles") is None
+    finally:
+        cluster.close()

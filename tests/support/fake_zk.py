@@ -413,6 +413,24 @@ class FakeZkClient:
         node = self._data(zd.config_entity_path(zd.CONFIG_TYPE_TOPIC, name))
         return zd.decode_entity_config(node.data) if node else {}
 
+    def get_balancer_throttles(self) -> tuple[set[int], set[str]]:
+        node = self._data(zd.BALANCER_THROTTLES_PATH)
+        return zd.decode_balancer_throttles(node.data) if node else (set(), set())
+
+    def set_balancer_throttles(self, brokers: set[int], topics: set[str]) -> None:
+        path = zd.BALANCER_THROTTLES_PATH
+        if not brokers and not topics:
+            if self._data(path):
+                self._multi([("delete", path, ANY_VERSION)])
+            return
+        data = zd.encode_balancer_throttles(brokers, topics)
+        if self._data(path):
+            self._multi([("set", path, data, ANY_VERSION)])
+            return
+        if not self._data("/strom"):
+            self._multi([("create", "/strom", b"", False, False)])
+        self._multi([("create", path, data, False, False)])
+
     def mark_topic_for_deletion(self, name: str) -> None:
         with contextlib.suppress(ZkOpError):
             self._multi([("create", zd.delete_topic_path(name), b"", False, False)])

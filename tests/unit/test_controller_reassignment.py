@@ -258,3 +258,35 @@ async def test_an_unreadable_znode_asks_for_nothing_and_goes(c: Cluster) -> None
     await settle(c.controller)
     assert c.admin._data(zd.REASSIGN_PARTITIONS_PATH) is None
     assert assignment(c, "t").partitions == {0: [1, 2]} and c.controller.active
+
+
+@scenario_with()
+async def test_a_topic_queued_for_deletion_mid_move_waits_for_the_move_across_a_failover(c: Cluster) -> None:
+    """Deleting a topic whose partition moves is deferred (the topic is ineligible for deletion), also by the
+    next controller: the move completes through the ISR change it needs, then the topic is deleted."""
+    c.create_topic("t", {0: [1, 2]})
+    await c.start()
+    await c.controller.alter_partition_reassignments({("t", 0): [2, 3]})
+    c.admin.mark_topic_for_deletion("t")
+    await settle(c.controller)
+    assert c.admin.get_topic_assignment("t") is not None
+    assert c.admin.get_topic_deletions() == ["t"]
+    refused = await c.controller.alter_partition_reassignments({("t", 0): [1, 3]})
+    assert refused[("t", 0)][0] == Errors.UnknownTopicOrPartitionError.errno
+    channels: list[RecordingChannel] = []
+    other = KafkaController(2, BrokerConfig({"broker.id": "2", "auto.leader.rebalance.enable": "false"}),
+                            c.sessions[2], lambda _t: False,
+                            channel_factory=lambda *a: channels.append(RecordingChannel(*a)) or channels[-1])
+    other.startup()
+    try:
+        c.kill_broker(CONTROLLER_ID)
+        await settle(other)
+        assert c.admin.get_topic_assignment("t") is not None  # the new controller waits too
+        await grow_isr(c, other, "t", 0, [2, 3])  # allowed: the topic is not being deleted yet
+        await settle(other)
+        assert c.admin.get_topic_assignment("t") is None
+        assert c.admin.get_topic_deletions() == []
+        deleted = stop_replicas([(b, r) for b, r, _ in channels[-1].sent if isinstance(r, StopReplicaRequest)])
+        assert deleted[3][("t", 0)] is True
+    finally:
+        await other.shutdown()

@@ -39,6 +39,7 @@ from strom.storage.log_dir_moves import (
     swap,
     sync_epochs,
 )
+from strom.storage.log_manager import is_log_dir_failure
 from strom.storage.partition_metadata import ensure_topic_configs, ensure_topic_id
 
 if TYPE_CHECKING:
@@ -146,6 +147,10 @@ class ReplicaAlterLogDirsManager:
             raise
         except Exception as exc:
             log.error("moving %s-%d to %s failed: %s; the replica stays where it is", *tp, move.log_dir, exc)
+            if isinstance(exc, (OSError, Errors.KafkaStorageError)):
+                # The target dir failed a write (no space, I/O error): as a failed append would, it goes
+                # offline (KIP-112) before the future log is dropped, so nothing more is written there.
+                self._rm.maybe_take_log_dir_offline(tp, exc, move.log_dir)
             await self._drop_future(tp)
         finally:
             if self._moves.get(tp) is move:
@@ -168,6 +173,9 @@ class ReplicaAlterLogDirsManager:
         log.info("moving %s-%d from %s to %s", *tp, part.log_dir, log_dir)
         replica = part
         while True:
+            if tp in self._rm.offline_partitions and tp not in self._rm.partitions:
+                move.aborted = True  # the current log's dir failed: its future copy goes too, as in Kafka
+                return
             part = await self._replica(tp)
             if part is not replica:  # deleted meanwhile (and perhaps created again: a new replica)
                 move.aborted = True
@@ -177,6 +185,12 @@ class ReplicaAlterLogDirsManager:
                 copied = await self._lm.run_in_dir(log_dir, _copy_step, current, future)
             except OSError:
                 raise  # the target dir failed: the move ends, the replica stays
+            except Errors.KafkaStorageError as exc:
+                if is_log_dir_failure(exc):  # a failed write (the segment wraps its OSError): the same
+                    raise
+                log.debug("copy step of %s-%d failed, retrying: %s", *tp, exc)
+                await asyncio.sleep(RETRY_BACKOFF_S)
+                continue
             except Exception as exc:  # the current log changed under the step (retention, truncation)
                 log.debug("copy step of %s-%d failed, retrying: %s", *tp, exc)
                 await asyncio.sleep(RETRY_BACKOFF_S)

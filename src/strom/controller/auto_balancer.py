@@ -6,7 +6,8 @@ previous batch, or an operator's), so no partition is moved twice at once; once 
 removes the throttles it set, elects preferred leaders for the partitions it moved, then asks the
 planner (strom.balancer) for a plan from the controller's own view plus DescribeLogDirs answers, and
 starts at most `strom.balancer.max.partition.movements` reassignments of it, with Kafka's replication
-throttles (`strom.balancer.throttle.bytes.per.sec`) written to ZooKeeper as dynamic configs.
+throttles (`strom.balancer.throttle.bytes.per.sec`) written to ZooKeeper as dynamic configs, and recorded
+(`/strom/balancer_throttles`) so that a new controller removes them if this one dies mid-batch.
 See docs/decisions/0042-self-balancing.md.
 """
 
@@ -40,6 +41,8 @@ GOALS = ("replica-distribution", "leader-distribution", "minimal-movement")
 # A partition the balancer moved is left alone for this many intervals: plans made from slightly different
 # numbers must not move it again and again.
 COOLDOWN_INTERVALS = 10
+# How often a new controller looks whether the moves its predecessor's throttles were for have ended.
+STALE_THROTTLES_CHECK_S = 2.0
 BROKER_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 TOPIC_REPLICAS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
 
@@ -73,6 +76,7 @@ class AutoBalancer:
     def __init__(self, controller: KafkaController) -> None:
         self.controller = controller
         self._task: asyncio.Task[None] | None = None
+        self._reaper: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._throttled_brokers: set[int] = set()
         self._throttled_topics: set[str] = set()
@@ -84,14 +88,18 @@ class AutoBalancer:
         return bool(self.controller.config.get("strom.balancer.enable"))
 
     def start(self) -> None:
-        """At failover: the loop runs for this term as controller."""
+        """At failover: the loop runs for this term as controller. Enabled or not, throttles a previous
+        controller's balancer left (it died mid-batch) are removed once no move needs them."""
+        if self._reaper is None:
+            self._reaper = asyncio.get_running_loop().create_task(self._reap_loop(), name="balancer-throttles")
         if self.enabled and self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._loop(), name="auto-balancer")
 
     def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            self._task = None
+        for task in (self._task, self._reaper):
+            if task is not None:
+                task.cancel()
+        self._task = self._reaper = None
 
     def broker_joined(self) -> None:
         """A new broker gets its share without waiting for the next interval."""
@@ -108,6 +116,41 @@ class AutoBalancer:
             self._wake.clear()
             if self.controller.active:
                 self.controller._enqueue("auto-balance", self.run_round)
+
+    async def _reap_loop(self) -> None:
+        while self.controller.active:
+            try:
+                left = await self.controller._run_as_event("balancer-stale-throttles", self.clear_stale_throttles)
+            except Exception as exc:  # ZooKeeper unreachable, or no longer controller: look again later
+                log.warning("auto-balancer: could not check for stale replication throttles: %s", exc)
+                left = True
+            if not left:
+                return
+            await asyncio.sleep(STALE_THROTTLES_CHECK_S)
+
+    async def clear_stale_throttles(self) -> bool:
+        """A controller event: remove the recorded balancer throttles of topics no longer moving, and the
+        brokers' rates once none of them moves; returns whether some are still needed."""
+        controller = self.controller
+        if not controller.active:
+            return False
+        zk = controller.zk
+        brokers, topics = await controller._zk(zk.get_balancer_throttles)
+        if not brokers and not topics:
+            return False
+        moving = {t for t in topics if controller.reassignments.moving(t)}
+        existing = {t for t, _ in controller.ctx.partitions}
+        for topic in sorted(topics - moving):
+            if topic in existing:
+                await self._merge_configs(zk.get_topic_configs, zk.set_topic_configs, topic, {}, TOPIC_REPLICAS)
+        if not moving:
+            for broker_id in sorted(brokers):
+                await self._merge_configs(zk.get_broker_configs, zk.set_broker_configs, broker_id, {}, BROKER_RATES)
+            brokers = set()
+        await controller._zk(zk.set_balancer_throttles, brokers, moving)
+        log.info("auto-balancer: removed the replication throttles a previous batch left%s",
+                 f"; kept those of {len(moving)} topics still moving" if moving else "")
+        return bool(moving)
 
     async def run_round(self) -> None:
         """One round (a controller event): finish the previous batch, or plan and start the next one."""
@@ -187,6 +230,9 @@ class AutoBalancer:
     async def _set_throttles(self, batch: list[Reassignment], rate: int) -> None:
         brokers, topics = throttle_configs(batch)
         zk = self.controller.zk
+        # Recorded first: whoever is controller after a crash from here on knows to remove them.
+        marked_brokers, marked_topics = await self.controller._zk(zk.get_balancer_throttles)
+        await self.controller._zk(zk.set_balancer_throttles, marked_brokers | brokers, marked_topics | set(topics))
         for broker_id in sorted(brokers):
             await self._merge_configs(zk.get_broker_configs, zk.set_broker_configs, broker_id,
                                       dict.fromkeys(BROKER_RATES, str(rate)))
@@ -196,12 +242,16 @@ class AutoBalancer:
         self._throttled_topics |= set(topics)
 
     async def _clear_throttles(self) -> None:
+        """Nothing moves: remove every throttle a balancer set (this controller's or a predecessor's)."""
         zk = self.controller.zk
-        for broker_id in sorted(self._throttled_brokers):
+        marked_brokers, marked_topics = await self.controller._zk(zk.get_balancer_throttles)
+        for broker_id in sorted(self._throttled_brokers | marked_brokers):
             await self._merge_configs(zk.get_broker_configs, zk.set_broker_configs, broker_id, {}, BROKER_RATES)
-        for topic in sorted(self._throttled_topics):
+        for topic in sorted(self._throttled_topics | marked_topics):
             if topic in {t for t, _ in self.controller.ctx.partitions}:
                 await self._merge_configs(zk.get_topic_configs, zk.set_topic_configs, topic, {}, TOPIC_REPLICAS)
+        if marked_brokers or marked_topics:
+            await self.controller._zk(zk.set_balancer_throttles, set(), set())
         self._throttled_brokers.clear()
         self._throttled_topics.clear()
 

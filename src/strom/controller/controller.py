@@ -293,7 +293,8 @@ class KafkaController:
             self._add_live_broker(b)
         for topic in await self._zk(self.zk.get_all_topics):
             await self._load_topic(topic)
-        self.ctx.deleting = set(await self._zk(self.zk.get_topic_deletions))
+        self.ctx.deleting = {t for t in await self._zk(self.zk.get_topic_deletions)
+                             if not self.reassignments.moving(t)}  # a topic being moved waits (its moves go on)
         for path, name, handler in (
                 (zd.BROKER_IDS_PATH, "brokers", self._on_broker_change),
                 (zd.TOPICS_PATH, "topics", self._on_topic_change),
@@ -601,6 +602,8 @@ class KafkaController:
             return
         queued = set(await self._zk(self.zk.get_topic_deletions))
         for topic in sorted(queued):
+            if self.reassignments.defer_deletion(topic):
+                continue
             tps = self.ctx.partitions_of(topic)
             self.ctx.deleting.add(topic)
             if tps:

@@ -52,6 +52,8 @@ class ReassignmentManager:
         self.batch = batch  # partitions per ZooKeeper multi-op
         # What /admin/reassign_partitions asks for, as last read: a partition leaves it when its move is done.
         self.zk_requested: dict[TopicPartition, list[int]] = {}
+        # Topics queued for deletion while some of their partitions move: deleted once the moves end.
+        self.deletion_deferred: set[str] = set()
 
     # -- requests ------------------------------------------------------------------------------------
     async def alter(self, requests: dict[TopicPartition, list[int] | None]) -> dict[TopicPartition, PartitionResult]:
@@ -84,7 +86,8 @@ class ReassignmentManager:
                 results[tp] = (Errors.NoReassignmentInProgressError.errno,
                                f"No reassignment of {tp[0]}-{tp[1]} is in progress.")
                 continue
-            if pl is None or tp[0] in ctx.deleting or pl.zk_version < 0:
+            if pl is None or tp[0] in ctx.deleting or pl.zk_version < 0 or (
+                    target is not None and tp[0] in self.deletion_deferred):  # no new move of a topic to delete
                 results[tp] = (Errors.UnknownTopicOrPartitionError.errno, "The partition does not exist.")
                 continue
             plans.append((tp, wanted))
@@ -100,6 +103,29 @@ class ReassignmentManager:
             if pl is not None and (pl.adding or pl.removing):
                 out[tp] = assignment_of(pl)
         return out
+
+    # -- topic deletion ------------------------------------------------------------------------------
+    def moving(self, topic: str) -> bool:
+        """Whether a partition of ``topic`` is being reassigned."""
+        partitions = self.controller.ctx.partitions
+        return any(partitions[tp].adding or partitions[tp].removing for tp in self.controller.ctx.partitions_of(topic))
+
+    def defer_deletion(self, topic: str) -> bool:
+        """Whether deleting ``topic`` must wait for its reassignments (Kafka's TopicDeletionManager marks it
+        ineligible); the deletion is tried again when they complete or are cancelled. Until then the topic
+        serves as before: its moves need ISR changes and leader elections to finish."""
+        if not self.moving(topic):
+            self.deletion_deferred.discard(topic)
+            return False
+        if topic not in self.deletion_deferred:
+            log.info("controller: topic %s is ineligible for deletion while partitions are being reassigned; "
+                     "it is deleted when the reassignment ends", topic)
+            self.deletion_deferred.add(topic)
+        return True
+
+    async def _resume_deferred_deletions(self) -> None:
+        if any(not self.moving(t) for t in self.deletion_deferred):
+            await self.controller._on_topic_deletion()
 
     # -- progress ------------------------------------------------------------------------------------
     async def on_isr_changed(self, tps: Iterable[TopicPartition]) -> None:
@@ -211,6 +237,8 @@ class ReassignmentManager:
         finished = [tp for tp, _, done in written if done]
         await self._forget_zk_requests([tp for tp in finished if tp in self.zk_requested
                                         and self._done(tp, self.zk_requested[tp])])
+        if finished and self.deletion_deferred:
+            await self._resume_deferred_deletions()
         return set(changed)
 
     def _log_steps(self, written: list[tuple[TopicPartition, list[int], bool]]) -> None:

@@ -35,8 +35,10 @@ async def handle(ctx: RequestContext, request: Any) -> DescribeLogDirsResponse:
         log_dir = os.path.abspath(part.log_dir)
         by_dir.setdefault(log_dir, {}).setdefault(topic, []).append(
             PartRes(partition_index=index, partition_size=part.size_in_bytes,
-                    offset_lag=max(0, part.log_end_offset - part.high_watermark), is_future_key=False))
+                    offset_lag=max(0, part.high_watermark - part.log_end_offset), is_future_key=False))
     # A move between log dirs in progress: the future replica, lagging the current one by offset_lag.
+    # (A current replica's lag is how far its end is behind the high watermark, as Kafka reports it: 0
+    # on a leader, whose records past the high watermark are not a lag of its own copy.)
     for (topic, index), future in sorted(rm.log_manager.future_logs.items()):
         current = rm.partitions.get((topic, index))
         if current is None or (wanted is not None and index not in wanted.get(topic, ())):

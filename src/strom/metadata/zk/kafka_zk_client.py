@@ -595,6 +595,19 @@ class KafkaZkClient:
     def set_broker_configs(self, broker_id: int | None, configs: dict[str, str]) -> None:
         self.set_entity_configs(zd.CONFIG_TYPE_BROKER, _broker_entity(broker_id), configs)
 
+    def get_balancer_throttles(self) -> tuple[set[int], set[str]]:
+        """The brokers and topics whose replication throttles the controller balancer set (not Kafka's)."""
+        got = self._get(zd.BALANCER_THROTTLES_PATH)
+        return zd.decode_balancer_throttles(got[0]) if got else (set(), set())
+
+    def set_balancer_throttles(self, brokers: set[int], topics: set[str]) -> None:
+        """Record them (written before the throttles themselves); nothing left deletes the znode."""
+        if brokers or topics:
+            self._create_or_set(zd.BALANCER_THROTTLES_PATH, zd.encode_balancer_throttles(brokers, topics))
+            return
+        with contextlib.suppress(NoNodeError):
+            self._call(self._zk.delete, zd.BALANCER_THROTTLES_PATH)
+
     def get_config_changes(self) -> list[str]:
         """Names of the pending `config_change_<seq>` notifications, oldest first."""
         return sorted(c for c in self._children(zd.CONFIG_CHANGES_PATH) if c.startswith(zd.CONFIG_CHANGE_PREFIX))

@@ -36,6 +36,8 @@ LOG_DIR_EVENT_PREFIX = "log_dir_event_"
 LOG_DIR_FAILURE_EVENT = 1  # Kafka's LogDirEventNotificationHandler.LogDirFailureEvent
 PRODUCER_ID_BLOCK_PATH = "/latest_producer_id_block"
 CONSUMERS_PATH = "/consumers"
+# Not Kafka's: the replication throttles the controller balancer set, so a later controller can remove them.
+BALANCER_THROTTLES_PATH = "/strom/balancer_throttles"
 
 # Kafka's ConfigType names: the folders under /config.
 CONFIG_TYPE_TOPIC = "topics"
@@ -469,3 +471,16 @@ def decode_producer_id_block(data: bytes) -> ProducerIdsBlock:
     js = parse_json(data)
     start, end = int(js["block_start"]), int(js["block_end"])
     return ProducerIdsBlock(int(js["broker"]), start, end - start + 1)
+
+
+def encode_balancer_throttles(brokers: set[int], topics: set[str]) -> bytes:
+    return json.dumps({"version": 1, "brokers": sorted(brokers), "topics": sorted(topics)}).encode()
+
+
+def decode_balancer_throttles(data: bytes | None) -> tuple[set[int], set[str]]:
+    """(brokers, topics) whose throttles the balancer set; nothing for an empty or unreadable znode."""
+    try:
+        js = parse_json(data) if data else {}
+        return {int(b) for b in js.get("brokers", [])}, {str(t) for t in js.get("topics", [])}
+    except (ValueError, TypeError, AttributeError):
+        return set(), set()
