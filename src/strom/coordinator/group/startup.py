@@ -46,7 +46,8 @@ def create_group_coordinator(server: KafkaServer, timer: Timer) -> GroupCoordina
             heartbeat_interval_ms=cfg.get("group.consumer.heartbeat.interval.ms"),
             session_timeout_ms=cfg.get("group.consumer.session.timeout.ms"),
             max_size=cfg.get("group.consumer.max.size"),
-            assignors=assignor_names(cfg.get("group.consumer.assignors"))))
+            assignors=assignor_names(cfg.get("group.consumer.assignors")),
+            migration_policy=cfg.get("group.consumer.migration.policy")))
     attach_coordinator(server, coordinator)
     return coordinator
 
