@@ -56,6 +56,7 @@ from strom.coordinator.group.group_metadata import GroupMetadata, GroupState
 from strom.coordinator.group.group_metadata_manager import map_append_error
 
 if TYPE_CHECKING:
+    from strom.coordinator.group.group_config import GroupConfigs
     from strom.coordinator.group.group_coordinator import GroupCoordinator
     from strom.metadata.store import MetadataStore
 
@@ -113,8 +114,10 @@ class HeartbeatResult:
 
 
 class ConsumerGroupCoordinator:
-    def __init__(self, classic: GroupCoordinator, metadata: MetadataStore, config: ConsumerGroupConfig) -> None:
+    def __init__(self, classic: GroupCoordinator, metadata: MetadataStore, config: ConsumerGroupConfig,
+                 group_configs: GroupConfigs | None = None) -> None:
         self.classic = classic
+        self.group_configs = group_configs  # per-group overrides of the session timeout and heartbeat interval
         self.manager = classic.manager
         self.metadata = metadata
         self.config = config
@@ -187,7 +190,7 @@ class ConsumerGroupCoordinator:
         error = await self._persist(before, cg, first)
         if error:
             return HeartbeatResult(error)
-        return self._answer(member, full=req.member_epoch == JOIN_EPOCH or (owned is not None and owned != member.assigned))
+        return self._answer(cg.group_id, member, full=req.member_epoch == JOIN_EPOCH or (owned is not None and owned != member.assigned))
 
     # -- persistence ----------------------------------------------------------------
     def _ids(self, assignment: Mapping[str, set[int]] | set[TopicPartitionKey]) -> dict[uuid.UUID, list[int]]:
@@ -468,7 +471,7 @@ class ConsumerGroupCoordinator:
                 out.update((topic.name, p) for p in parts)
         return out
 
-    def _answer(self, member: ConsumerGroupMember, full: bool) -> HeartbeatResult:
+    def _answer(self, group_id: str, member: ConsumerGroupMember, full: bool) -> HeartbeatResult:
         sent = (member.member_epoch, frozenset(member.assigned))
         assignment = None
         if full or member.last_sent != sent:
@@ -482,7 +485,14 @@ class ConsumerGroupCoordinator:
                 if meta is not None:
                     assignment.append((meta.topic_id, sorted(parts)))
         return HeartbeatResult(NONE, None, member.member_id, member.member_epoch,
-                               self.config.heartbeat_interval_ms, assignment)
+                               self._timeouts(group_id)[1], assignment)
+
+    def _timeouts(self, group_id: str) -> tuple[int, int]:
+        """(session timeout, heartbeat interval) of the group: its own configs, else the broker's."""
+        if self.group_configs is None:
+            return self.config.session_timeout_ms, self.config.heartbeat_interval_ms
+        t = self.group_configs.timeouts(group_id)
+        return t.session_timeout_ms, t.heartbeat_interval_ms
 
     # -- leaving -------------------------------------------------------------------
     async def _leave(self, req: HeartbeatRequest) -> HeartbeatResult:
@@ -523,7 +533,8 @@ class ConsumerGroupCoordinator:
         if old is not None:
             old.cancel()
         loop = asyncio.get_running_loop()
-        timeout_ms = member.classic.session_timeout_ms if member.classic is not None else self.config.session_timeout_ms
+        timeout_ms = member.classic.session_timeout_ms if member.classic is not None else \
+            self._timeouts(cg.group_id)[0]
         self._session_timers[key] = loop.call_later(timeout_ms / 1000,
                                                     self._expire, cg, member, "session timed out")
 
