@@ -112,8 +112,8 @@ class ClassicMember:
         self.assigned: list[int] = []
         self.client.request(FindCoordinatorRequest(key=group), version=1)
 
-    def join(self, owned: list[int] | None = None) -> Any:
-        meta = encode_subscription([self.topic])
+    def join(self, owned: list[int] | None = None, metadata: bytes | None = None) -> Any:
+        meta = encode_subscription([self.topic]) if metadata is None else metadata
         if owned is not None:  # a v1 subscription: v0's fields, then the partitions it owns
             meta = b"\x00\x01" + meta[2:] + _owned(self.topic, owned)
         deadline = time.monotonic() + 60
@@ -341,8 +341,9 @@ def test_mixed_members_under_load_upgrade_then_downgrade(migration_broker: Broke
         members += new
         _wait_type(migration_broker, group, "consumer")
         settle(4)
-        for m in new:
-            m.close()
+        new[0].close()
+        settle(2)
+        new[1].close()  # the last consumer-protocol member: the group turns classic
         _wait_type(migration_broker, group, "classic")
         settle(4)
     finally:
@@ -414,6 +415,16 @@ def test_restart_resumes_a_mixed_group(broker_factory: Callable[..., BrokerProce
     finally:
         a.close()
         c.close()
+
+
+def test_no_upgrade_of_a_group_with_a_malformed_subscription(migration_broker: BrokerProcess,
+                                                             raw: Callable[..., Any]) -> None:
+    topic = _topic(migration_broker, 1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = raw(ClassicMember, group, topic)
+    assert a.join(metadata=b"\x00\x00\x7f").error_code == NONE  # the classic protocol does not read it
+    assert raw(ConsumerMember, group).join(topic).error_code == GROUP_ID_NOT_FOUND
+    assert _group_type(migration_broker, group)[0] == "classic"
 
 
 def test_disabled_policy_keeps_the_protocols_apart(broker_factory: Callable[..., BrokerProcess]) -> None:

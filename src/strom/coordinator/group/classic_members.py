@@ -94,6 +94,11 @@ class ClassicMembers:
             log.info("cannot upgrade classic group %s: its members do not use the consumer protocol type",
                      group.group_id)
             return False
+        for m in group.members.values():
+            if decode_subscription(_subscription_of(group, m)) is None:
+                log.info("cannot upgrade classic group %s: member %s has a malformed subscription", group.group_id,
+                         m.member_id)
+                return False
         return True
 
     def upgrade(self, group: GroupMetadata) -> tuple[dict[str, Any], list[tuple[bytes, bytes | None]]]:
@@ -111,9 +116,7 @@ class ClassicMembers:
         cg.group_epoch = cg.target_assignment_epoch = group.generation_id
         topics = self.coordinator.metadata.topics()
         for m in group.members.values():
-            metadata = m.metadata(group.protocol_name) if group.protocol_name in m.protocols() \
-                else m.supported_protocols[0][1]
-            sub = decode_subscription(metadata)
+            sub = decode_subscription(_subscription_of(group, m))
             assigned = decode_assignment(m.assignment) or {}
             owned = {(t, p) for t, parts in assigned.items() if t in topics for p in parts}
             member = ConsumerGroupMember(
@@ -377,6 +380,13 @@ class ClassicMembers:
         if error:
             return [(ident, error if code == NONE else code) for ident, code in results]
         return results
+
+
+def _subscription_of(group: GroupMetadata, member: MemberMetadata) -> bytes:
+    """A classic member's subscription: its metadata for the group's protocol (else its first)."""
+    if group.protocol_name in member.protocols():
+        return member.metadata(group.protocol_name)
+    return member.supported_protocols[0][1]
 
 
 def _by_topic(partitions: set[TopicPartitionKey]) -> dict[str, list[int]]:
