@@ -10,6 +10,7 @@ restart and ``group.consumer.migration.policy=disabled``.
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -415,6 +416,31 @@ def test_restart_resumes_a_mixed_group(broker_factory: Callable[..., BrokerProce
     finally:
         a.close()
         c.close()
+
+
+def test_upgrade_mid_rebalance_keeps_what_classic_members_own(migration_broker: BrokerProcess,
+                                                             raw: Callable[..., Any]) -> None:
+    """A classic group whose assignment was reset by a rebalance (CompletingRebalance -> Preparing)
+    is upgraded: what its cooperative members said they own at their last JoinGroup is still theirs,
+    so the joining consumer-protocol member gets nothing they have not given up."""
+    topic = _topic(migration_broker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a, b, c = (raw(ClassicMember, group, topic) for _ in range(3))
+    assert a.join().error_code == NONE
+    assert a.sync([(a.member_id, _assignment(topic, [0, 1, 2, 3]))]).error_code == NONE
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        b_joined = pool.submit(b.join)  # parks until a rejoins
+        time.sleep(0.5)
+        assert a.join(owned=[0, 1, 2, 3]).error_code == NONE  # generation 2, CompletingRebalance
+        assert b_joined.result(30).error_code == NONE
+        c_joined = pool.submit(c.join)  # a new member: back to PreparingRebalance, assignments reset
+        time.sleep(0.5)
+        k = raw(ConsumerMember, group)
+        assert k.join(topic).error_code == NONE  # upgrades the group
+        assert c_joined.result(30).error_code == REBALANCE_IN_PROGRESS
+    for _ in range(3):
+        k.heartbeat()
+    assert k.partitions() == set()  # all still a's until it gives some up
 
 
 def test_no_upgrade_of_a_group_with_a_malformed_subscription(migration_broker: BrokerProcess,

@@ -117,8 +117,11 @@ class ClassicMembers:
         topics = self.coordinator.metadata.topics()
         for m in group.members.values():
             sub = decode_subscription(_subscription_of(group, m))
+            # What it may own: its last assignment, and what its latest JoinGroup said it owns (a
+            # cooperative member keeps its partitions through a rebalance whose assignment was reset).
             assigned = decode_assignment(m.assignment) or {}
-            owned = {(t, p) for t, parts in assigned.items() if t in topics for p in parts}
+            owned = {(t, p) for t, parts in assigned.items() for p in parts} | (sub.owned_partitions if sub else set())
+            owned = {tp for tp in owned if tp[0] in topics}
             member = ConsumerGroupMember(
                 m.member_id, client_id=m.client_id, client_host=m.client_host, instance_id=m.group_instance_id,
                 rack_id=sub.rack_id if sub else None, rebalance_timeout_ms=m.rebalance_timeout_ms,
