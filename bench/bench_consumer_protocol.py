@@ -10,6 +10,10 @@ member) one more member joins. Measured per protocol, in the same run against on
 - consumed_per_s_before / consumed_per_s_during: consumption rate in a steady window before the join
   and over the settle window; lost_records = what the steady rate would have consumed minus what was.
 
+The upgrade-* modes start a classic group (cooperative-sticky or range) and let a consumer-protocol
+member join it: the join converts the group online (KIP-848 migration) and the broker's assignor
+takes over, the classic members following through JoinGroup/SyncGroup.
+
 Prints one JSON document on stdout (progress on stderr):
 
     python bench/bench_consumer_protocol.py                      # 10 members, 100 partitions
@@ -43,6 +47,8 @@ MODES = {
                             "heartbeat.interval.ms": HEARTBEAT_MS, "session.timeout.ms": 10000},
     "consumer": {"group.protocol": "consumer"},
 }
+# Online migration: a classic group whose joining member speaks the consumer protocol (the join upgrades it).
+MIXED = {"upgrade-cooperative": ("classic-cooperative", "consumer"), "upgrade-eager": ("classic-eager", "consumer")}
 
 
 def log(msg: str) -> None:
@@ -126,7 +132,8 @@ def run_mode(bootstrap: str, mode: str, members: int, partitions: int, rate: int
     producer = threading.Thread(target=produce_steadily, args=(bootstrap, topic, rate, stop), daemon=True)
     producer.start()
     watch = Watch()
-    group_members = [Member(bootstrap, group, topic, f"m{i}", watch, MODES[mode]) for i in range(members)]
+    initial, joiner = MIXED.get(mode, (mode, mode))
+    group_members = [Member(bootstrap, group, topic, f"m{i}", watch, MODES[initial]) for i in range(members)]
     try:
         deadline = time.monotonic() + 180
         while not (watch.settled(partitions, members) and time.monotonic() - watch.last_change > 2):
@@ -142,7 +149,7 @@ def run_mode(bootstrap: str, mode: str, members: int, partitions: int, rate: int
             steady_rate = (watch.consumed - c0) / (time.monotonic() - t0)
             c_join, revocations_before = watch.consumed, watch.revocations
         joined_at = time.monotonic()
-        group_members.append(Member(bootstrap, group, topic, f"m{members}", watch, MODES[mode]))
+        group_members.append(Member(bootstrap, group, topic, f"m{members}", watch, MODES[joiner]))
         deadline = joined_at + 180
         while not (watch.settled(partitions, members + 1) and time.monotonic() - watch.last_change > 1):
             if time.monotonic() > deadline:
@@ -170,7 +177,7 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=10)
     parser.add_argument("--partitions", type=int, default=100)
     parser.add_argument("--rate", type=int, default=2000, help="records/s produced during the run")
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--modes", default=",".join([*MODES, *MIXED]))
     args = parser.parse_args()
     with BrokerProcess(overrides={"group.consumer.heartbeat.interval.ms": HEARTBEAT_MS,
                                   "group.consumer.min.heartbeat.interval.ms": HEARTBEAT_MS,

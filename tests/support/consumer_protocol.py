@@ -86,6 +86,9 @@ class GroupMember:
         self.tracker.revoke(self.name, partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Lost, not given up: its positions must not be committed over the next owner's.
+        for tp in partitions:
+            self.positions.pop(tp.partition, None)
         self.tracker.revoke(self.name, partitions)
 
     def _run(self) -> None:

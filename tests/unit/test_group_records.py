@@ -7,8 +7,17 @@ import struct
 import pytest
 
 from strom.coordinator.common import java_string_hashcode, kafka_abs, partition_for
+from strom.coordinator.group.consumer_group import ClassicMemberMetadata, ConsumerGroupMember
+from strom.coordinator.group.consumer_group_records import (
+    MEMBER_METADATA,
+    ConsumerGroupLoad,
+    group_key,
+    member_metadata_value,
+    parse_key,
+)
 from strom.coordinator.group.consumer_protocol import (
     decode_assignment,
+    decode_subscription,
     encode_assignment,
     encode_subscription,
     subscribed_topics,
@@ -101,3 +110,28 @@ def test_consumer_protocol_parsing() -> None:
     assert decode_assignment(asg) == {"a": [0, 2], "b": [1]}
     assert decode_assignment(b"") == {}
     assert decode_assignment(b"\x00\x00\x00\x00\x00\x05") is None
+
+
+def test_subscription_with_owned_partitions_and_rack() -> None:
+    """What a classic member of a consumer group reports at JoinGroup (v0 to v3 subscriptions)."""
+    v0 = encode_subscription(["a", "b"], b"ud")
+    sub = decode_subscription(v0)
+    assert sub is not None and (sub.topics, sub.owned_partitions, sub.rack_id) == (["a", "b"], set(), None)
+    owned = struct.pack(">i", 1) + struct.pack(">h", 1) + b"a" + struct.pack(">iii", 2, 0, 3)
+    v3 = b"\x00\x03" + v0[2:] + owned + struct.pack(">i", 7) + struct.pack(">h", 2) + b"r1"
+    sub = decode_subscription(v3)
+    assert sub is not None and (sub.owned_partitions, sub.rack_id) == ({("a", 0), ("a", 3)}, "r1")
+    assert decode_subscription(b"\x00\x01\x00\x00\x00\x09") is None  # more topics than bytes
+    assert decode_subscription(b"") is None
+
+
+def test_classic_member_metadata_roundtrip() -> None:
+    """Tag 0 of the member record keeps a classic member's session timeout and protocols."""
+    m = ConsumerGroupMember("m1", client_id="c", subscribed_topic_names=("a",),
+                            classic=ClassicMemberMetadata(10000, (("range", b"\x00\x01"), ("roundrobin", b""))))
+    load = ConsumerGroupLoad("g")
+    load.apply(parse_key(group_key(MEMBER_METADATA, "g", "m1")), member_metadata_value(m))
+    assert load.members["m1"].member.classic == m.classic
+    plain = ConsumerGroupMember("m2", subscribed_topic_names=("a",))
+    load.apply(parse_key(group_key(MEMBER_METADATA, "g", "m2")), member_metadata_value(plain))
+    assert load.members["m2"].member.classic is None

@@ -197,6 +197,9 @@ _BROKER_DEFS: list[ConfigDef] = [
               "Server-side assignors (short or Kafka class names); the first is the default.",
               list_of("uniform", "range", "org.apache.kafka.coordinator.group.assignor.UniformAssignor",
                       "org.apache.kafka.coordinator.group.assignor.RangeAssignor")),
+    ConfigDef("group.consumer.migration.policy", T.STRING, "bidirectional",
+              "Online migration between the classic and consumer protocols: bidirectional, upgrade, downgrade "
+              "or disabled.", one_of("bidirectional", "upgrade", "downgrade", "disabled")),
     ConfigDef("transaction.state.log.num.partitions", T.INT, 50, "Partitions of __transaction_state.", at_least(1)),
     ConfigDef("transaction.state.log.replication.factor", T.SHORT, 3, "Replication of __transaction_state.", at_least(1)),
     ConfigDef("transaction.state.log.min.isr", T.INT, 2, "min.insync.replicas of __transaction_state.", at_least(1)),

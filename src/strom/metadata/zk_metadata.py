@@ -61,7 +61,7 @@ ZK_WORKERS = 4
 T = TypeVar("T")
 
 
-ENTITY_TYPES = (zd.CONFIG_TYPE_USER, zd.CONFIG_TYPE_CLIENT)
+ENTITY_TYPES = (zd.CONFIG_TYPE_USER, zd.CONFIG_TYPE_CLIENT, zd.CONFIG_TYPE_GROUP)
 # ACL change notifications older than this are deleted by the broker that reads them (Kafka's 15 minutes).
 ACL_CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 

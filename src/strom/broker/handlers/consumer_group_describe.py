@@ -24,7 +24,7 @@ Described = ConsumerGroupDescribeResponse.DescribedGroup
 Member = Described.Member
 MemberAssignment = Member.Assignment
 TopicPartitions = MemberAssignment.TopicPartitions
-CONSUMER_MEMBER_TYPE = 1  # v1 (KIP-1099): -1 unknown, 0 classic, 1 consumer
+CLASSIC_MEMBER_TYPE, CONSUMER_MEMBER_TYPE = 0, 1  # v1 (KIP-1099): -1 unknown, 0 classic, 1 consumer
 
 
 def _assignment(ctx: RequestContext, assignment: Assignment) -> Any:
@@ -60,7 +60,7 @@ async def handle(ctx: RequestContext, request: Any) -> ConsumerGroupDescribeResp
             member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id, member_epoch=m.member_epoch,
             client_id=m.client_id, client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topic_names),
             subscribed_topic_regex=m.subscribed_topic_regex, assignment=_assignment(ctx, nest(m.assigned)),
-            target_assignment=_assignment(ctx, cg.target.get(m.member_id, {})), member_type=CONSUMER_MEMBER_TYPE)
+            target_assignment=_assignment(ctx, cg.target.get(m.member_id, {})), member_type=CLASSIC_MEMBER_TYPE if m.uses_classic_protocol else CONSUMER_MEMBER_TYPE)
             for m in cg.members.values()]
         groups.append(Described(
             error_code=0, error_message=None, group_id=group_id, group_state=str(cg.state),

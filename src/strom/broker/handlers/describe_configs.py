@@ -1,4 +1,5 @@
-"""DescribeConfigs for topics (resource type 2) and brokers (4): a broker id or "" (cluster default)."""
+"""DescribeConfigs for topics (resource type 2), brokers (4): a broker id or "" (cluster default), and
+consumer groups (32, KIP-848's group configs)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from kafka.protocol.admin import DescribeConfigsResponse
 from strom.broker.handlers import error_code_of, error_message_of, require_authorized
 from strom.broker.request import RequestContext
 from strom.config import describe_topic_configs
+from strom.coordinator.group.group_config import GROUP_RESOURCE_TYPE, GroupConfigs
 from strom.protocol.api_keys import ApiKey
 from strom.security.acl import AclOperation, ResourceType
 
@@ -35,6 +37,11 @@ def _entries(ctx: RequestContext, resource_type: int, name: str) -> list[Any]:
                 f"Unexpected broker id, expected {broker_id} or empty string, but received {name}")
         # "" is the cluster default: as in Kafka, only the keys set at that level.
         return services.config.items(per_broker=name != "")
+    if resource_type == GROUP_RESOURCE_TYPE:
+        require_authorized(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.GROUP, name)
+        if not name:
+            raise Errors.InvalidRequestError("Group name can't be empty.")
+        return GroupConfigs(services.config, services.metadata).describe(name)
     raise Errors.InvalidRequestError(f"Unsupported resource type {resource_type}")
 
 

@@ -61,6 +61,19 @@ def nest(partitions: set[TopicPartitionKey]) -> Assignment:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """What a member speaking the classic protocol (JoinGroup/SyncGroup) inside a consumer group
+    brought with its JoinGroup: its session timeout and its protocols (name, subscription)."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol_names(self) -> list[str]:
+        return [name for name, _ in self.protocols]
+
+
 @dataclass(slots=True)
 class ConsumerGroupMember:
     member_id: str
@@ -79,6 +92,14 @@ class ConsumerGroupMember:
     pending_revocation: set[TopicPartitionKey] = field(default_factory=set)  # still owned, must give up
     left_static: bool = False  # a static member that left with epoch -2 and may come back
     last_sent: tuple[int, frozenset[TopicPartitionKey]] | None = None  # (epoch, partitions) last answered
+    classic: ClassicMemberMetadata | None = None  # set: it speaks the classic protocol (online migration)
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
+
+    def is_reconciled(self, target_epoch: int) -> bool:
+        return self.state is MemberState.STABLE and self.member_epoch == target_epoch
 
 
 class ConsumerGroup:

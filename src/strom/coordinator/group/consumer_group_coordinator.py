@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import kafka.errors as Errors
 
 from strom.coordinator.group.assignors import ASSIGNORS, AssignmentMember
+from strom.coordinator.group.classic_members import ClassicMembers
 from strom.coordinator.group.consumer_group import (
     JOIN_EPOCH,
     LEAVE_EPOCH,
@@ -55,6 +56,7 @@ from strom.coordinator.group.group_metadata import GroupMetadata, GroupState
 from strom.coordinator.group.group_metadata_manager import map_append_error
 
 if TYPE_CHECKING:
+    from strom.coordinator.group.group_config import GroupConfigs
     from strom.coordinator.group.group_coordinator import GroupCoordinator
     from strom.metadata.store import MetadataStore
 
@@ -79,6 +81,7 @@ class ConsumerGroupConfig:
     session_timeout_ms: int = 45000
     max_size: int = 2**31 - 1
     assignors: list[str] = field(default_factory=lambda: ["uniform", "range"])
+    migration_policy: str = "bidirectional"  # group.consumer.migration.policy
 
 
 @dataclass(slots=True)
@@ -111,14 +114,17 @@ class HeartbeatResult:
 
 
 class ConsumerGroupCoordinator:
-    def __init__(self, classic: GroupCoordinator, metadata: MetadataStore, config: ConsumerGroupConfig) -> None:
+    def __init__(self, classic: GroupCoordinator, metadata: MetadataStore, config: ConsumerGroupConfig,
+                 group_configs: GroupConfigs | None = None) -> None:
         self.classic = classic
+        self.group_configs = group_configs  # per-group overrides of the session timeout and heartbeat interval
         self.manager = classic.manager
         self.metadata = metadata
         self.config = config
         self._session_timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._background: set[asyncio.Task[int]] = set()
         self._regexes: dict[str, re.Pattern[str]] = {}
+        self.classic_members = ClassicMembers(self, config.migration_policy)
 
     # -- ConsumerGroupHeartbeat --------------------------------------------------
     async def heartbeat(self, req: HeartbeatRequest) -> HeartbeatResult:
@@ -130,12 +136,36 @@ class ConsumerGroupCoordinator:
             return HeartbeatResult(error)
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return await self._leave(req)
+        upgrading = self._upgradable(req)
+        if upgrading is not None:
+            # The first consumer-protocol member of a classic group: the group converts first.
+            saved, ending = self.classic_members.upgrade(upgrading)
+            assert upgrading.consumer_group is not None
+            before, group = ConsumerGroup(req.group_id), upgrading
+            result = await self._heartbeat(group, upgrading.consumer_group, before, req, ending)
+            if result.error_code:  # nothing of the upgrade was written: the group stays classic
+                self.classic_members.undo_upgrade(group, saved)
+            return result
         group, error = self._group_for(req)
         if group is None:
             return HeartbeatResult(error or UNKNOWN_MEMBER_ID)
         cg = group.consumer_group
         assert cg is not None
-        before = copy.deepcopy(cg)
+        return await self._heartbeat(group, cg, copy.deepcopy(cg), req)
+
+    def _upgradable(self, req: HeartbeatRequest) -> GroupMetadata | None:
+        """A non-empty classic group a joining consumer-protocol member converts (online upgrade)."""
+        group = self.manager.get_group(req.group_id)
+        if group is None or group.consumer_group is not None or group.is_in(GroupState.DEAD):
+            return None
+        if req.member_epoch != JOIN_EPOCH or (not group.members and group.is_in(GroupState.EMPTY)):
+            return None
+        if len(group.members) >= self.config.max_size or not self.classic_members.can_upgrade(group):
+            return None
+        return group
+
+    async def _heartbeat(self, group: GroupMetadata, cg: ConsumerGroup, before: ConsumerGroup, req: HeartbeatRequest,
+                         first: list[tuple[bytes, bytes | None]] | None = None) -> HeartbeatResult:
         joined = False
         if req.member_epoch == JOIN_EPOCH:
             member, joined, error = self._join(cg, req)
@@ -157,10 +187,10 @@ class ConsumerGroupCoordinator:
         if member.state is MemberState.UNREVOKED_PARTITIONS and not was_revoking:
             self._schedule_revocation_timeout(cg, member)
         self._schedule_session_timeout(cg, member)
-        error = await self._persist(before, cg)
+        error = await self._persist(before, cg, first)
         if error:
             return HeartbeatResult(error)
-        return self._answer(member, full=req.member_epoch == JOIN_EPOCH or (owned is not None and owned != member.assigned))
+        return self._answer(cg.group_id, member, full=req.member_epoch == JOIN_EPOCH or (owned is not None and owned != member.assigned))
 
     # -- persistence ----------------------------------------------------------------
     def _ids(self, assignment: Mapping[str, set[int]] | set[TopicPartitionKey]) -> dict[uuid.UUID, list[int]]:
@@ -200,11 +230,13 @@ class ConsumerGroupCoordinator:
                     m, self._ids(m.assigned), self._ids(m.pending_revocation))))
         return records
 
-    async def _persist(self, before: ConsumerGroup, after: ConsumerGroup) -> int:
-        """Append what the group's state change means to its __consumer_offsets partition; the reply
-        waits for the commit. 0, or the error the member gets if the append fails, in which case the
-        change is undone (if no later one was made on top of it)."""
-        records = self._records(before, after)
+    async def _persist(self, before: ConsumerGroup, after: ConsumerGroup,
+                       first: list[tuple[bytes, bytes | None]] | None = None) -> int:
+        """Append what the group's state change means to its __consumer_offsets partition (after
+        ``first``, records of a conversion from the classic protocol); the reply waits for the
+        commit. 0, or the error the member gets if the append fails, in which case the change is
+        undone (if no later one was made on top of it)."""
+        records = (first or []) + self._records(before, after)
         if not records:
             return NONE
         after.changes += 1
@@ -439,7 +471,7 @@ class ConsumerGroupCoordinator:
                 out.update((topic.name, p) for p in parts)
         return out
 
-    def _answer(self, member: ConsumerGroupMember, full: bool) -> HeartbeatResult:
+    def _answer(self, group_id: str, member: ConsumerGroupMember, full: bool) -> HeartbeatResult:
         sent = (member.member_epoch, frozenset(member.assigned))
         assignment = None
         if full or member.last_sent != sent:
@@ -453,7 +485,14 @@ class ConsumerGroupCoordinator:
                 if meta is not None:
                     assignment.append((meta.topic_id, sorted(parts)))
         return HeartbeatResult(NONE, None, member.member_id, member.member_epoch,
-                               self.config.heartbeat_interval_ms, assignment)
+                               self._timeouts(group_id)[1], assignment)
+
+    def _timeouts(self, group_id: str) -> tuple[int, int]:
+        """(session timeout, heartbeat interval) of the group: its own configs, else the broker's."""
+        if self.group_configs is None:
+            return self.config.session_timeout_ms, self.config.heartbeat_interval_ms
+        t = self.group_configs.timeouts(group_id)
+        return t.session_timeout_ms, t.heartbeat_interval_ms
 
     # -- leaving -------------------------------------------------------------------
     async def _leave(self, req: HeartbeatRequest) -> HeartbeatResult:
@@ -473,7 +512,11 @@ class ConsumerGroupCoordinator:
             return HeartbeatResult(NONE, None, member.member_id, STATIC_LEAVE_EPOCH, 0)
         before = copy.deepcopy(cg)
         self._remove(cg, member, "left the group")
-        error = await self._persist(before, cg)
+        protocol = self.classic_members.downgrade_protocol(cg)
+        if protocol is not None and group is not None:
+            error = await self.classic_members.downgrade(group, before, protocol)
+        else:
+            error = await self._persist(before, cg)
         if error:
             return HeartbeatResult(error)
         return HeartbeatResult(NONE, None, member.member_id, LEAVE_EPOCH, 0)
@@ -490,7 +533,9 @@ class ConsumerGroupCoordinator:
         if old is not None:
             old.cancel()
         loop = asyncio.get_running_loop()
-        self._session_timers[key] = loop.call_later(self.config.session_timeout_ms / 1000,
+        timeout_ms = member.classic.session_timeout_ms if member.classic is not None else \
+            self._timeouts(cg.group_id)[0]
+        self._session_timers[key] = loop.call_later(timeout_ms / 1000,
                                                     self._expire, cg, member, "session timed out")
 
     def _cancel_session_timeout(self, cg: ConsumerGroup, member_id: str) -> None:
@@ -517,6 +562,12 @@ class ConsumerGroupCoordinator:
         log.info("member %s of consumer group %s is removed: %s", member.member_id, cg.group_id, reason)
         before = copy.deepcopy(cg)
         self._remove(cg, member, reason)
+        protocol = self.classic_members.downgrade_protocol(cg) if not member.uses_classic_protocol else None
+        if protocol is not None:
+            task = asyncio.get_running_loop().create_task(self.classic_members.downgrade(group, before, protocol))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            return
         self._persist_in_background(before, cg)
 
     def forget(self, group: GroupMetadata) -> None:
@@ -551,6 +602,8 @@ class ConsumerGroupCoordinator:
         member = cg.members.get(member_id)
         if member is None:
             return UNKNOWN_MEMBER_ID
+        if member.uses_classic_protocol and member_epoch != member.member_epoch:
+            return ILLEGAL_GENERATION  # a classic member's generation is its member epoch
         if member_epoch > member.member_epoch:
             return ILLEGAL_GENERATION if transactional else FENCED_MEMBER_EPOCH
         if member_epoch < member.member_epoch:

@@ -6,7 +6,8 @@ version (0) followed by a flexible struct (compact strings and arrays, tagged fi
 * 3 — ConsumerGroupMetadata (group) -> group epoch (tag 0: a hash of the subscribed topics'
   partition counts, so a restart knows whether they changed meanwhile);
 * 5 — ConsumerGroupMemberMetadata (group, member) -> instance id, rack, client id and host,
-  subscribed topic names and regex, rebalance timeout, server assignor;
+  subscribed topic names and regex, rebalance timeout, server assignor (tag 0: a classic
+  member's session timeout and JoinGroup protocols, for members served through the classic APIs);
 * 6 — ConsumerGroupTargetAssignmentMetadata (group) -> assignment epoch;
 * 7 — ConsumerGroupTargetAssignmentMember (group, member) -> target partitions by topic id;
 * 8 — ConsumerGroupCurrentMemberAssignment (group, member) -> member epoch, previous epoch,
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 
 from strom.coordinator.group.consumer_group import (
     STATIC_LEAVE_EPOCH,
+    ClassicMemberMetadata,
     ConsumerGroup,
     ConsumerGroupMember,
     MemberState,
@@ -75,6 +77,9 @@ class _Out:
     def string(self, v: str) -> _Out:  # non-flexible (keys)
         raw = v.encode()
         return self.i16(len(raw)).raw(raw)
+
+    def cbytes(self, v: bytes) -> _Out:  # compact
+        return self.uvarint(len(v) + 1).raw(v)
 
     def cstring(self, v: str | None) -> _Out:  # compact, nullable
         if v is None:
@@ -147,6 +152,9 @@ class _In:
     def string(self) -> str:
         return self.take(self.i16()).decode()
 
+    def cbytes(self) -> bytes:
+        return self.take(self.uvarint() - 1)
+
     def cstring(self) -> str | None:
         n = self.uvarint()
         return None if n == 0 else self.take(n - 1).decode()
@@ -194,6 +202,11 @@ def parse_key(key: bytes) -> ConsumerGroupRecordKey:
     return read_consumer_group_key(r.i16(), r)
 
 
+def consumer_group_member_tombstones(group: str, member_id: str) -> list[tuple[bytes, bytes | None]]:
+    """What removing one member writes."""
+    return [(group_key(t, group, member_id), None) for t in (CURRENT_ASSIGNMENT, TARGET_MEMBER, MEMBER_METADATA)]
+
+
 def consumer_group_tombstones(group: str) -> list[tuple[bytes, bytes | None]]:
     """What deleting an empty consumer group writes (its members are gone already)."""
     return [(group_key(t, group), None) for t in (TARGET_METADATA, PARTITION_METADATA, GROUP_METADATA)]
@@ -216,8 +229,30 @@ def member_metadata_value(m: ConsumerGroupMember) -> bytes:
            .uvarint(len(m.subscribed_topic_names) + 1))
     for name in m.subscribed_topic_names:
         out.cstring(name)
-    return (out.cstring(m.subscribed_topic_regex).i32(m.rebalance_timeout_ms).cstring(m.server_assignor)
-            .uvarint(0).done())
+    out.cstring(m.subscribed_topic_regex).i32(m.rebalance_timeout_ms).cstring(m.server_assignor)
+    if m.classic is None:
+        return out.uvarint(0).done()
+    tag = _classic_member_metadata(m.classic)
+    return out.uvarint(1).uvarint(0).uvarint(len(tag)).raw(tag).done()
+
+
+def _classic_member_metadata(classic: ClassicMemberMetadata) -> bytes:
+    """Tagged field 0 of the member record: a classic member's session timeout and protocols."""
+    out = _Out().i32(classic.session_timeout_ms).uvarint(len(classic.protocols) + 1)
+    for name, metadata in classic.protocols:
+        out.cstring(name).cbytes(metadata).uvarint(0)
+    return out.uvarint(0).done()
+
+
+def _read_classic_member_metadata(raw: bytes) -> ClassicMemberMetadata:
+    r = _In(raw)
+    session_timeout_ms = r.i32()
+    protocols = []
+    for _ in range(max(r.uvarint() - 1, 0)):
+        name, metadata = r.cstring() or "", r.cbytes()
+        r.tags()
+        protocols.append((name, metadata))
+    return ClassicMemberMetadata(session_timeout_ms, tuple(protocols))
 
 
 def target_metadata_value(epoch: int) -> bytes:
@@ -286,6 +321,9 @@ class ConsumerGroupLoad:
             m.subscribed_topic_regex = r.cstring()
             m.rebalance_timeout_ms = r.i32()
             m.server_assignor = r.cstring()
+            classic = r.tags().get(0)
+            if classic is not None:
+                m.classic = _read_classic_member_metadata(classic)
             loaded = self.members.get(mid)
             if loaded is None:
                 self.members[mid] = LoadedMember(m)

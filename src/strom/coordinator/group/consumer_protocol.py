@@ -11,6 +11,7 @@ meaning "unknown", which keeps offsets rather than deleting them.
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
@@ -89,5 +90,69 @@ def decode_assignment(data: bytes) -> dict[str, list[int]] | None:
             pos += 4 * n
             result[topic] = parts
         return result
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """A ConsumerProtocolSubscription as a coordinator serving a classic member itself reads it."""
+
+    topics: list[str]
+    owned_partitions: set[tuple[str, int]]  # v1+; empty before (eager members own nothing at JoinGroup)
+    rack_id: str | None = None  # v3+
+
+
+def decode_subscription(metadata: bytes) -> Subscription | None:
+    """Topics, owned partitions and rack of a JoinGroup subscription; None if it cannot be parsed."""
+    try:
+        pos = 0
+
+        def i16() -> int:
+            nonlocal pos
+            (v,) = _I16.unpack_from(metadata, pos)
+            pos += 2
+            return v
+
+        def i32() -> int:
+            nonlocal pos
+            (v,) = _I32.unpack_from(metadata, pos)
+            pos += 4
+            return v
+
+        def string() -> str | None:
+            nonlocal pos
+            n = i16()
+            if n < 0:
+                return None
+            if pos + n > len(metadata):
+                raise struct.error("string runs past the metadata")
+            v = bytes(metadata[pos:pos + n]).decode("utf-8")
+            pos += n
+            return v
+
+        def count() -> int:
+            n = i32()
+            if n > len(metadata):
+                raise struct.error("array longer than the metadata")
+            return max(n, 0)
+
+        version = i16()
+        if version < 0:
+            return None
+        topics = [string() or "" for _ in range(count())]
+        user_data = i32()
+        pos += max(user_data, 0)
+        owned: set[tuple[str, int]] = set()
+        rack = None
+        if version >= 1 and pos < len(metadata):
+            for _ in range(count()):
+                topic = string() or ""
+                owned.update((topic, i32()) for _ in range(count()))
+            if version >= 2 and pos < len(metadata):
+                i32()  # generation id
+            if version >= 3 and pos < len(metadata):
+                rack = string()
+        return Subscription(topics, owned, rack)
     except (struct.error, UnicodeDecodeError):
         return None

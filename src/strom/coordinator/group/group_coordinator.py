@@ -142,6 +142,11 @@ class GroupCoordinator:
             if not is_unknown:
                 return JoinGroupResult(member_id, UNKNOWN_MEMBER_ID)
             group = self.manager.add_group(GroupMetadata(group_id))
+        if self.consumer_groups is not None and self.consumer_groups.classic_members.serves_join(group, member_id):
+            # A classic member of a consumer group (online migration): the consumer group answers.
+            return await self.consumer_groups.classic_members.join(
+                group, member_id, group_instance_id, require_known_member_id, client_id, client_host,
+                rebalance_timeout_ms, session_timeout_ms, protocol_type, protocols)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[JoinGroupResult] = loop.create_future()
         if is_unknown:
@@ -496,6 +501,8 @@ class GroupCoordinator:
         group = self.manager.get_group(group_id)
         if group is None:
             return UNKNOWN_MEMBER_ID
+        if group.consumer_group is not None and self.consumer_groups is not None:
+            return self.consumer_groups.classic_members.heartbeat(group, member_id, instance_id, generation_id)
         if group.is_in(GroupState.DEAD):
             return COORDINATOR_NOT_AVAILABLE
         if group.is_in(GroupState.EMPTY):
@@ -520,6 +527,9 @@ class GroupCoordinator:
         group = self.manager.get_group(group_id)
         if group is None:
             return SyncGroupResult(UNKNOWN_MEMBER_ID)
+        if group.consumer_group is not None and self.consumer_groups is not None:
+            return self.consumer_groups.classic_members.sync(group, generation_id, member_id, instance_id,
+                                                             protocol_type, protocol_name)
         if group.is_in(GroupState.DEAD):
             return SyncGroupResult(COORDINATOR_NOT_AVAILABLE)
         error = self._validate_current_member(group, member_id, instance_id, generation_id)
@@ -572,6 +582,8 @@ class GroupCoordinator:
         if group is None or group.is_in(GroupState.DEAD):
             return NONE if group is None else COORDINATOR_NOT_AVAILABLE, \
                 [(m, UNKNOWN_MEMBER_ID) for m in leaving]
+        if group.consumer_group is not None and self.consumer_groups is not None:
+            return NONE, await self.consumer_groups.classic_members.leave(group, leaving)
         results = []
         for ident in leaving:
             member_id = ident.member_id

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from strom.coordinator.common import attach_coordinator, ensure_internal_topic, internal_topic_partitions
 from strom.coordinator.group.assignors import assignor_names
 from strom.coordinator.group.consumer_group_coordinator import ConsumerGroupConfig, ConsumerGroupCoordinator
+from strom.coordinator.group.group_config import GroupConfigs
 from strom.coordinator.group.group_coordinator import GroupConfig, GroupCoordinator
 from strom.coordinator.group.group_metadata_manager import GROUP_METADATA_TOPIC_NAME, GroupMetadataManager
 from strom.metadata.store import TopicMetadata
@@ -46,7 +47,9 @@ def create_group_coordinator(server: KafkaServer, timer: Timer) -> GroupCoordina
             heartbeat_interval_ms=cfg.get("group.consumer.heartbeat.interval.ms"),
             session_timeout_ms=cfg.get("group.consumer.session.timeout.ms"),
             max_size=cfg.get("group.consumer.max.size"),
-            assignors=assignor_names(cfg.get("group.consumer.assignors"))))
+            assignors=assignor_names(cfg.get("group.consumer.assignors")),
+            migration_policy=cfg.get("group.consumer.migration.policy")),
+            GroupConfigs(cfg, server.metadata))
     attach_coordinator(server, coordinator)
     return coordinator
 

@@ -45,7 +45,9 @@ CONFIG_TYPE_CLIENT = "clients"
 CONFIG_TYPE_USER = "users"
 CONFIG_TYPE_BROKER = "brokers"
 CONFIG_TYPE_IP = "ips"
-CONFIG_TYPES = (CONFIG_TYPE_TOPIC, CONFIG_TYPE_CLIENT, CONFIG_TYPE_USER, CONFIG_TYPE_BROKER, CONFIG_TYPE_IP)
+CONFIG_TYPE_GROUP = "groups"  # consumer group configs (KIP-848's GROUP resource)
+CONFIG_TYPES = (CONFIG_TYPE_TOPIC, CONFIG_TYPE_CLIENT, CONFIG_TYPE_USER, CONFIG_TYPE_BROKER, CONFIG_TYPE_IP,
+                CONFIG_TYPE_GROUP)
 DEFAULT_BROKER_ENTITY = "<default>"  # /config/brokers/<default>: cluster-wide dynamic broker configs
 
 # Persistent paths a Kafka broker makes sure exist when it starts.

@@ -1,0 +1,473 @@
+"""Online migration between the classic and the consumer group protocols (KIP-848, as Kafka 4.0).
+
+confluent-kafka members of both protocols share one group under load: classic members
+(cooperative-sticky or range) are upgraded into a consumer group when consumer-protocol members
+join, keep consuming through JoinGroup/SyncGroup/Heartbeat answered by the consumer group, and
+the group turns classic again when the consumer-protocol members leave. The ownership checker
+of the consumer-protocol tests watches it all. Raw requests pin the wire behaviour down, the
+restart and ``group.consumer.migration.policy=disabled``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.admin.groups import ListGroupsRequest, ListGroupsResponse
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import FindCoordinatorRequest
+
+from strom.coordinator.group.consumer_protocol import (
+    decode_assignment,
+    encode_assignment,
+    encode_subscription,
+)
+from strom.protocol.group_messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
+from tests.support.broker import BrokerProcess
+from tests.support.checker import SequenceProducer
+from tests.support.consumer_protocol import GroupMember, Tracker
+from tests.support.raw_client import RawClient, decode
+
+OVERRIDES = {"group.consumer.heartbeat.interval.ms": 300, "group.consumer.session.timeout.ms": 6000,
+             "group.consumer.min.session.timeout.ms": 1000, "group.consumer.min.heartbeat.interval.ms": 100,
+             "group.initial.rebalance.delay.ms": 0, "offsets.topic.num.partitions": 3}
+CLASSIC = {"group.protocol": "classic", "session.timeout.ms": 10000, "heartbeat.interval.ms": 300}
+CGH = ConsumerGroupHeartbeatRequest
+
+NONE = 0
+UNKNOWN_MEMBER_ID = 25
+ILLEGAL_GENERATION = 22
+REBALANCE_IN_PROGRESS = 27
+INCONSISTENT_GROUP_PROTOCOL = 23
+MEMBER_ID_REQUIRED = 79
+GROUP_ID_NOT_FOUND = 69
+RETRIABLE = (14, 15, 16)  # loading, not available, not coordinator
+
+
+@pytest.fixture(scope="module")
+def migration_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("migration"), OVERRIDES)
+    b.start()
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def _topic(broker: BrokerProcess, partitions: int) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    return name
+
+
+def _group_type(broker: BrokerProcess, group: str) -> tuple[str, str] | None:
+    client = RawClient(broker)
+    try:
+        resp = decode(ListGroupsResponse, client.request(ListGroupsRequest(states_filter=[], types_filter=[]),
+                                                         version=5), 5, True)
+        return next(((g.group_type, g.group_state) for g in resp.groups if g.group_id == group), None)
+    finally:
+        client.close()
+
+
+def _wait_type(broker: BrokerProcess, group: str, kind: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = _group_type(broker, group)
+        if found is not None and found[0] == kind:
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"group {group} did not become a {kind} group: {_group_type(broker, group)}")
+
+
+class ClassicMember:
+    """A classic-protocol member spoken for by raw JoinGroup / SyncGroup / Heartbeat requests."""
+
+    def __init__(self, broker: BrokerProcess, group: str, topic: str) -> None:
+        self.client = RawClient(broker)
+        self.group, self.topic = group, topic
+        self.member_id = ""
+        self.generation = -1
+        self.protocol = "range"
+        self.assigned: list[int] = []
+        self.client.request(FindCoordinatorRequest(key=group), version=1)
+
+    def join(self, owned: list[int] | None = None, metadata: bytes | None = None) -> Any:
+        meta = encode_subscription([self.topic]) if metadata is None else metadata
+        if owned is not None:  # a v1 subscription: v0's fields, then the partitions it owns
+            meta = b"\x00\x01" + meta[2:] + _owned(self.topic, owned)
+        deadline = time.monotonic() + 60
+        while True:
+            frame = self.client.request(JoinGroupRequest(
+                group_id=self.group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id=self.member_id,
+                group_instance_id=None, protocol_type="consumer", protocols=[(self.protocol, meta)]), version=5)
+            resp = decode(JoinGroupResponse, frame, 5, False)
+            if resp.error_code == MEMBER_ID_REQUIRED:
+                self.member_id = resp.member_id
+                continue
+            if resp.error_code not in RETRIABLE or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if resp.error_code == NONE:
+            self.member_id, self.generation = resp.member_id, resp.generation_id
+        return resp
+
+    def sync(self, assignments: list[tuple[str, bytes]] | None = None) -> Any:
+        frame = self.client.request(SyncGroupRequest(group_id=self.group, generation_id=self.generation,
+                                                     member_id=self.member_id, group_instance_id=None,
+                                                     assignments=assignments or []), version=3)
+        resp = decode(SyncGroupResponse, frame, 3, False)
+        if resp.error_code == NONE:
+            self.assigned = sorted((decode_assignment(resp.assignment) or {}).get(self.topic, []))
+        return resp
+
+    def heartbeat(self) -> int:
+        frame = self.client.request(HeartbeatRequest(group_id=self.group, generation_id=self.generation,
+                                                     member_id=self.member_id, group_instance_id=None), version=3)
+        return decode(HeartbeatResponse, frame, 3, False).error_code
+
+    def leave(self) -> Any:
+        M = LeaveGroupRequest.MemberIdentity  # noqa: N806
+        frame = self.client.request(LeaveGroupRequest(group_id=self.group, members=[
+            M(member_id=self.member_id, group_instance_id=None)]), version=3)
+        return decode(LeaveGroupResponse, frame, 3, False)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _owned(topic: str, partitions: list[int]) -> bytes:
+    raw = topic.encode()
+    out = (1).to_bytes(4, "big") + len(raw).to_bytes(2, "big") + raw + len(partitions).to_bytes(4, "big")
+    return out + b"".join(p.to_bytes(4, "big") for p in partitions)
+
+
+class ConsumerMember:
+    """A consumer-protocol member spoken for by raw ConsumerGroupHeartbeat requests."""
+
+    def __init__(self, broker: BrokerProcess, group: str) -> None:
+        self.client = RawClient(broker)
+        self.group = group
+        self.member_id = uuid.uuid4().hex
+        self.epoch = 0
+        self.assigned: dict[uuid.UUID, list[int]] = {}
+        self.client.request(FindCoordinatorRequest(key=group), version=1)  # creates the offsets topic
+
+    def send(self, **fields: Any) -> Any:
+        fields.setdefault("group_id", self.group)
+        fields.setdefault("member_id", self.member_id)
+        fields.setdefault("member_epoch", self.epoch)
+        deadline = time.monotonic() + 60
+        while True:
+            resp = decode(ConsumerGroupHeartbeatResponse, self.client.request(CGH(**fields), version=1), 1, True)
+            if resp.error_code not in RETRIABLE or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if resp.error_code == NONE:
+            self.epoch = resp.member_epoch
+            if resp.assignment is not None:
+                self.assigned = {tp.topic_id: sorted(tp.partitions) for tp in resp.assignment.topic_partitions}
+        return resp
+
+    def join(self, topic: str) -> Any:
+        return self.send(member_epoch=0, rebalance_timeout_ms=30000, subscribed_topic_names=[topic],
+                         topic_partitions=[])
+
+    def heartbeat(self) -> Any:
+        owned = [CGH.TopicPartitions(topic_id=t, partitions=p) for t, p in self.assigned.items()]
+        return self.send(topic_partitions=owned)
+
+    def partitions(self) -> set[int]:
+        return {p for parts in self.assigned.values() for p in parts}
+
+    def close(self) -> None:
+        self.client.close()
+
+
+@pytest.fixture
+def raw(migration_broker: BrokerProcess) -> Iterator[Callable[..., Any]]:
+    made: list[Any] = []
+
+    def make(cls: type, *args: Any) -> Any:
+        m = cls(migration_broker, *args)
+        made.append(m)
+        return m
+
+    yield make
+    for m in made:
+        m.close()
+
+
+def _assignment(topic: str, partitions: list[int]) -> bytes:
+    return encode_assignment({topic: partitions})
+
+
+def test_upgrade_serves_classic_members_then_downgrades(migration_broker: BrokerProcess,
+                                                         raw: Callable[..., Any]) -> None:
+    """Raw requests: a consumer-protocol member joining a classic group converts it; the classic
+    member learns of its new assignment by REBALANCE_IN_PROGRESS, gives up what it must (its
+    JoinGroup reports what it owns) before anyone else gets it, and its SyncGroup returns the
+    server's assignment; when the consumer-protocol member leaves, the group is classic again."""
+    topic = _topic(migration_broker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = raw(ClassicMember, group, topic)
+    assert a.join().error_code == NONE
+    generation = a.generation
+    assert a.sync([(a.member_id, _assignment(topic, [0, 1, 2, 3]))]).error_code == NONE
+    assert a.assigned == [0, 1, 2, 3] and a.heartbeat() == NONE
+    assert _group_type(migration_broker, group) == ("classic", "Stable")
+
+    c = raw(ConsumerMember, group)
+    resp = c.join(topic)
+    assert resp.error_code == NONE, resp
+    assert _group_type(migration_broker, group)[0] == "consumer"
+    # Everything is still a's: c gets nothing until a has given partitions up.
+    assert c.partitions() == set()
+    assert a.heartbeat() == REBALANCE_IN_PROGRESS
+    # a (cooperative) rejoins still owning everything: it is told to keep only its share.
+    assert a.join(owned=[0, 1, 2, 3]).error_code == NONE
+    assert a.generation == generation  # revoking: its epoch does not move yet
+    assert a.sync().error_code == NONE
+    kept = a.assigned
+    assert len(kept) == 2
+    c.heartbeat()
+    assert c.partitions() == set()  # the revoked partitions are still a's
+    assert a.heartbeat() == REBALANCE_IN_PROGRESS
+    assert a.join(owned=kept).error_code == NONE  # revoked
+    assert a.generation > generation
+    assert a.sync().error_code == NONE and a.assigned == kept
+    assert a.heartbeat() == NONE
+    c.heartbeat()
+    assert c.partitions() == {0, 1, 2, 3} - set(kept)
+    # The classic member commits with its generation (its member epoch); an old one is refused.
+    assert a.heartbeat() == NONE
+    old = ClassicMember.__new__(ClassicMember)
+    old.__dict__.update(a.__dict__)
+    old.generation = generation
+    assert old.heartbeat() == ILLEGAL_GENERATION
+
+    # The consumer-protocol member leaves: the group is classic again and rebalances.
+    assert c.send(member_epoch=-1).error_code == NONE
+    assert _group_type(migration_broker, group)[0] == "classic"
+    assert a.heartbeat() == REBALANCE_IN_PROGRESS  # at the generation it had: it keeps its partitions
+    assert a.join(owned=kept).error_code == NONE
+    assert a.sync([(a.member_id, _assignment(topic, [0, 1, 2, 3]))]).error_code == NONE
+    assert a.assigned == [0, 1, 2, 3] and a.heartbeat() == NONE
+    assert _group_type(migration_broker, group) == ("classic", "Stable")
+
+
+def test_classic_member_joins_a_consumer_group(migration_broker: BrokerProcess, raw: Callable[..., Any]) -> None:
+    """A classic member joining a consumer group is a member of it, served through the classic
+    APIs; it leaves with LeaveGroup and its partitions go back."""
+    topic = _topic(migration_broker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    c = raw(ConsumerMember, group)
+    assert c.join(topic).error_code == NONE
+    c.heartbeat()
+    assert c.partitions() == {0, 1, 2, 3}
+    a = raw(ClassicMember, group, topic)
+    resp = a.join()
+    assert resp.error_code == NONE, resp
+    assert (resp.protocol_name, resp.members) == ("range", [])  # nothing for a leader to assign
+    assert a.sync().error_code == NONE and a.assigned == []  # c still owns them all
+    for _ in range(3):
+        c.heartbeat()
+    assert len(c.partitions()) == 2
+    assert a.heartbeat() == REBALANCE_IN_PROGRESS
+    assert a.join(owned=[]).error_code == NONE and a.sync().error_code == NONE
+    assert sorted(a.assigned) == sorted({0, 1, 2, 3} - c.partitions())
+    assert a.heartbeat() == NONE
+    assert _group_type(migration_broker, group)[0] == "consumer"
+    # ConsumerGroupDescribe v1 tells the protocols apart (MemberType: 0 classic, 1 consumer).
+    req = ConsumerGroupDescribeRequest(group_ids=[group], include_authorized_operations=False)
+    described = decode(ConsumerGroupDescribeResponse, c.client.request(req, version=1), 1, True).groups[0]
+    assert {m.member_id: (m.member_type, m.member_epoch) for m in described.members} == \
+        {a.member_id: (0, a.generation), c.member_id: (1, c.epoch)}
+    assert a.leave().members[0].error_code == NONE
+    assert a.heartbeat() == UNKNOWN_MEMBER_ID
+    c.heartbeat()
+    c.heartbeat()
+    assert c.partitions() == {0, 1, 2, 3}
+
+
+@pytest.mark.parametrize("assignor", ["cooperative-sticky", "range"])
+def test_mixed_members_under_load_upgrade_then_downgrade(migration_broker: BrokerProcess, assignor: str) -> None:
+    """confluent-kafka: two classic members consume; two consumer-protocol members join (the group
+    converts) and leave (it converts back) while a producer writes. No partition is ever owned by
+    two members at once, nothing acknowledged is lost, and what was committed stays committed."""
+    topic = _topic(migration_broker, 6)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    tracker = Tracker()
+    producer = SequenceProducer(migration_broker.bootstrap, topic, rate_sleep=0.002).start()
+    classic_config = {**CLASSIC, "partition.assignment.strategy": assignor}
+    members = [GroupMember(migration_broker.bootstrap, group, topic, f"c{i}", tracker, classic_config)
+               for i in range(2)]
+
+    def consumed_count() -> int:
+        with tracker.lock:
+            return len(tracker.consumed)
+
+    def settle(seconds: float) -> None:
+        before = consumed_count()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and consumed_count() < before + 200:
+            time.sleep(0.2)
+        time.sleep(seconds)
+
+    try:
+        settle(3)
+        assert _group_type(migration_broker, group)[0] == "classic"
+        new = [GroupMember(migration_broker.bootstrap, group, topic, f"k{i}", tracker) for i in range(2)]
+        members += new
+        _wait_type(migration_broker, group, "consumer")
+        settle(4)
+        new[0].close()
+        settle(2)
+        new[1].close()  # the last consumer-protocol member: the group turns classic
+        _wait_type(migration_broker, group, "classic")
+        settle(4)
+    finally:
+        producer.stop()
+    acked = {(a.producer, a.seq) for a in producer.acked}
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and not acked <= set(tracker.consumed):
+        time.sleep(0.2)
+    # Commit errors up to here (the last classic members' own departure aside: an eager member
+    # leaving during the rebalance its peer's departure starts commits once more after its
+    # LeaveGroup, which any classic group refuses). A classic member's commit may meet a
+    # rebalance (it commits again later, or the partition's next owner starts from the last
+    # commit); anything else is a fault.
+    commit_errors = [(m.name, e) for m in members for e in m.commit_errors]
+    for m in members[:2]:
+        m.close()
+    assert not tracker.violations, tracker.violations[:5]
+    assert producer.acked and acked <= set(tracker.consumed), "records were lost"
+    expected = ("ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS")
+    assert not [(name, e) for name, e in commit_errors if not any(x in e for x in expected)]
+    # Everything consumed was committed: a new member of the group starts at the end.
+    late = Consumer({"bootstrap.servers": migration_broker.bootstrap, "group.id": group, "group.protocol": "consumer",
+                     "auto.offset.reset": "earliest", "log_level": 0})
+    try:
+        late.subscribe([topic])
+        deadline = time.monotonic() + 30
+        extra, assigned, quiet_since = 0, False, time.monotonic()
+        while time.monotonic() < deadline and (not assigned or time.monotonic() - quiet_since < 3):
+            msg = late.poll(0.2)
+            assigned = assigned or bool(late.assignment())
+            if msg is not None and not msg.error():
+                extra += 1
+                quiet_since = time.monotonic()
+        assert assigned
+        assert extra == 0, f"{extra} records were consumed again: commits were lost"
+        committed = late.committed([TopicPartition(topic, p) for p in range(6)], timeout=10)
+        assert all(tp.error is None or tp.error.code() == KafkaError.NO_ERROR for tp in committed)
+    finally:
+        late.close()
+
+
+def test_restart_resumes_a_mixed_group(broker_factory: Callable[..., BrokerProcess]) -> None:
+    """kill -9 after the upgrade: the classic member is still a member of the consumer group,
+    with its generation, partitions and protocol."""
+    broker = broker_factory(OVERRIDES)
+    topic = _topic(broker, 2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a, c = ClassicMember(broker, group, topic), ConsumerMember(broker, group)
+    try:
+        assert a.join().error_code == NONE
+        assert a.sync([(a.member_id, _assignment(topic, [0, 1]))]).error_code == NONE
+        assert c.join(topic).error_code == NONE
+        assert a.heartbeat() == REBALANCE_IN_PROGRESS
+        assert a.join(owned=[0, 1]).error_code == NONE and a.sync().error_code == NONE
+        assert a.join(owned=a.assigned).error_code == NONE and a.sync().error_code == NONE
+        c.heartbeat()
+        assert a.heartbeat() == NONE and len(a.assigned) == 1 and c.partitions() == {0, 1} - set(a.assigned)
+        broker.kill9()
+        broker.start()
+        for m in (a, c):
+            m.client.close()
+            m.client = RawClient(broker)
+        deadline = time.monotonic() + 60
+        code = a.heartbeat()
+        while code in RETRIABLE and time.monotonic() < deadline:
+            time.sleep(0.2)
+            code = a.heartbeat()
+        assert code == NONE
+        kept = a.assigned
+        assert a.sync().error_code == NONE and a.assigned == kept
+        assert c.heartbeat().error_code == NONE and c.partitions() == {0, 1} - set(kept)
+        assert _group_type(broker, group)[0] == "consumer"
+    finally:
+        a.close()
+        c.close()
+
+
+def test_upgrade_mid_rebalance_keeps_what_classic_members_own(migration_broker: BrokerProcess,
+                                                             raw: Callable[..., Any]) -> None:
+    """A classic group whose assignment was reset by a rebalance (CompletingRebalance -> Preparing)
+    is upgraded: what its cooperative members said they own at their last JoinGroup is still theirs,
+    so the joining consumer-protocol member gets nothing they have not given up."""
+    topic = _topic(migration_broker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a, b, c = (raw(ClassicMember, group, topic) for _ in range(3))
+    assert a.join().error_code == NONE
+    assert a.sync([(a.member_id, _assignment(topic, [0, 1, 2, 3]))]).error_code == NONE
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        b_joined = pool.submit(b.join)  # parks until a rejoins
+        time.sleep(0.5)
+        assert a.join(owned=[0, 1, 2, 3]).error_code == NONE  # generation 2, CompletingRebalance
+        assert b_joined.result(30).error_code == NONE
+        c_joined = pool.submit(c.join)  # a new member: back to PreparingRebalance, assignments reset
+        time.sleep(0.5)
+        k = raw(ConsumerMember, group)
+        assert k.join(topic).error_code == NONE  # upgrades the group
+        assert c_joined.result(30).error_code == REBALANCE_IN_PROGRESS
+    for _ in range(3):
+        k.heartbeat()
+    assert k.partitions() == set()  # all still a's until it gives some up
+
+
+def test_no_upgrade_of_a_group_with_a_malformed_subscription(migration_broker: BrokerProcess,
+                                                             raw: Callable[..., Any]) -> None:
+    topic = _topic(migration_broker, 1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = raw(ClassicMember, group, topic)
+    assert a.join(metadata=b"\x00\x00\x7f").error_code == NONE  # the classic protocol does not read it
+    assert raw(ConsumerMember, group).join(topic).error_code == GROUP_ID_NOT_FOUND
+    assert _group_type(migration_broker, group)[0] == "classic"
+
+
+def test_disabled_policy_keeps_the_protocols_apart(broker_factory: Callable[..., BrokerProcess]) -> None:
+    broker = broker_factory({**OVERRIDES, "group.consumer.migration.policy": "disabled"})
+    topic = _topic(broker, 2)
+    classic_group, consumer_group = f"g-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
+    a, c = ClassicMember(broker, classic_group, topic), ConsumerMember(broker, classic_group)
+    b, d = ClassicMember(broker, consumer_group, topic), ConsumerMember(broker, consumer_group)
+    try:
+        assert a.join().error_code == NONE
+        assert c.join(topic).error_code == GROUP_ID_NOT_FOUND
+        assert d.join(topic).error_code == NONE
+        assert b.join().error_code == INCONSISTENT_GROUP_PROTOCOL
+    finally:
+        for m in (a, b, c, d):
+            m.close()
