@@ -108,10 +108,10 @@ class ClassicMembers:
         saved = dict(group.__dict__)
         saved["members"] = dict(group.members)
         # Whatever the classic members wait for belongs to a rebalance that will not complete.
-        for member in group.members.values():
-            member.complete_join(JoinGroupResult(member.member_id, REBALANCE_IN_PROGRESS))
-            member.complete_sync(SyncGroupResult(REBALANCE_IN_PROGRESS))
-            classic._remove_heartbeat(member)  # noqa: SLF001 - the classic timers stop here
+        for old_member in group.members.values():
+            old_member.complete_join(JoinGroupResult(old_member.member_id, REBALANCE_IN_PROGRESS))
+            old_member.complete_sync(SyncGroupResult(REBALANCE_IN_PROGRESS))
+            classic._remove_heartbeat(old_member)  # noqa: SLF001 - the classic timers stop here
         cg = ConsumerGroup(group.group_id)
         cg.group_epoch = cg.target_assignment_epoch = group.generation_id
         topics = self.coordinator.metadata.topics()
@@ -225,16 +225,16 @@ class ClassicMembers:
                         group_metadata_value(self.coordinator.manager.group_record(group, assignments))))
         log.info("consumer group %s downgraded to a classic group (protocol %s, generation %d, %d members)",
                  group.group_id, protocol, group.generation_id, len(group.members))
-        for member in group.members.values():
-            classic._complete_and_schedule_next_heartbeat(group, member)  # noqa: SLF001
+        for classic_member in group.members.values():
+            classic._complete_and_schedule_next_heartbeat(group, classic_member)  # noqa: SLF001
         classic._prepare_rebalance(group, "downgraded from a consumer group")  # noqa: SLF001
         try:
             await self.coordinator.manager.write(group.group_id, records)
         except Exception as exc:  # noqa: BLE001 - the log keeps the consumer group: serve it again
             log.warning("downgrading consumer group %s failed: %s", group.group_id, exc)
-            for member in list(group.members.values()):
-                classic._remove_heartbeat(member)  # noqa: SLF001
-                member.complete_join(JoinGroupResult(member.member_id, REBALANCE_IN_PROGRESS))
+            for classic_member in list(group.members.values()):
+                classic._remove_heartbeat(classic_member)  # noqa: SLF001
+                classic_member.complete_join(JoinGroupResult(classic_member.member_id, REBALANCE_IN_PROGRESS))
             group.members.clear()
             group.static_members.clear()
             group.supported_protocols.clear()

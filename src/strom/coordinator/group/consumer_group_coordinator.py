@@ -53,7 +53,7 @@ from strom.coordinator.group.consumer_group_records import (
     target_metadata_value,
 )
 from strom.coordinator.group.group_metadata import GroupMetadata, GroupState
-from strom.coordinator.group.group_metadata_manager import map_append_error
+from strom.coordinator.group.group_metadata_manager import GroupMetadataManager, map_append_error
 
 if TYPE_CHECKING:
     from strom.coordinator.group.group_config import GroupConfigs
@@ -118,9 +118,9 @@ class ConsumerGroupCoordinator:
                  group_configs: GroupConfigs | None = None) -> None:
         self.classic = classic
         self.group_configs = group_configs  # per-group overrides of the session timeout and heartbeat interval
-        self.manager = classic.manager
-        self.metadata = metadata
-        self.config = config
+        self.manager: GroupMetadataManager = classic.manager
+        self.metadata: MetadataStore = metadata
+        self.config: ConsumerGroupConfig = config
         self._session_timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self._background: set[asyncio.Task[int]] = set()
         self._regexes: dict[str, re.Pattern[str]] = {}
@@ -141,10 +141,10 @@ class ConsumerGroupCoordinator:
             # The first consumer-protocol member of a classic group: the group converts first.
             saved, ending = self.classic_members.upgrade(upgrading)
             assert upgrading.consumer_group is not None
-            before, group = ConsumerGroup(req.group_id), upgrading
-            result = await self._heartbeat(group, upgrading.consumer_group, before, req, ending)
+            before = ConsumerGroup(req.group_id)
+            result = await self._heartbeat(upgrading, upgrading.consumer_group, before, req, ending)
             if result.error_code:  # nothing of the upgrade was written: the group stays classic
-                self.classic_members.undo_upgrade(group, saved)
+                self.classic_members.undo_upgrade(upgrading, saved)
             return result
         group, error = self._group_for(req)
         if group is None:
