@@ -428,6 +428,19 @@ class Partition:
             return None
         return found
 
+    def legacy_offsets_before(self, timestamp: int, max_num_offsets: int, from_consumer: bool) -> list[int]:
+        """ListOffsets v0's answer, as Kafka 3.9 gives it: segment base offsets and the log end offset, newest
+        first, at most ``max_num_offsets``, none newer than the last segment written at or before ``timestamp``
+        (by file modification time, not record timestamps). A consumer never sees past the high watermark:
+        the offsets above it are replaced by the high watermark."""
+        offsets = self.log.legacy_fetch_offsets_before(timestamp, max_num_offsets)
+        if not from_consumer:
+            return offsets
+        hw = self.high_watermark
+        if offsets and offsets[0] > hw:
+            return [hw] + [o for o in offsets if o <= hw]
+        return offsets
+
     # -- transactions --------------------------------------------------------------------------------
     def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [fetch_offset, upper_bound_offset), for a read_committed fetch."""

@@ -43,8 +43,8 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
                 resp.leader_epoch = part.leader_epoch
                 ts = p.timestamp
                 if ctx.version == 0:  # a list of offsets instead of one (Kafka's legacy answer)
-                    resp.old_style_offsets = _old_style_offsets(part, ts, p.max_num_offsets,
-                                                                request.replica_id == CONSUMER_REPLICA_ID)
+                    resp.old_style_offsets = part.legacy_offsets_before(ts, p.max_num_offsets,
+                                                                        request.replica_id == CONSUMER_REPLICA_ID)
                 elif ts == LATEST:
                     resp.offset = part.fetch_offset_limit(isolation)  # HW, or the LSO for read_committed
                 elif ts in (EARLIEST, EARLIEST_LOCAL):
@@ -65,16 +65,3 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
         topics.append(TopicResp(name=t.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
 
-
-def _old_style_offsets(part: Any, timestamp: int, max_num_offsets: int, from_consumer: bool) -> list[int]:
-    """ListOffsets v0's answer, as Kafka 3.9 gives it: segment base offsets and the log end offset, newest
-    first, at most ``max_num_offsets``, none newer than the last segment written at or before ``timestamp``
-    (by file modification time, not record timestamps). A consumer never sees past the high watermark:
-    the offsets above it are replaced by the high watermark."""
-    offsets = part.log.legacy_fetch_offsets_before(timestamp, max_num_offsets)
-    if not from_consumer:
-        return offsets
-    hw = part.high_watermark
-    if offsets and offsets[0] > hw:
-        return [hw] + [o for o in offsets if o <= hw]
-    return offsets
