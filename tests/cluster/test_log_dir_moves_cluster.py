@@ -32,8 +32,6 @@ def replicas_on(cluster: ClusterProcess, broker: int, topic: str) -> dict[str, l
     return {d["logDir"]: d["partitions"] for d in described["brokers"][0]["logDirs"]}
 
 
-@pytest.mark.xfail(strict=False, reason="known bug: in full-suite runs the follower's move sometimes never "
-                   "completes (passes alone); under investigation")
 def test_a_follower_moves_its_replica_while_replicating(cluster_factory) -> None:  # noqa: ANN001
     cluster: ClusterProcess = cluster_factory(2, start=False, offsets_replication_factor=1)
     base = cluster.log_dir(FOLLOWER)
