@@ -114,5 +114,5 @@ def test_a_replica_not_created_yet_is_created_in_the_requested_dir(cluster_facto
                      (topic, 1, FOLLOWER): Errors.UnknownTopicOrPartitionError.errno}
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
     admin.create_partitions([NewPartitions(topic, 2, replica_assignment=[[FOLLOWER]])])[topic].result(timeout=60)
-    cluster.wait_isr(topic, 1, [FOLLOWER])
-    assert (Path(preferred) / f"{topic}-1").is_dir()
+    cluster.wait_isr(topic, 1, [FOLLOWER])  # the controller's state: the broker may create the log a moment later
+    cluster.wait_for(lambda: (Path(preferred) / f"{topic}-1").is_dir(), 60, "the new replica in the requested dir")
