@@ -3,8 +3,9 @@
 Leadership moves (a controlled shutdown) to a follower that knows the HW only as its leader last sent it,
 while the other in-sync replica is frozen (SIGSTOP): the new leader's HW stays below the start of its
 leader epoch until that replica fetches. Meanwhile ListOffsets latest / by timestamp answer error 78
-(retriable) rather than a stale HW, and real clients (librdkafka, kafka-python) retry until the HW has
-caught up: every answer is the full count, never the stale one.
+(retriable) rather than a stale HW, and real clients retry until the HW has caught up: librdkafka's consumer
+and kafka-python by themselves, librdkafka's watermark query through its caller (it hands the error over).
+Every answer is the full count, never the stale one.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from typing import Any
 
 import kafka.errors as Errors
 import pytest
-from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.protocol.consumer import ListOffsetsRequest
 
 from strom.protocol.inter_broker import build
 from tests.integration.test_api_version_matrix import call
+from tests.support.checker import watermark_offsets
 from tests.support.cluster import ClusterProcess
 from tests.support.replicas import IDEMPOTENT, WHOLE_LOG, batches_below, create_topic
 
@@ -54,19 +56,6 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread, out
-
-
-def high_watermark_retrying(consumer: Consumer, tp: TopicPartition) -> int:
-    """librdkafka's watermark query hands OFFSET_NOT_AVAILABLE to its caller (its consumer's own offset
-    lookups retry it): the caller retries, as it would against Kafka."""
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            return consumer.get_watermark_offsets(tp, timeout=30)[1]
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.OFFSET_NOT_AVAILABLE or time.monotonic() > deadline:
-                raise
-        time.sleep(0.1)
 
 
 def test_a_new_leader_answers_latest_only_once_its_high_watermark_caught_up(cluster_factory) -> None:  # noqa: ANN001
@@ -112,7 +101,7 @@ def test_a_new_leader_answers_latest_only_once_its_high_watermark_caught_up(clus
         watermarks = Consumer({"bootstrap.servers": bootstrap, "group.id": "latest-probe", "log_level": 0})
         tailer = Consumer({"bootstrap.servers": bootstrap, "group.id": "tail", "enable.auto.commit": False,
                            "log_level": 0, "statistics.interval.ms": 100, "stats_cb": tail_stats.append})
-        readers.append(("librdkafka watermarks", *in_thread(lambda: high_watermark_retrying(watermarks, tp))))
+        readers.append(("librdkafka watermarks", *in_thread(lambda: watermark_offsets(watermarks, tp, 90)[1])))
         readers.append(("kafka-python end_offsets", *in_thread(lambda: python.end_offsets([python_tp])[python_tp])))
         tailer.assign([TopicPartition(topic, 0, OFFSET_END)])  # start at the end: a ListOffsets latest
         tailer.poll(1)  # it asks while the HW lags (no assertion on how long anything takes)
