@@ -9,8 +9,8 @@ log's writers wait only for the last batches and two renames). The old copy is d
 ``file.delete.delay.ms``, so fetches still sending from its files finish.
 
 ``replica.alter.log.dirs.io.max.bytes.per.second`` paces all moves together, over the batches each
-log held when its move started (what comes in meanwhile is copied unpaced, so a move always ends). Moves survive a
-restart: the LogManager reloads future logs and ``start`` resumes them.
+log held when its move started (what comes in meanwhile is copied unpaced, so a move always ends).
+Moves survive a restart: the LogManager reloads future logs and ``start`` resumes them.
 """
 
 from __future__ import annotations

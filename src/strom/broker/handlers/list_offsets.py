@@ -41,10 +41,11 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
                         f"broker {part.local_broker_id} is not the leader of {t.name}-{p.partition_index}")
                 resp.leader_epoch = part.leader_epoch
                 ts = p.timestamp
-                # A new leader whose HW has not caught up yet (Kafka's rule; v0, its legacy path, is not checked).
-                check_hw = part.check_high_watermark_reached_epoch_start if ctx.version > 0 else _unchecked
+                # A new leader whose HW has not caught up answers OFFSET_NOT_AVAILABLE (v0: Kafka's legacy path, unchecked).
+                check_hw = ctx.version > 0
                 if ts == LATEST:
-                    check_hw()
+                    if check_hw:
+                        part.check_high_watermark_reached_epoch_start()
                     resp.offset = part.fetch_offset_limit(isolation)  # HW, or the LSO for read_committed
                 elif ts in (EARLIEST, EARLIEST_LOCAL):
                     resp.offset = part.log_start_offset
@@ -56,9 +57,9 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
                     raise Errors.InvalidRequestError(f"unknown special timestamp {ts}")
                 else:
                     found = part.fetch_offset_for_timestamp(ts, isolation)
-                    if found is None:
-                        check_hw()  # nothing below the HW: a record acknowledged above it may be the answer
-                    else:
+                    if found is None and check_hw:  # nothing below the HW: one acknowledged above it may be the answer
+                        part.check_high_watermark_reached_epoch_start()
+                    elif found is not None:
                         resp.offset, resp.timestamp = found
                 if ctx.version == 0:
                     resp.old_style_offsets = _old_style_offsets(part, ts, resp.offset, p.max_num_offsets)
@@ -67,10 +68,6 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
             parts.append(resp)
         topics.append(TopicResp(name=t.name, partitions=parts))
     return ListOffsetsResponse(throttle_time_ms=0, topics=topics)
-
-
-def _unchecked() -> None:
-    pass
 
 
 def _old_style_offsets(part: Any, timestamp: int, offset: int, max_num_offsets: int) -> list[int]:
