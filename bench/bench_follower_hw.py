@@ -1,11 +1,10 @@
-"""Follower high-watermark propagation: what answering a follower's parked fetch on an HW move costs.
+"""Follower high-watermark lag and its cost: brokers' CPU, acks=all latency, how far a follower's HW trails.
 
-A leader answers a follower's parked fetch once its HW passed the one that follower was last sent
-(docs/decisions/0061): at a low acks=all rate that is one more fetch round per produce round. This
-runs 3 brokers, one RF 3 partition (min.insync.replicas=2), an acks=all producer at fixed rates of
+Runs 3 brokers, one RF 3 partition (min.insync.replicas=2), an acks=all producer at fixed rates of
 1 KiB records, and reports per rate the brokers' CPU seconds (user+system, all three), the acks=all
 latency percentiles, and how far behind the leader's HW a follower's HW was (sampled with ListOffsets
-as the debugging replica, which a follower answers from its own HW).
+as the debugging replica, which a follower answers from its own HW). Used to weigh answering a
+follower's parked fetch on every HW move (docs/decisions/0061: measured, not adopted).
 
     python bench/bench_follower_hw.py [--rates 200,1000,5000] [--seconds 5]
 

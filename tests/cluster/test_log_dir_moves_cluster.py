@@ -108,10 +108,17 @@ def test_a_replica_not_created_yet_is_created_in_the_requested_dir(cluster_facto
     described = describe_log_dirs(cluster.broker(FOLLOWER).bootstrap, [FOLLOWER])["brokers"][0]["logDirs"]
     counts = {d["logDir"]: len(d["partitions"]) for d in described}
     preferred = max(counts, key=lambda d: (counts[d], d == str(second)))  # not where placement would go
-    codes = alter_replica_log_dirs(cluster.bootstrap, {(topic, 0, FOLLOWER): preferred,
-                                                       (topic, 1, FOLLOWER): preferred})
-    assert codes == {(topic, 0, FOLLOWER): Errors.ReplicaNotAvailableError.errno,
-                     (topic, 1, FOLLOWER): Errors.UnknownTopicOrPartitionError.errno}
+    expected = {(topic, 0, FOLLOWER): Errors.ReplicaNotAvailableError.errno,
+                (topic, 1, FOLLOWER): Errors.UnknownTopicOrPartitionError.errno}
+
+    def alter() -> dict[tuple[str, int, int], int] | None:
+        """None while the follower's metadata does not show the new topic yet (UNKNOWN_TOPIC_OR_PARTITION)."""
+        codes = alter_replica_log_dirs(cluster.bootstrap, {(topic, 0, FOLLOWER): preferred,
+                                                           (topic, 1, FOLLOWER): preferred})
+        return None if codes[(topic, 0, FOLLOWER)] == Errors.UnknownTopicOrPartitionError.errno else codes
+
+    codes = cluster.wait_for(alter, 60, "the follower to know the topic")
+    assert codes == expected
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
     admin.create_partitions([NewPartitions(topic, 2, replica_assignment=[[FOLLOWER]])])[topic].result(timeout=60)
     cluster.wait_isr(topic, 1, [FOLLOWER])  # the controller's state: the broker may create the log a moment later

@@ -79,17 +79,3 @@ def test_a_new_leader_has_no_latest_offset_until_its_high_watermark_reaches_its_
     assert part.high_watermark == 500
     part.check_high_watermark_reached_epoch_start()
     part.log.close()
-
-
-def test_a_parked_follower_fetch_is_answered_once_the_high_watermark_passed_what_it_was_sent(tmp_path: str) -> None:
-    part = make_partition(tmp_path)
-    part.update_state(PartitionState(0, LOCAL, 3, [LOCAL, 2], [LOCAL, 2]))
-    part.append_records_to_leader(records(500), required_acks=-1)
-    part.update_follower_fetch_state(2, 0)
-    part.note_high_watermark_sent(2, part.high_watermark)  # the response carrying the records: HW 0
-    assert not part.follower_lags_high_watermark(2)
-    part.update_follower_fetch_state(2, 500)  # its next fetch moves the HW; without new records it would park
-    assert part.high_watermark == 500 and part.follower_lags_high_watermark(2)
-    part.note_high_watermark_sent(2, 500)
-    assert not part.follower_lags_high_watermark(2)
-    part.log.close()

@@ -43,7 +43,6 @@ class FollowerState:
     last_fetch_leo_ms: int = 0  # when the leader's LEO was last_fetch_leader_leo
     last_fetch_leader_leo: int = -1
     log_start_offset: int = -1  # from its fetches: DeleteRecords waits until it passed the deleted offset
-    known_high_watermark: int = -1  # the HW last sent to it: a parked fetch of its answers once ours is higher
 
 
 # AlterPartition sender: (partition, proposed ISR) -> None; the answer comes back via on_isr_committed.
@@ -313,18 +312,6 @@ class Partition:
         follower.log_end_offset = fetch_offset
         self._maybe_expand_isr(replica_id, fetch_offset)
         return self.maybe_increment_high_watermark()
-
-    def follower_lags_high_watermark(self, replica_id: int) -> bool:
-        """Whether our HW is above the one ``replica_id`` was last sent. Its parked fetch is answered then
-        (Kafka 3.9 waits out replica.fetch.wait.max.ms): a follower elected leader knows only the HW it was
-        sent, and one that serves consumers (KIP-392) shows them only that much."""
-        follower = self._followers.get(replica_id)
-        return self.is_leader and follower is not None and self.log.high_watermark > follower.known_high_watermark
-
-    def note_high_watermark_sent(self, replica_id: int, high_watermark: int) -> None:
-        follower = self._followers.get(replica_id)
-        if follower is not None:
-            follower.known_high_watermark = max(follower.known_high_watermark, high_watermark)
 
     def check_high_watermark_reached_epoch_start(self) -> None:
         """OFFSET_NOT_AVAILABLE (retriable) while a new leader's HW is below its epoch's start offset, as

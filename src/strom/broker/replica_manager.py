@@ -197,8 +197,7 @@ class DelayedFetch(DelayedOperation):
         if not self._manager.has_new_data(self._params):
             return False  # the common case after an append elsewhere: no log read needed
         results, total = self._manager.read_from_local_log(self._params, record_follower=False)
-        if (total >= self._params.min_bytes or any(r.error_code or r.preferred_read_replica >= 0 for r in results)
-                or self._manager.follower_lags_high_watermark(self._params)):
+        if total >= self._params.min_bytes or any(r.error_code or r.preferred_read_replica >= 0 for r in results):
             self._result = results
             return self.force_complete()
         return False
@@ -838,25 +837,7 @@ class ReplicaManager:
                 return True  # a leader change fences the parked fetch: answer it now
             if part.fetch_offset_limit(params.isolation_level, params.replica_id) > req.fetch_offset or req.fetch_offset < part.log_start_offset:
                 return True
-        return self.follower_lags_high_watermark(params)
-
-    def follower_lags_high_watermark(self, params: FetchParams) -> bool:
-        """A follower's fetch is answered, even without records, once a partition's HW passed the one it was sent."""
-        if params.replica_id < 0:
-            return False
-        for req in params.partitions:
-            part = self.partitions.get((req.topic, req.partition))
-            if part is not None and part.follower_lags_high_watermark(params.replica_id):
-                return True
         return False
-
-    def _note_high_watermarks_sent(self, params: FetchParams, results: list[FetchPartitionResult]) -> None:
-        if params.replica_id < 0:
-            return
-        for req, res in zip(params.partitions, results, strict=False):
-            part = self.partitions.get((req.topic, req.partition))
-            if part is not None and not res.error_code:
-                part.note_high_watermark_sent(params.replica_id, res.high_watermark)
 
     def read_from_local_log(self, params: FetchParams, record_follower: bool = True
                             ) -> tuple[list[FetchPartitionResult], int]:
@@ -956,9 +937,7 @@ class ReplicaManager:
     async def fetch_messages(self, params: FetchParams) -> list[FetchPartitionResult]:
         results, total = self.read_from_local_log(params)
         if (params.max_wait_ms <= 0 or total >= params.min_bytes or not params.partitions
-                or any(r.error_code or r.preferred_read_replica >= 0 for r in results)
-                or self.follower_lags_high_watermark(params)):
-            self._note_high_watermarks_sent(params, results)
+                or any(r.error_code or r.preferred_read_replica >= 0 for r in results)):
             if self.topic_stats is not None:
                 self.topic_stats.record_fetch(params, results)
             self._record_leader_throttled_bytes(params, results)
@@ -969,7 +948,6 @@ class ReplicaManager:
         parked = time.monotonic()
         self.fetch_purgatory.try_complete_else_watch(op, keys)
         results = await future
-        self._note_high_watermarks_sent(params, results)
         params.waited_s = time.monotonic() - parked
         if self.topic_stats is not None:
             self.topic_stats.record_fetch(params, results)
