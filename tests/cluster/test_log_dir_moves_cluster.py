@@ -33,8 +33,6 @@ def replicas_on(cluster: ClusterProcess, broker: int, topic: str) -> dict[str, l
     return {d["logDir"]: d["partitions"] for d in described["brokers"][0]["logDirs"]}
 
 
-@pytest.mark.xfail(strict=False, reason="known bug: in full-suite runs the follower's move sometimes never "
-                   "completes (passes alone); under investigation")
 def test_a_follower_moves_its_replica_while_replicating(cluster_factory) -> None:  # noqa: ANN001
     cluster: ClusterProcess = cluster_factory(2, start=False, offsets_replication_factor=1)
     base = cluster.log_dir(FOLLOWER)
@@ -111,14 +109,21 @@ def test_a_replica_not_created_yet_is_created_in_the_requested_dir(cluster_facto
     described = describe_log_dirs(cluster.broker(FOLLOWER).bootstrap, [FOLLOWER])["brokers"][0]["logDirs"]
     counts = {d["logDir"]: len(d["partitions"]) for d in described}
     preferred = max(counts, key=lambda d: (counts[d], d == str(second)))  # not where placement would go
-    codes = alter_replica_log_dirs(cluster.bootstrap, {(topic, 0, FOLLOWER): preferred,
-                                                       (topic, 1, FOLLOWER): preferred})
-    assert codes == {(topic, 0, FOLLOWER): Errors.ReplicaNotAvailableError.errno,
-                     (topic, 1, FOLLOWER): Errors.UnknownTopicOrPartitionError.errno}
+    expected = {(topic, 0, FOLLOWER): Errors.ReplicaNotAvailableError.errno,
+                (topic, 1, FOLLOWER): Errors.UnknownTopicOrPartitionError.errno}
+
+    def alter() -> dict[tuple[str, int, int], int] | None:
+        """None while the follower's metadata does not show the new topic yet (UNKNOWN_TOPIC_OR_PARTITION)."""
+        codes = alter_replica_log_dirs(cluster.bootstrap, {(topic, 0, FOLLOWER): preferred,
+                                                           (topic, 1, FOLLOWER): preferred})
+        return None if codes[(topic, 0, FOLLOWER)] == Errors.UnknownTopicOrPartitionError.errno else codes
+
+    codes = cluster.wait_for(alter, 60, "the follower to know the topic")
+    assert codes == expected
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
     admin.create_partitions([NewPartitions(topic, 2, replica_assignment=[[FOLLOWER]])])[topic].result(timeout=60)
-    cluster.wait_isr(topic, 1, [FOLLOWER])
-    assert (Path(preferred) / f"{topic}-1").is_dir()
+    cluster.wait_isr(topic, 1, [FOLLOWER])  # the controller's state: the broker may create the log a moment later
+    cluster.wait_for(lambda: (Path(preferred) / f"{topic}-1").is_dir(), 60, "the new replica in the requested dir")
 
 
 def test_a_leader_ahead_of_its_high_watermark_reports_no_offset_lag(cluster_factory) -> None:  # noqa: ANN001

@@ -340,3 +340,32 @@ def test_a_move_cancelled_and_asked_for_again_happens(two_dirs: Any) -> None:
     wait_for("the future log to go", lambda: partition_dirs(src, topic) == [])
     assert partition_dirs(dst, topic) == [f"{topic}-0"]
     assert not [p for ps in describe(b, topic).values() for p in ps if p.is_future_key]
+
+
+def test_a_move_finishes_while_the_partition_takes_writes_faster_than_the_throttle(tmp_path: Path) -> None:
+    """The throttle paces the backlog, not the writes that arrive during the move: with a producer far
+    above the throttle, a copy paced as a whole would never catch up and the move would never end."""
+    d1, d2 = tmp_path / "data", tmp_path / "data2"
+    throttle = 50_000
+    b = BrokerProcess(tmp_path, {"log.dirs": f"{d1},{d2}",
+                                 "replica.alter.log.dirs.io.max.bytes.per.second": throttle})
+    b.start()
+    try:
+        topic = new_topic(b, config=TOPIC_CONFIG)
+        src, dst = where(d1, d2, topic)
+        filled = fill(b, topic, 100)  # ~100 KB: two seconds of copying at the throttle
+        producer = BackgroundProducer(b, topic)
+        try:
+            wait_for("the producer to get going", lambda: len(producer.acked) > 500)
+            assert alter(b, topic, 0, str(dst)) == 0
+            wait_for("the move to finish", lambda: (dst / f"{topic}-0").is_dir() and not
+                     [p for ps in describe(b, topic).values() for p in ps if p.is_future_key], timeout=90)
+            written = len(producer.acked)
+            wait_for("writes after the move", lambda: len(producer.acked) > written + 100)
+        finally:
+            producer.stop()
+        assert not producer.errors, producer.errors[:5]
+        assert consume_all(b, topic) == filled + producer.acked
+        wait_for("the old copy to be deleted", lambda: partition_dirs(src, topic) == [])
+    finally:
+        b.close()

@@ -169,6 +169,19 @@ class CheckReport:
                 f"reordered e.g. {self.reordered_examples}")
 
 
+def watermark_offsets(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0) -> tuple[int, int]:
+    """librdkafka's watermark query hands OFFSET_NOT_AVAILABLE (a new leader whose HW has not caught up
+    yet, as Kafka answers) to its caller, unlike its consumer's own offset lookups: retry it here."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=timeout)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.OFFSET_NOT_AVAILABLE or time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
+
+
 def consume_topic(bootstrap: str, topic: str, timeout: float = 60.0,
                   config: dict[str, Any] | None = None) -> list[Any]:
     """Every record of every partition from the beginning up to the end offsets taken at the start.
@@ -187,7 +200,7 @@ def consume_topic(bootstrap: str, topic: str, timeout: float = 60.0,
         end: dict[int, int] = {}
         start: dict[int, int] = {}
         for p in partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=min(timeout, 30))
+            low, high = watermark_offsets(consumer, TopicPartition(topic, p), timeout=min(timeout, 30))
             start[p], end[p] = low, high
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         position = dict(start)

@@ -14,6 +14,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.support.checker import watermark_offsets
 from tests.support.cluster import ClusterProcess
 
 # Batch header: baseOffset int64, batchLength int32, partitionLeaderEpoch int32, magic int8, crc int32,
@@ -50,7 +51,7 @@ def high_watermark(cluster: ClusterProcess, topic: str, partition: int, bootstra
     consumer = Consumer({"bootstrap.servers": bootstrap or cluster.bootstrap, "group.id": "hw-probe",
                          "log_level": 0})
     try:
-        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1]
+        return watermark_offsets(consumer, TopicPartition(topic, partition), timeout=30)[1]
     finally:
         consumer.close()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from strom.broker.log_dir_mover import _copy_step
 from strom.protocol.record_batch import build_batch
 from strom.storage.log import Log, LogMovedError
 from strom.storage.log_config import LogConfig
@@ -211,3 +212,19 @@ def test_transactions_move_with_their_aborts_and_the_open_one(tmp_path: Path) ->
                             origin=AppendOrigin.COORDINATOR)
     future.update_high_watermark(future.log_end_offset)
     assert future.last_stable_offset == future.log_end_offset
+
+
+def test_copy_steps_pace_only_the_backlog_so_a_move_of_a_busy_log_ends(tmp_path: Path) -> None:
+    """A follower appends between any two steps: the writes that arrive during the move are copied unpaced
+    (the throttle would otherwise have to outrun the partition's write rate), and a step that reaches the
+    end lets the swap try, though the log grows again right after."""
+    _, _, current, future = setup(tmp_path)
+    backlog_end = current.log_end_offset
+    step = _copy_step(current, future, backlog_end)  # the backlog: paced
+    assert step.paced == step.copied > 0 and step.caught_up
+    current.append_as_leader(batch(producer_id=7, producer_epoch=0, base_sequence=100), leader_epoch=1)
+    step = _copy_step(current, future, backlog_end)  # what arrived during the move: not paced
+    assert step.copied > 0 and step.paced == 0 and step.caught_up
+    assert read_all(future) == read_all(current)
+    current.close()
+    future.close()

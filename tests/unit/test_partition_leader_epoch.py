@@ -6,7 +6,12 @@ import os
 import uuid
 
 import pytest
-from kafka.errors import FencedLeaderEpochError, NotLeaderForPartitionError, UnknownLeaderEpochError
+from kafka.errors import (
+    FencedLeaderEpochError,
+    NotLeaderForPartitionError,
+    OffsetNotAvailableError,
+    UnknownLeaderEpochError,
+)
 
 from strom.broker.partition import Partition
 from strom.metadata.store import PartitionState
@@ -57,4 +62,20 @@ def test_last_offset_for_leader_epoch_fences_before_checking_leadership(tmp_path
     with pytest.raises(NotLeaderForPartitionError):
         part.last_offset_for_leader_epoch(3, 0)
     assert part.last_offset_for_leader_epoch(3, 0, fetch_only_from_leader=False) == (-1, -1)
+    part.log.close()
+
+
+def test_a_new_leader_has_no_latest_offset_until_its_high_watermark_reaches_its_epoch_start(tmp_path: str) -> None:
+    """A follower elected leader knows the HW only as it was sent; 500 acknowledged records are not "latest 0"."""
+    part = make_partition(tmp_path, leader=2)
+    part.append_records_as_follower(records(500), leader_high_watermark=0, leader_log_start_offset=0)
+    assert part.high_watermark == 0
+    part.check_high_watermark_reached_epoch_start()  # a follower: nothing to check
+    part.update_state(PartitionState(0, LOCAL, 4, [LOCAL, 2], [LOCAL, 2]))
+    assert part.leader_epoch_start_offset == 500 and part.high_watermark == 0
+    with pytest.raises(OffsetNotAvailableError):
+        part.check_high_watermark_reached_epoch_start()
+    part.update_follower_fetch_state(2, 500)  # the other in-sync replica fetches: the HW catches up
+    assert part.high_watermark == 500
+    part.check_high_watermark_reached_epoch_start()
     part.log.close()

@@ -3,13 +3,14 @@
 Kafka runs a ReplicaAlterLogDirsThread that "fetches" from the local current log into the future
 log. Here each move is an asyncio task that hands the copying to the target dir's storage thread
 one step (``COPY_CHUNK_BYTES``) at a time, so the event loop never reads or writes the files, and
-the target dir's other work (checkpoints, creations) interleaves with the copy. When a step finds
-nothing left to copy, the future log is fsynced and swapped in (log_dir_moves.swap: the current
+the target dir's other work (checkpoints, creations) interleaves with the copy. When a step reaches
+the current log's end, the future log is fsynced and swapped in (log_dir_moves.swap: the current
 log's writers wait only for the last batches and two renames). The old copy is deleted after
 ``file.delete.delay.ms``, so fetches still sending from its files finish.
 
-``replica.alter.log.dirs.io.max.bytes.per.second`` paces all moves together. Moves survive a
-restart: the LogManager reloads future logs and ``start`` resumes them.
+``replica.alter.log.dirs.io.max.bytes.per.second`` paces all moves together, over the batches each
+log held when its move started (what comes in meanwhile is copied unpaced, so a move always ends).
+Moves survive a restart: the LogManager reloads future logs and ``start`` resumes them.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import kafka.errors as Errors
 
@@ -172,6 +173,9 @@ class ReplicaAlterLogDirsManager:
             future = await self._lm.run_in_dir(log_dir, self._create_future, tp, part, log_dir)
         log.info("moving %s-%d from %s to %s", *tp, part.log_dir, log_dir)
         replica = part
+        # The throttle paces the backlog only: what the partition takes in meanwhile is copied as it
+        # comes, so a move finishes even when the partition takes writes faster than the throttle.
+        backlog_end = part.log_to_move.log_end_offset
         while True:
             if tp in self._rm.offline_partitions and tp not in self._rm.partitions:
                 move.aborted = True  # the current log's dir failed: its future copy goes too, as in Kafka
@@ -182,7 +186,7 @@ class ReplicaAlterLogDirsManager:
                 return
             current = part.log_to_move
             try:
-                copied = await self._lm.run_in_dir(log_dir, _copy_step, current, future)
+                step = await self._lm.run_in_dir(log_dir, _copy_step, current, future, backlog_end)
             except OSError:
                 raise  # the target dir failed: the move ends, the replica stays
             except Errors.KafkaStorageError as exc:
@@ -195,8 +199,8 @@ class ReplicaAlterLogDirsManager:
                 log.debug("copy step of %s-%d failed, retrying: %s", *tp, exc)
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue
-            if copied:
-                await self._pace(copied)
+            await self._pace(step.paced)
+            if not step.caught_up:
                 continue
             await self._lm.run_in_dir(log_dir, _prepare_swap, current, future)
             swapping = asyncio.ensure_future(self._lm.run_in_dir(log_dir, self._swap, tp, part, current, future))
@@ -285,7 +289,7 @@ class ReplicaAlterLogDirsManager:
     async def _pace(self, copied: int) -> None:
         """replica.alter.log.dirs.io.max.bytes.per.second over every move (a dynamic config)."""
         rate = self._rm.config.get(THROTTLE_CONFIG)
-        if not rate or rate <= 0 or rate >= 1 << 62:
+        if not copied or not rate or rate <= 0 or rate >= 1 << 62:
             await asyncio.sleep(0)
             return
         now = time.monotonic()
@@ -296,11 +300,24 @@ class ReplicaAlterLogDirsManager:
 # -- storage-thread steps ------------------------------------------------------------------------------
 
 
-def _copy_step(current: Log, future: Log) -> int:
+class CopyStep(NamedTuple):
+    """What one copy step did: ``paced`` counts the bytes below the backlog's end (the throttle's share);
+    ``caught_up``: the future log reached the current log's end, so the swap may try to finish."""
+
+    copied: int
+    paced: int
+    caught_up: bool
+
+
+def _copy_step(current: Log, future: Log, backlog_end: int) -> CopyStep:
     if current.moved:
-        return 0
+        return CopyStep(0, 0, True)
     reconcile(current, future)
-    return copy_batches(current, future, COPY_CHUNK_BYTES)
+    start = future.log_end_offset
+    copied = copy_batches(current, future, COPY_CHUNK_BYTES)
+    # Not "copied nothing": a log that takes writes all the time (a follower's) is rarely found still.
+    return CopyStep(copied, copied if start < backlog_end else 0,
+                    future.log_end_offset >= current.log_end_offset)
 
 
 def _prepare_swap(current: Log, future: Log) -> None:

@@ -313,6 +313,15 @@ class Partition:
         self._maybe_expand_isr(replica_id, fetch_offset)
         return self.maybe_increment_high_watermark()
 
+    def check_high_watermark_reached_epoch_start(self) -> None:
+        """OFFSET_NOT_AVAILABLE (retriable) while a new leader's HW is below its epoch's start offset, as
+        Kafka's ListOffsets: until the other in-sync replicas fetch, it knows the HW only as its follower did,
+        below offsets that were acknowledged; a "latest" offset from it would be stale."""
+        if self.is_leader and self.log.high_watermark < self.leader_epoch_start_offset:
+            raise Errors.OffsetNotAvailableError(
+                f"the high watermark {self.log.high_watermark} of {self.topic}-{self.index} is below the start "
+                f"offset {self.leader_epoch_start_offset} of leader epoch {self.leader_epoch}")
+
     def update_follower_log_start(self, replica_id: int, log_start_offset: int) -> bool:
         """A follower's fetch names its log start offset; True if it moved (DeleteRecords may complete)."""
         follower = self._followers.get(replica_id)

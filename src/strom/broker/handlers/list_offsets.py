@@ -42,10 +42,12 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
                         f"broker {part.local_broker_id} is not the leader of {t.name}-{p.partition_index}")
                 resp.leader_epoch = part.leader_epoch
                 ts = p.timestamp
+                # v1+: a new leader whose HW has not caught up answers OFFSET_NOT_AVAILABLE (not v0's legacy path).
                 if ctx.version == 0:  # a list of offsets instead of one (Kafka's legacy answer)
                     resp.old_style_offsets = part.legacy_offsets_before(ts, p.max_num_offsets,
                                                                         request.replica_id == CONSUMER_REPLICA_ID)
                 elif ts == LATEST:
+                    part.check_high_watermark_reached_epoch_start()
                     resp.offset = part.fetch_offset_limit(isolation)  # HW, or the LSO for read_committed
                 elif ts in (EARLIEST, EARLIEST_LOCAL):
                     resp.offset = part.log_start_offset
@@ -57,7 +59,9 @@ async def handle(ctx: RequestContext, request: Any) -> ListOffsetsResponse:
                     raise Errors.InvalidRequestError(f"unknown special timestamp {ts}")
                 else:
                     found = part.fetch_offset_for_timestamp(ts, isolation)
-                    if found is not None:
+                    if found is None:  # nothing below the HW: one acknowledged above it may be the answer
+                        part.check_high_watermark_reached_epoch_start()
+                    elif found is not None:
                         resp.offset, resp.timestamp = found
             except Exception as exc:
                 resp.error_code = error_code_of(exc)
