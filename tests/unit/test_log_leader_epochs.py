@@ -260,3 +260,26 @@ def test_a_clean_restart_trusts_the_checkpoint_and_a_matching_one_is_left_alone(
     assert entries(reopened) == [(0, 0), (2, 3), (5, 5)]
     assert os.stat(checkpoint(log)).st_mtime_ns == mtime and "did not match" not in caplog.text
     reopened.close()
+
+
+def test_a_partitions_first_checkpoint_is_never_fsynced(tmp_path: str, monkeypatch) -> None:
+    """The first file has no older version a crash could fall back to: lost or torn, it is rebuilt
+    from the batches, so neither the assignment nor the flush nor the shutdown fsyncs it."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    log = open_log(str(tmp_path / "t-0"))
+    log.assign_epoch_start_offset(0)
+    log.append_as_leader(batch(3), 0)
+    log.flush()
+    log.close()
+    assert checkpoint(log) not in synced
+    os.remove(checkpoint(log))  # a power loss took it
+    reopened = open_log(log.directory)
+    assert entries(reopened) == [(0, 0)] and reopened.end_offset_for_epoch(0) == (0, 3)
+    reopened.close()

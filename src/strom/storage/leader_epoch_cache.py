@@ -276,11 +276,16 @@ class LeaderEpochFileCache:
         self.adopt(entries)
 
     def _write_file(self, entries: list[EpochEntry], fsync: bool) -> None:
+        """Rewrite the file; unless fsynced, ``flush`` syncs it later. The partition's first file needs
+        no sync: a crash can only lose or tear it (no older version exists to fall back to), and the
+        load then rebuilds it from the batches, so a partition created and written in its first epoch
+        costs no checkpoint fsync, at its flushes or at shutdown (as in ADR 0040)."""
         lines = [str(LEADER_EPOCH_CHECKPOINT_VERSION), str(len(entries))]
         lines += [f"{e.epoch} {e.start_offset}" for e in entries]
         with self._file_lock:  # one writer at a time: they share the temp file
+            older_version = self._unsynced or os.path.exists(self.path)
             write_atomically(self.path, ("\n".join(lines) + "\n").encode(), fsync=fsync)
-            self._unsynced = not fsync
+            self._unsynced = not fsync and older_version
 
     def _read(self) -> None:
         try:
