@@ -283,3 +283,23 @@ def test_a_partitions_first_checkpoint_is_never_fsynced(tmp_path: str, monkeypat
     reopened = open_log(log.directory)
     assert entries(reopened) == [(0, 0)] and reopened.end_offset_for_epoch(0) == (0, 3)
     reopened.close()
+
+
+def test_a_small_checkpoint_is_rewritten_in_place_and_surplus_lines_make_the_load_rebuild(tmp_path: str) -> None:
+    """Without fsync, a file of one sector is rewritten in place (no temp file, no rename: the same inode).
+    A kill -9 between the write and a shortening truncate would leave surplus lines: the load then reads
+    the file as malformed and rebuilds the entries from the batches."""
+    log = epochs_log(tmp_path)
+    inode = os.stat(checkpoint(log)).st_ino
+    log.truncate_to(5)  # drops (5, 5): a shorter file
+    assert entries(log) == [(0, 0), (2, 3)]
+    assert os.stat(checkpoint(log)).st_ino == inode
+    with open(checkpoint(log), "rb") as f:
+        assert f.read() == b"0\n2\n0 0\n2 3\n"
+    log.append_as_leader(batch(2), 7)
+    log.close()
+    with open(checkpoint(log), "ab") as f:  # the truncate of a longer earlier version never happened
+        f.write(b"9 9\n")
+    reopened = open_log(log.directory, recovery_point=0)
+    assert entries(reopened) == [(0, 0), (2, 3), (7, 5)]
+    reopened.close()
