@@ -14,12 +14,22 @@ import time
 import pytest
 
 from tests.cluster.test_faults import wait_converged, write
+from tests.integration.test_leader_epoch import epoch_end
 from tests.support.checker import check_topic
+from tests.support.cluster import ClusterProcess
 from tests.support.replicas import create_topic, log_contains, wait_identical_replicas
 
 pytestmark = pytest.mark.cluster
 
 ALL = {1, 2, 3}
+
+
+def restart_after_session_expiry(cluster: ClusterProcess, broker_id: int) -> None:
+    """Start a killed broker once its old session's registration is gone (a broker id still registered
+    by another session is refused at start-up, as in Kafka)."""
+    cluster.wait_for(lambda: broker_id not in cluster.registered_brokers(), 60,
+                     f"broker {broker_id}'s old session expired")
+    cluster.start_broker(broker_id)
 
 
 def test_a_leader_restarted_with_its_checkpoint_from_before_its_epoch_still_truncates_the_old_leader(
@@ -29,11 +39,13 @@ def test_a_leader_restarted_with_its_checkpoint_from_before_its_epoch_still_trun
     offsets in its epoch, crashes, and comes back with a checkpoint that does not know its epoch. If it
     trusted that file it would tell the old leader that the old epoch ends at its LEO, and the old
     leader would keep its suffix (replicas differing below the high watermark). The load reads the
-    epochs of the unflushed tail from the batches instead, so the old leader truncates to offset 100."""
+    epochs of the unflushed tail from the batches instead: the answer is where the new epoch starts,
+    and the replicas converge without the suffix."""
     cluster = cluster_factory(3)
     controller = cluster.controller_id()
     old, new = sorted(ALL - {controller})  # neither freezing nor killing them moves the controller
     topic = create_topic(cluster, config={"min.insync.replicas": "1"}, replicas=[[old, new]])
+    before = cluster.partition_state(topic, 0)
     common = write(cluster.bootstrap, topic, "common", 100, "all")
     wait_identical_replicas(cluster, topic, 0, 100, {old, new})
     checkpoint = cluster.log_dir(new) / f"{topic}-0" / "leader-epoch-checkpoint"
@@ -60,9 +72,13 @@ def test_a_leader_restarted_with_its_checkpoint_from_before_its_epoch_still_trun
 
         cluster.kill9(new)
         checkpoint.write_bytes(before_leading)  # what a power loss may leave of an unsynced rewrite
-        cluster.start_broker(new)
+        restart_after_session_expiry(cluster, new)
         again = cluster.wait_leader(topic, 0, not_in={old}, timeout=90)
         assert again.leader == new and again.leader_epoch > first.leader_epoch
+        # What the old leader will ask: where does its epoch end on the new leader's log?
+        answer = cluster.wait_for(lambda: (lambda p: p if p.error_code == 0 else None)(
+            epoch_end(cluster.broker(new), topic, before.leader_epoch)), 60, "an OffsetForLeaderEpoch answer")
+        assert (answer.leader_epoch, answer.end_offset) == (before.leader_epoch, start)
     finally:
         cluster.sigcont(old)
 
@@ -82,16 +98,16 @@ def test_acknowledged_records_survive_kill9_of_a_new_leader_right_after_it_takes
     Every acknowledged record is there once, and the replicas end identical below the high watermark."""
     cluster = cluster_factory(3)
     topic = create_topic(cluster, config={"min.insync.replicas": "2"})
-    acked = write(cluster.bootstrap, topic, "round-0", 50, "all")
+    acked = write(cluster.bootstrap, topic, "round0", 50, "all")
     for round_ in range(1, 3):
         first = cluster.partition_state(topic, 0).leader
         cluster.kill9(first)
         second = cluster.wait_leader(topic, 0, not_in={first}, timeout=90).leader
-        acked += write(cluster.bootstrap, topic, f"round-{round_}", 50, "all")
+        acked += write(cluster.bootstrap, topic, f"round{round_}", 50, "all")
         cluster.kill9(second)
         cluster.wait_leader(topic, 0, not_in={first, second}, timeout=90)
-        cluster.start_broker(first)
-        cluster.start_broker(second)
+        restart_after_session_expiry(cluster, first)
+        restart_after_session_expiry(cluster, second)
         cluster.wait_isr(topic, 0, ALL, timeout=90)
     wait_converged(cluster, topic, 0, ALL)
     report = check_topic(cluster.bootstrap, topic, acked)
