@@ -229,7 +229,11 @@ class LeaderEpochFileCache:
         with self._file_lock:
             if not self._unsynced:
                 return
-            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:  # gone with its directory (a deleted or moved log): nothing to sync
+                self._unsynced = False
+                return
             try:
                 os.fsync(fd)
             finally:
