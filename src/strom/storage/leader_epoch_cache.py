@@ -318,10 +318,12 @@ def _overwrite_small(path: str, data: bytes) -> bool:
     Creating a temp file and renaming it over the old one costs about as much as an fsync on ext4
     (a new inode, and the rename starts the old file's write-back), so 1,500 new leader epochs paid
     most of their time there even without fsyncs. A rewrite of one sector cannot be torn (sector
-    writes are atomic, the assumption PostgreSQL's control file relies on): a power loss leaves the
-    old content or the new, which the load handles (ADR 0047); a kill -9 loses nothing but, between
-    the write and a shortening truncate, may leave surplus lines, which read as a malformed file
-    and make the load rebuild the entries from the batches.
+    writes are atomic, the assumption PostgreSQL's control file relies on), but the file's size is
+    metadata the disk may keep apart from it: a power loss leaves the old content or the new, or the
+    new cut to the old size (no final newline), or either padded by zeros or old bytes (surplus lines).
+    The cut and padded ones read as malformed (``_parse``) and the load rebuilds the entries from the
+    batches; the old content is what ADR 0047's repair handles. A kill -9 loses nothing but, between
+    the write and a shortening truncate, may likewise leave surplus lines.
     """
     try:
         fd = os.open(path, os.O_WRONLY)
@@ -340,7 +342,14 @@ def _overwrite_small(path: str, data: bytes) -> bool:
 
 
 def _parse(raw: bytes) -> list[EpochEntry]:
-    """Entries of a checkpoint file; ValueError unless it is well formed and monotonic."""
+    """Entries of a checkpoint file; ValueError unless it is well formed and monotonic.
+
+    Every writer ends the file with a newline. A file without one was cut short: an in-place rewrite
+    (``_overwrite_small``) to longer content whose new data reached the disk but not its new size. Its
+    last line may still parse, as a smaller offset ("2 12" of "2 1234"), so it is refused as a whole.
+    """
+    if raw and not raw.endswith(b"\n"):
+        raise ValueError("no newline at the end: cut short")
     lines = raw.decode("ascii").splitlines()  # UnicodeDecodeError is a ValueError
     if len(lines) < 2:
         raise ValueError("truncated header")
