@@ -15,6 +15,7 @@ machine outlasts that, and the producer hung for good.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import kafka.errors as Errors
@@ -40,8 +41,10 @@ COORDINATOR_WAIT_MS = 5000
 Coordinator = FindCoordinatorResponse.Coordinator
 
 
-async def lookup(ctx: RequestContext, key: str | None, key_type: int) -> tuple[int, str | None, int, str, int]:
-    """(error, message, node id, host, port) for one key."""
+async def lookup(ctx: RequestContext, key: str | None, key_type: int, deadline: float | None = None
+                 ) -> tuple[int, str | None, int, str, int]:
+    """(error, message, node id, host, port) for one key; a missing leader is waited for until ``deadline``
+    (loop time; one deadline for every key of a request)."""
     services = ctx.services
     if key_type == TRANSACTION_KEY_TYPE:
         if not key:
@@ -77,7 +80,11 @@ async def lookup(ctx: RequestContext, key: str | None, key_type: int) -> tuple[i
         return next((b for b in metadata.live_brokers() if b.broker_id == state.leader), None)
 
     broker = live_leader()
-    if broker is None and await metadata.await_metadata(lambda: live_leader() is not None, COORDINATOR_WAIT_MS):
+    loop = asyncio.get_running_loop()
+    if deadline is None:
+        deadline = loop.time() + COORDINATOR_WAIT_MS / 1000
+    wait_ms = int((deadline - loop.time()) * 1000)
+    if broker is None and wait_ms > 0 and await metadata.await_metadata(lambda: live_leader() is not None, wait_ms):
         broker = live_leader()
     if broker is None:
         return Errors.CoordinatorNotAvailableError.errno, f"{topic_name} has no live leader", -1, "", -1
@@ -92,8 +99,9 @@ async def handle(ctx: RequestContext, request: Any) -> FindCoordinatorResponse:
     key_type = request.key_type if ctx.version >= 1 else GROUP_KEY_TYPE
     if ctx.version >= 4:
         coordinators = []
+        deadline = asyncio.get_running_loop().time() + COORDINATOR_WAIT_MS / 1000
         for key in request.coordinator_keys:
-            err, msg, node, host, port = await lookup(ctx, key, key_type)
+            err, msg, node, host, port = await lookup(ctx, key, key_type, deadline)
             coordinators.append(Coordinator(key=key, node_id=node, host=host, port=port, error_code=err,
                                              error_message=msg))
         return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
