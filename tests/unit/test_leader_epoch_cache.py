@@ -172,6 +172,7 @@ def test_missing_file_is_an_empty_cache(tmp_path: str) -> None:
 @pytest.mark.parametrize("content", [
     b"", b"\x00\xff\xfe garbage", b"0\n", b"1\n1\n0 0\n", b"0\n2\n0 0\n", b"0\n1\n0 0\n1 5\n",
     b"0\n2\n3 0\n1 5\n", b"0\n1\n0\n", b"0\n1\n-1 0\n", b"0\nx\n",
+    b"0\n2\n0 0\n2 12",  # "0\n2\n0 0\n2 1234\n" rewritten in place over a shorter file, its new size lost
 ])
 def test_garbage_file_is_an_empty_cache_and_is_rewritten(tmp_path: str, content: bytes) -> None:
     with open(os.path.join(tmp_path, LEADER_EPOCH_CHECKPOINT), "wb") as f:

@@ -197,30 +197,109 @@ def test_stale_entries_past_the_leo_are_dropped_at_load(tmp_path: str) -> None:
     again.close()
 
 
-def test_a_new_empty_log_records_its_first_epoch_without_fsync(tmp_path: str, monkeypatch) -> None:
-    """Creating a partition writes its first epoch without fsyncs (a lost file is rebuilt from the batches,
-    which are none); an epoch over data, or a second one, is fsynced before anything depends on it."""
-    import strom.storage.leader_epoch_cache as cache_module
+def test_epoch_assignments_are_made_durable_by_the_next_flush(tmp_path: str, monkeypatch) -> None:
+    """A new epoch's checkpoint is written without fsync (ADR 0047); the log's flush fsyncs it before
+    the recovery point moves, and a flush with nothing new to sync costs no fsync."""
+    synced: list[str] = []
+    real_fsync = os.fsync
 
-    fsyncs: list[bool] = []
-    real = cache_module.write_atomically
+    def recording(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
 
-    def recording(path: str, data: bytes, fsync: bool = True) -> None:
-        fsyncs.append(fsync)
-        real(path, data, fsync)
+    monkeypatch.setattr(os, "fsync", recording)
+    log = open_log(str(tmp_path / "t-0"))
+    log.append_as_leader(batch(3), 0)
+    log.assign_epoch_start_offset(1)
+    log.assign_epoch_starts([(2, 3)])
+    assert entries(log) == [(0, 0), (2, 3)] and checkpoint(log) not in synced
+    with open(checkpoint(log)) as f:
+        assert f.read() == "0\n2\n0 0\n2 3\n"  # written, only not yet durable
+    log.flush()
+    assert checkpoint(log) in synced and log.recovery_point == 3
+    synced.clear()
+    log.flush()
+    assert checkpoint(log) not in synced
+    log.close()
 
-    monkeypatch.setattr(cache_module, "write_atomically", recording)
+
+def test_an_epoch_lost_with_an_unsynced_checkpoint_comes_back_from_the_log(tmp_path: str) -> None:
+    """A power loss may leave the checkpoint as the last flush made it durable, without the epoch a new
+    leader assigned since (written, not fsynced). The unclean restart reads the epochs of the tail above
+    the recovery point from the batch headers, so OffsetForLeaderEpoch still tells a follower of the
+    old epoch where to truncate (offset 3), not the LEO."""
+    log = open_log(str(tmp_path / "t-0"))
+    log.append_as_leader(batch(3), 0)
+    log.flush()
+    recovery_point = log.recovery_point
+    with open(checkpoint(log), "rb") as f:
+        durable = f.read()
+    log.assign_epoch_start_offset(4)  # leader again, in epoch 4, at the LEO 3
+    log.append_as_leader(batch(2), 4)
+    log.append_as_leader(batch(1), 4)
+    assert log.end_offset_for_epoch(0) == (0, 3)
+    log.close()
+    with open(checkpoint(log), "wb") as f:  # what the disk held after the power loss
+        f.write(durable)
+    reopened = open_log(log.directory, recovery_point=recovery_point)
+    assert entries(reopened) == [(0, 0), (4, 3)]
+    assert reopened.end_offset_for_epoch(0) == (0, 3)
+    assert reopened.end_offset_for_epoch(3) == (0, 3)
+    assert reopened.end_offset_for_epoch(4) == (4, 6)
+    reopened.close()
+    with open(checkpoint(log), "rb") as f:
+        assert f.read() == b"0\n2\n0 0\n4 3\n"  # repaired on disk too
+
+
+def test_a_clean_restart_trusts_the_checkpoint_and_a_matching_one_is_left_alone(tmp_path: str, caplog) -> None:
+    """Only an unclean shutdown checks the file against the tail; a file that matches the log is not rewritten."""
+    log = epochs_log(tmp_path)
+    log.close()
+    mtime = os.stat(checkpoint(log)).st_mtime_ns
+    reopened = open_log(log.directory, recovery_point=0)
+    assert entries(reopened) == [(0, 0), (2, 3), (5, 5)]
+    assert os.stat(checkpoint(log)).st_mtime_ns == mtime and "did not match" not in caplog.text
+    reopened.close()
+
+
+def test_a_partitions_first_checkpoint_is_never_fsynced(tmp_path: str, monkeypatch) -> None:
+    """The first file has no older version a crash could fall back to: lost or torn, it is rebuilt
+    from the batches, so neither the assignment nor the flush nor the shutdown fsyncs it."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
     log = open_log(str(tmp_path / "t-0"))
     log.assign_epoch_start_offset(0)
-    assert entries(log) == [(0, 0)] and fsyncs == [False] and os.path.exists(checkpoint(log))
-    log.assign_epoch_start_offset(1)  # a second epoch: the file now tells which one starts where
-    assert fsyncs == [False, True]
-    other = open_log(str(tmp_path / "t-1"))
-    other.append_as_leader(batch(3), 0)  # data written in epoch 0 (epoch recorded with the append)
-    fsyncs.clear()
-    other.assign_epoch_start_offset(1)
-    assert entries(other) == [(0, 0), (1, 3)] and fsyncs == [True]
-    os.remove(checkpoint(log))  # a crash lost the unsynced file of an empty log: nothing is lost with it
+    log.append_as_leader(batch(3), 0)
+    log.flush()
     log.close()
-    reopened = open_log(str(tmp_path / "t-0"))
-    assert entries(reopened) == [] and reopened.end_offset_for_epoch(0) == UNDEFINED
+    assert checkpoint(log) not in synced
+    os.remove(checkpoint(log))  # a power loss took it
+    reopened = open_log(log.directory)
+    assert entries(reopened) == [(0, 0)] and reopened.end_offset_for_epoch(0) == (0, 3)
+    reopened.close()
+
+
+def test_a_small_checkpoint_is_rewritten_in_place_and_surplus_lines_make_the_load_rebuild(tmp_path: str) -> None:
+    """Without fsync, a file of one sector is rewritten in place (no temp file, no rename: the same inode).
+    A kill -9 between the write and a shortening truncate would leave surplus lines: the load then reads
+    the file as malformed and rebuilds the entries from the batches."""
+    log = epochs_log(tmp_path)
+    inode = os.stat(checkpoint(log)).st_ino
+    log.truncate_to(5)  # drops (5, 5): a shorter file
+    assert entries(log) == [(0, 0), (2, 3)]
+    assert os.stat(checkpoint(log)).st_ino == inode
+    with open(checkpoint(log), "rb") as f:
+        assert f.read() == b"0\n2\n0 0\n2 3\n"
+    log.append_as_leader(batch(2), 7)
+    log.close()
+    with open(checkpoint(log), "ab") as f:  # the truncate of a longer earlier version never happened
+        f.write(b"9 9\n")
+    reopened = open_log(log.directory, recovery_point=0)
+    assert entries(reopened) == [(0, 0), (2, 3), (7, 5)]
+    reopened.close()

@@ -477,7 +477,7 @@ class ReplicaManager:
     async def _assign_new_leader_epochs(self, accepted: list[tuple[LeaderAndIsrPartition, Partition, bool]]
                                         ) -> dict[TopicPartition, BaseException]:
         """Write the leader-epoch checkpoint of every replica about to lead a new epoch, on its log dir's
-        storage thread (an fsync of file and dir each), before the state is applied on the loop, so
+        storage thread (a file rename, not fsynced: ADR 0047), before the state is applied on the loop, so
         make_leader finds the epoch assigned. Their fetchers stop first: no follower append may land
         between. Returns the partitions whose write failed."""
         todo: dict[str, list[tuple[TopicPartition, Partition, int]]] = {}
@@ -502,7 +502,7 @@ class ReplicaManager:
             return tp, None
 
         def assign(items: list[tuple[TopicPartition, Partition, int]]) -> dict[TopicPartition, BaseException]:
-            # Two fsyncs per partition: several in flight at once (see LogManager.fan_out).
+            # A file write and rename per partition: several in flight at once (see LogManager.fan_out).
             return {tp: exc for tp, exc in self.log_manager.fan_out(assign_one, items) if exc is not None}
 
         failed: dict[TopicPartition, BaseException] = {}

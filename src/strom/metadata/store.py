@@ -174,6 +174,11 @@ class MetadataStore(ABC):
         is up; returns the topics still missing one. Woken by metadata updates, not by polling."""
         return await self._await_metadata(lambda: self.missing_leaders(partitions), timeout_ms)
 
+    async def await_metadata(self, ready: Callable[[], bool], timeout_ms: int) -> bool:
+        """Wait until ``ready()`` holds on this broker's metadata or the time is up; returns ``ready()``.
+        Woken by metadata updates, not by polling."""
+        return not await self._await_metadata(lambda: set() if ready() else {"pending"}, timeout_ms)
+
     async def await_deleted(self, topics: Mapping[str, uuid.UUID], timeout_ms: int) -> set[str]:
         """Kafka's DelayedDeleteTopics: wait until this broker's metadata no longer has these topics (name ->
         topic id) or the time is up; returns those still there."""

@@ -286,7 +286,7 @@ class ReplicaFetcher:
             quota.record(len(records))
 
     async def _assign_new_epochs(self, tp: TopicPartition, records: Any) -> bool:
-        """Write the leader epochs these records start (a fsynced checkpoint) on the dir's storage
+        """Write the leader epochs these records start (a checkpoint rewrite) on the dir's storage
         thread, so the append on the loop finds them assigned. Returns whether tp is still fetched
         here as it was; a failed write is left to the append, which meets it again and handles it."""
         part = self.replica_manager.partitions.get(tp)

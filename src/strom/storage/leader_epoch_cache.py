@@ -18,9 +18,15 @@ path means once per leader change, never per append. A missing, torn or garbled 
 as an empty cache (``loaded_from_file`` is False) and LogLoader rebuilds it from the batch
 headers; the log is the authority, the file only spares a scan.
 
+Assignments are written without fsync (ADR 0047): a process crash keeps the page cache, and
+``flush`` makes the file durable before the log's recovery point passes the data it covers
+(Log.flush). After an unclean shutdown the loader checks the entries against the batch headers
+of the unflushed tail and repairs them (``reconcile``), so an entry a power loss took is
+re-derived from the batches that needed it.
+
 The caller (Log) serializes changes to the entries with its own lock. File writes are
-serialized here (``_file_lock``), so Log can write an assignment's fsynced file on its dir's
-storage thread without holding its own lock, which the event loop takes for every append
+serialized here (``_file_lock``), so Log can write an assignment's file on its dir's storage
+thread without holding its own lock, which the event loop takes for every append
 (see ``prepare_assign`` / ``write`` / ``adopt``).
 """
 
@@ -33,7 +39,7 @@ import threading
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from strom.storage.checkpoints import write_atomically
+from strom.storage.checkpoints import fsync_dir, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +47,7 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 LEADER_EPOCH_CHECKPOINT_VERSION = 0
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
+SECTOR_SIZE = 512  # files up to this size are rewritten in place when not fsynced (``_overwrite_small``)
 
 
 class EpochEntry(NamedTuple):
@@ -57,6 +64,7 @@ class LeaderEpochFileCache:
         self._file_lock = threading.Lock()
         self.version = 0  # bumped whenever the entries change: prepare_assign / adopt detect a race
         self.loaded_from_file = False  # False: file missing or unreadable, the log should rebuild it
+        self._unsynced = False  # the file was rewritten without fsync since it was last made durable
         self._read()
 
     # -- reads --------------------------------------------------------------------------------------
@@ -111,15 +119,15 @@ class LeaderEpochFileCache:
         merged = self._with(epoch, start_offset)
         if merged is None:
             return False
-        self._replace(merged, fsync=True)
+        self._replace(merged, fsync=False)
         return True
 
     def prepare_assign(self, epoch: int, start_offset: int) -> list[EpochEntry] | None:
         """The entries ``assign`` would write, or None if nothing changes; writes nothing."""
         return self._with(epoch, start_offset)
 
-    def write(self, entries: list[EpochEntry], fsync: bool = True) -> None:
-        """Write (and fsync) ``entries`` without adopting them (raises OSError); see ``adopt``."""
+    def write(self, entries: list[EpochEntry], fsync: bool = False) -> None:
+        """Write ``entries`` without adopting them (raises OSError); see ``adopt`` and ``flush``."""
         self._write_file(entries, fsync=fsync)
 
     def adopt(self, entries: list[EpochEntry]) -> None:
@@ -132,7 +140,7 @@ class LeaderEpochFileCache:
         current = self.prepare_assign_all(entries)
         if current is None:
             return False
-        self._replace(current, fsync=True)
+        self._replace(current, fsync=False)
         return True
 
     def prepare_assign_all(self, entries: Iterable[tuple[int, int]]) -> list[EpochEntry] | None:
@@ -180,6 +188,59 @@ class LeaderEpochFileCache:
         self._replace([first, *entries[n:]], fsync=False, strict=False)
         return True
 
+    def reconcile(self, batch_epochs: Iterable[tuple[int, int]]) -> bool:
+        """Check the entries against ``(epoch, base_offset)`` of consecutive batches read from the log
+        (the tail an unclean shutdown may have left ahead of the file); returns whether they changed.
+
+        From the first batch whose epoch the entries place wrongly (an assignment lost with an
+        unsynced write, an entry the log no longer backs), the entries are rebuilt from the batches,
+        as Kafka's ``assign`` would have made them; the repaired file is fsynced.
+        """
+        diverged_at: int | None = None
+        found: list[tuple[int, int]] = []
+        # Batches below the first entry lie below a log start the file already recorded (the log-start
+        # checkpoint may lag behind a DeleteRecords): they are not brought back.
+        floor = self._entries[0].start_offset if self._entries else 0
+        for epoch, base_offset in batch_epochs:
+            if epoch < 0 or base_offset < floor:
+                continue
+            if diverged_at is None:
+                if self.epoch_for_offset(base_offset) == epoch:
+                    continue
+                diverged_at = base_offset
+            if not found or found[-1][0] != epoch:
+                found.append((epoch, base_offset))
+        if diverged_at is None:
+            return False
+        keep = bisect.bisect_left(self._entries, diverged_at, key=lambda e: e.start_offset)
+        current = self._entries[:keep]
+        for epoch, start_offset in found:
+            merged = self._with(epoch, start_offset, current)
+            if merged is not None:
+                current = merged
+        log.warning("leader epoch entries in %s did not match the log from offset %d on: %s, now %s",
+                    self.path, diverged_at, self._entries[keep:], current[keep:] if len(current) > keep else [])
+        self._replace(current, fsync=True, strict=False)
+        return True
+
+    def flush(self) -> None:
+        """Make the file durable if it was rewritten without fsync (raises OSError): called before the
+        log's recovery point moves past data whose epochs it records, and at shutdown."""
+        with self._file_lock:
+            if not self._unsynced:
+                return
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:  # gone with its directory (a deleted or moved log): nothing to sync
+                self._unsynced = False
+                return
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_dir(os.path.dirname(self.path) or ".")
+            self._unsynced = False
+
     def clear(self) -> None:
         """Drop every entry (the log was emptied: truncate_fully_and_start_at)."""
         self._replace([], fsync=True)
@@ -220,10 +281,18 @@ class LeaderEpochFileCache:
         self.adopt(entries)
 
     def _write_file(self, entries: list[EpochEntry], fsync: bool) -> None:
+        """Rewrite the file; unless fsynced, ``flush`` syncs it later. The partition's first file needs
+        no sync: a crash can only lose or tear it (no older version exists to fall back to), and the
+        load then rebuilds it from the batches, so a partition created and written in its first epoch
+        costs no checkpoint fsync, at its flushes or at shutdown (as in ADR 0040)."""
         lines = [str(LEADER_EPOCH_CHECKPOINT_VERSION), str(len(entries))]
         lines += [f"{e.epoch} {e.start_offset}" for e in entries]
+        data = ("\n".join(lines) + "\n").encode()
         with self._file_lock:  # one writer at a time: they share the temp file
-            write_atomically(self.path, ("\n".join(lines) + "\n").encode(), fsync=fsync)
+            older_version = self._unsynced or os.path.exists(self.path)
+            if fsync or not older_version or len(data) > SECTOR_SIZE or not _overwrite_small(self.path, data):
+                write_atomically(self.path, data, fsync=fsync)
+            self._unsynced = not fsync and older_version
 
     def _read(self) -> None:
         try:
@@ -243,8 +312,44 @@ class LeaderEpochFileCache:
         self.loaded_from_file = True
 
 
+def _overwrite_small(path: str, data: bytes) -> bool:
+    """Rewrite a file of at most one sector in place; False (nothing written) if it is missing or bigger.
+
+    Creating a temp file and renaming it over the old one costs about as much as an fsync on ext4
+    (a new inode, and the rename starts the old file's write-back), so 1,500 new leader epochs paid
+    most of their time there even without fsyncs. A rewrite of one sector cannot be torn (sector
+    writes are atomic, the assumption PostgreSQL's control file relies on), but the file's size is
+    metadata the disk may keep apart from it: a power loss leaves the old content or the new, or the
+    new cut to the old size (no final newline), or either padded by zeros or old bytes (surplus lines).
+    The cut and padded ones read as malformed (``_parse``) and the load rebuilds the entries from the
+    batches; the old content is what ADR 0047's repair handles. A kill -9 loses nothing but, between
+    the write and a shortening truncate, may likewise leave surplus lines.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        size = os.fstat(fd).st_size
+        if size > SECTOR_SIZE:
+            return False
+        os.pwrite(fd, data, 0)
+        if size > len(data):
+            os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+    return True
+
+
 def _parse(raw: bytes) -> list[EpochEntry]:
-    """Entries of a checkpoint file; ValueError unless it is well formed and monotonic."""
+    """Entries of a checkpoint file; ValueError unless it is well formed and monotonic.
+
+    Every writer ends the file with a newline. A file without one was cut short: an in-place rewrite
+    (``_overwrite_small``) to longer content whose new data reached the disk but not its new size. Its
+    last line may still parse, as a smaller offset ("2 12" of "2 1234"), so it is refused as a whole.
+    """
+    if raw and not raw.endswith(b"\n"):
+        raise ValueError("no newline at the end: cut short")
     lines = raw.decode("ascii").splitlines()  # UnicodeDecodeError is a ValueError
     if len(lines) < 2:
         raise ValueError("truncated header")

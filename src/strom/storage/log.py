@@ -171,26 +171,21 @@ class Log:
         first append), so followers asking OffsetForLeaderEpoch learn the divergence point at once.
 
         ``start_offset`` None: the LEO. Run on the dir's storage thread (see ``assign_epoch_starts``).
-        A brand-new log (no batch, no epoch yet: a partition just created) writes the checkpoint
-        without fsyncs: if a crash loses or tears it, the load rebuilds it from the batches, which
-        are none, and the next LeaderAndIsr assigns the epoch again. This halves the fsyncs of
-        creating a partition.
         """
         with self._lock:
             if leader_epoch < 0 or leader_epoch == self.leader_epoch_cache.latest_epoch:
                 return
             start = self._local.end_offset if start_offset is None else start_offset
-            fresh = self.leader_epoch_cache.latest_epoch is None and self._local.end_offset == 0
-        self.assign_epoch_starts([(leader_epoch, start)], durable=not fresh)
+        self.assign_epoch_starts([(leader_epoch, start)])
 
-    def assign_epoch_starts(self, starts: list[tuple[int, int]], durable: bool = True) -> None:
+    def assign_epoch_starts(self, starts: list[tuple[int, int]]) -> None:
         """Record where leader epochs start before the data that needs them is appended.
 
-        Run on the dir's storage thread: the fsynced checkpoint write happens outside ``_lock``,
-        which the event loop takes for every append; only deciding and adopting the new entries
-        hold it. An append that later meets these epochs finds them assigned and writes nothing.
-        Raises OSError if the write fails. ``durable`` False skips the fsyncs: only for a log that
-        holds no batch, whose file, if a crash loses or tears it, is rebuilt from the (no) batches.
+        Run on the dir's storage thread: the checkpoint write happens outside ``_lock``, which the
+        event loop takes for every append; only deciding and adopting the new entries hold it. An
+        append that later meets these epochs finds them assigned and writes nothing. Raises OSError
+        if the write fails. The file is not fsynced here: ``flush`` makes it durable before the
+        recovery point passes the data, and the loader repairs it from the unflushed tail (ADR 0047).
         """
         cache = self.leader_epoch_cache
         with self._lock:
@@ -200,7 +195,7 @@ class Log:
         if entries is None:
             return
         try:
-            cache.write(entries, fsync=durable)
+            cache.write(entries)
         except OSError:
             self._check_not_moved()  # the dir was renamed away under the write: not a disk failure
             raise
@@ -307,6 +302,7 @@ class Log:
             else:
                 self._update_producer_state(result.headers, markers)
             if offset - local.recovery_point >= config.flush_messages:
+                self.leader_epoch_cache.flush()
                 local.flush()
             return LogAppendInfo(
                 first_offset=first_offset,
@@ -343,6 +339,7 @@ class Log:
             local.append([view], [(h.last_offset, h.max_timestamp, h.size) for h in headers], last + 1)
             self._update_producer_state(headers, _markers_in(view, headers))
             if last + 1 - local.recovery_point >= local.config.flush_messages:
+                self.leader_epoch_cache.flush()
                 local.flush()
             append_time = max_ts if headers[-1].timestamp_type == LOG_APPEND_TIME else -1
             return LogAppendInfo(
@@ -639,7 +636,11 @@ class Log:
     # -- durability & lifecycle ---------------------------------------------------------------------
 
     def flush(self, offset: int | None = None, now_ms: int | None = None) -> None:
-        """fsync segments holding offsets in [recovery_point, offset) and advance the recovery point."""
+        """fsync segments holding offsets in [recovery_point, offset) and advance the recovery point.
+
+        The leader-epoch checkpoint first: its entries must be durable before the recovery point
+        passes the batches they describe (the loader checks only the tail above it)."""
+        self.leader_epoch_cache.flush()
         self._local.flush(offset, now_ms)
 
     def needs_flush(self, now_ms: int) -> bool:

@@ -17,7 +17,8 @@ Steps (following Kafka's LogLoader):
    snapshot plus a replay of batch headers; recovered segments get their transaction
    index (aborted transactions) rebuilt by the same replay;
 5. load the leader epoch cache, rebuild it from batch headers if its file is missing or
-   unreadable, and cut it to the recovered [log start, LEO).
+   unreadable (after an unclean shutdown, check it against the headers from the recovery point
+   on), and cut it to the recovered [log start, LEO).
 
 Recovery cuts a segment at its first torn or corrupt batch, and only that segment:
 unlike Kafka, later segments are kept (their batches passed the same validation),
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from strom.protocol.record_batch import RecordBatchHeader, read_control_marker
@@ -95,33 +96,51 @@ def rebuild_producer_state(
 
 
 def load_leader_epoch_cache(
-    directory: str, segments: Sequence[LogSegment], log_start_offset: int, log_end_offset: int
+    directory: str, segments: Sequence[LogSegment], log_start_offset: int, log_end_offset: int,
+    unflushed_from: int | None = None,
 ) -> LeaderEpochFileCache:
     """The partition's epoch cache, consistent with the recovered log.
 
     A missing or unreadable ``leader-epoch-checkpoint`` on a log holding data (a log written
     before epochs were tracked, a garbled file) is rebuilt from the batch headers: one pass over
-    headers only, and only in that case. Entries at or past the LEO (a torn tail cut by recovery,
-    a truncation whose lazy write was lost) and below the log start are then dropped.
+    headers only, and only in that case. After an unclean shutdown (``unflushed_from``: the
+    recovery point) the entries are checked against the headers of the segments holding offsets
+    from there on, since assignments are not fsynced when made (ADR 0047): a power loss may have
+    kept an older file that misses an epoch those batches were written in. Entries at or past the
+    LEO (a torn tail cut by recovery, a truncation whose lazy write was lost) and below the log
+    start are then dropped.
     """
     cache = LeaderEpochFileCache(directory)
     if not cache.loaded_from_file and any(seg.size for seg in segments):
         found: list[tuple[int, int]] = []
         latest = -1
-        for i, seg in enumerate(segments):
-            upper = segments[i + 1].base_offset if i + 1 < len(segments) else log_end_offset
-            for header in seg.batches_from(seg.base_offset):
-                if header.base_offset >= upper:
-                    break
-                epoch = header.partition_leader_epoch
-                if epoch >= 0 and epoch != latest:
-                    found.append((epoch, header.base_offset))
-                    latest = epoch
+        for epoch, base_offset in _batch_epochs(segments, log_start_offset, log_end_offset):
+            if epoch >= 0 and epoch != latest:
+                found.append((epoch, base_offset))
+                latest = epoch
         cache.rebuild(found)
         log.info("rebuilt %s from the batch headers: %d entries", cache.path, len(found))
+    elif unflushed_from is not None and any(seg.size for seg in segments):
+        cache.reconcile(_batch_epochs(segments, log_start_offset, log_end_offset, unflushed_from))
     cache.truncate_from_end(log_end_offset)
     cache.truncate_from_start(log_start_offset)
     return cache
+
+
+def _batch_epochs(segments: Sequence[LogSegment], log_start_offset: int, log_end_offset: int,
+                  from_offset: int = 0) -> Iterator[tuple[int, int]]:
+    """``(partition leader epoch, base offset)`` of every batch in [log start, LEO), from the segment
+    holding ``from_offset`` on (headers only). A batch the log start cuts counts from the log start,
+    where the cache's entry for it starts."""
+    for i, seg in enumerate(segments):
+        upper = segments[i + 1].base_offset if i + 1 < len(segments) else log_end_offset
+        if upper <= max(from_offset, log_start_offset) and i + 1 < len(segments):
+            continue
+        for header in seg.batches_from(seg.base_offset):
+            if header.base_offset >= upper:
+                break
+            if header.last_offset >= log_start_offset:
+                yield header.partition_leader_epoch, max(header.base_offset, log_start_offset)
 
 
 class LogLoader:
@@ -205,7 +224,8 @@ class LogLoader:
         producer_state.snapshot_offsets(names)  # from the listing above, not another listdir
         rebuild_producer_state(producer_state, segments, log_end_offset, reindex=recovered)
         producer_state.delete_snapshots_before(segments[0].base_offset)
-        epochs = load_leader_epoch_cache(self.directory, segments, log_start_offset, log_end_offset)
+        epochs = load_leader_epoch_cache(self.directory, segments, log_start_offset, log_end_offset,
+                                         None if self.clean_shutdown else recovery_point)
         return LoadedLog(segments, log_start_offset, log_end_offset, recovery_point, producer_state, epochs,
                          recovered_segments=len(recovered), indexed_segments=len(indexed))
 
