@@ -63,8 +63,11 @@ class BrokerProcess:
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT,
                                          env={**os.environ, **self.env}, preexec_fn=self._preexec())
-        if not wait:
-            return self
+        return self.wait_listening(timeout) if wait else self
+
+    def wait_listening(self, timeout: float = 30.0) -> BrokerProcess:
+        """Return once the started process accepts connections on every listener; kill it if it does not."""
+        assert self.proc is not None, "start(wait=False) first"
         deadline = time.monotonic() + timeout
         # Every listener, not only the first: they open one after another, and a test may use any.
         ports = [int(p) for p in re.findall(r":(\d+)(?:,|$)", str(self.overrides.get("listeners", "")))] or [self.port]

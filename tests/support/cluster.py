@@ -34,7 +34,7 @@ DEFAULT_SESSION_TIMEOUT_MS = 6000
 POLL_INTERVAL = 0.1
 # How long close() waits for the brokers still running once the first has exited, and for all of
 # them at most (see close()).
-STRAGGLER_GRACE_S = 2.0
+STRAGGLER_GRACE_S = 0.5
 SHUTDOWN_GRACE_S = 6.0
 
 
@@ -164,9 +164,17 @@ class ClusterProcess:
         """ZooKeeper first, then every broker; returns when all are registered and a controller exists."""
         try:
             self.start_zookeeper()
-            for broker_id, broker in self._brokers.items():
+            # The first broker is listening (so it normally registers first and becomes controller, as
+            # before) by the time the others start; those start together, which halves a 3-broker start.
+            first, *rest = self._brokers.items()
+            for broker_id, broker in (first, *rest):
                 try:
-                    broker.start(timeout=timeout)
+                    broker.start(timeout=timeout, wait=broker_id == first[0])
+                except RuntimeError as exc:
+                    raise RuntimeError(f"broker {broker_id} of {self!r}: {exc}") from exc
+            for broker_id, broker in rest:
+                try:
+                    broker.wait_listening(timeout=timeout)
                 except RuntimeError as exc:
                     raise RuntimeError(f"broker {broker_id} of {self!r}: {exc}") from exc
             self.wait_for(self._all_registered_with_controller, timeout,
