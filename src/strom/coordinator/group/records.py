@@ -74,7 +74,7 @@ def read_key(key: bytes) -> OffsetKey | GroupMetadataKey | ConsumerGroupRecordKe
     if version in CONSUMER_GROUP_RECORD_TYPES:  # KIP-848 consumer group records
         try:
             return parse_key(key)
-        except (RecordError, UnicodeDecodeError) as exc:
+        except RecordError as exc:
             raise SchemaError(f"unreadable consumer group key: {exc}") from exc
     if version in (0, 1):
         group, topic, partition = r.nullable_string(), r.nullable_string(), r.i32()
