@@ -165,7 +165,7 @@ class ClusterProcess:
         try:
             self.start_zookeeper()
             # The first broker is listening (so it normally registers first and becomes controller, as
-            # before) by the time the others start; those start together, which halves a 3-broker start.
+            # before) by the time the others start; those start together (their Python start-up overlaps).
             first, *rest = self._brokers.items()
             for broker_id, broker in (first, *rest):
                 try:
