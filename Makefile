@@ -39,9 +39,10 @@ broker: install
 	$(PY) -m strom.cli.main server start config/server.properties
 
 ## Tests run on TEST_WORKERS pytest-xdist workers (0: in one process); each test module stays on one
-## worker, in order, so module-scoped brokers and clusters start once (docs/decisions/0030-fast-tests.md).
+## worker, in order, so module-scoped brokers and clusters start once (docs/decisions/0030-fast-tests.md);
+## modules start longest first, in the order tests/conftest.py gives them (docs/decisions/0051-test-order.md).
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 ## Every test (what CI runs), after the type check.
 test: install typecheck

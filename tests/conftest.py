@@ -11,6 +11,7 @@ import pytest
 from strom.metadata.zk.zookeeper_server import ZooKeeperServer, start_ensemble, zookeeper_available
 from tests.support.broker import BrokerProcess
 from tests.support.cluster import ClusterProcess
+from tests.support.scheduling import longest_modules_first
 from tests.support.stalls import FAIL_ON_STALL, STALL_WARN_MS, is_known_unfixed, new_stall_reports
 
 _STALL_CHECKED_DIRS = ("integration", "cluster")
@@ -28,6 +29,12 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     wanted |= {_MARKERS_BY_FIXTURE.get(name) for name in getattr(item, "fixturenames", ())}
     for name in sorted(m for m in wanted if m and item.get_closest_marker(m) is None):
         item.add_marker(name)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest modules first, so that `make test`'s two workers finish together (tests/support/scheduling.py)."""
+    items[:] = longest_modules_first(items)
 
 
 @pytest.fixture(autouse=True)

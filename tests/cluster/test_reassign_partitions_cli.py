@@ -148,6 +148,10 @@ def test_bad_input_is_one_clear_line(racked: ClusterProcess, tmp_path: Path) -> 
                                                                        "--reassignment-json-file", str(relative))
     assert "exactly one action" in refused(*bootstrap, "--verify", "--list")
     assert "needs --reassignment-json-file" in refused(*bootstrap, "--cancel")
+    no_timeout = tmp_path / "no-timeout.properties"
+    no_timeout.write_text("request.timeout.ms=soon\n")
+    assert "request.timeout.ms=soon is not a positive number" in refused(*bootstrap, "--command-config",
+                                                                         str(no_timeout), "--list")
     assert racked.topic_assignment(topic) == {0: [1, 2]}  # nothing was moved by any of it
 
 
@@ -221,7 +225,12 @@ def test_list_and_cancel_a_move_that_cannot_finish(racked: ClusterProcess, tmp_p
         again = strom(*bootstrap, "--execute", "--reassignment-json-file", str(plan))
         assert again.returncode == 1 and "Cannot execute because there are partition reassignments in progress" \
             in again.stderr, again
-        cancelled = strom(*bootstrap, "--cancel", "--reassignment-json-file", str(plan))
+        # A short request timeout (--command-config, as Kafka's tool takes it) gives up on the paused broker
+        # after 5 s instead of the default 30 s.
+        short = tmp_path / "short-timeout.properties"
+        short.write_text("request.timeout.ms=5000\n")
+        cancelled = strom(*bootstrap, "--command-config", str(short), "--cancel", "--reassignment-json-file",
+                          str(plan))
         assert cancelled.returncode == 0, cancelled.stderr
         assert f"Successfully cancelled partition reassignment for: {topic}-0" in cancelled.stdout
         # The paused broker cannot drop its own throttle configs: said so, the rest is done.

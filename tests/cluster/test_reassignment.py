@@ -132,8 +132,8 @@ def alter_request(partitions: dict[tuple[str, int], list[int] | None]) -> AlterP
         topic(name=t, partitions=ps) for t, ps in by_topic.items()])
 
 
-def test_only_the_controller_answers_and_refuses_bad_requests_as_kafka(cluster_factory) -> None:  # noqa: ANN001
-    cluster: ClusterProcess = cluster_factory(3)
+def test_only_the_controller_answers_and_refuses_bad_requests_as_kafka(cluster3: ClusterProcess) -> None:
+    cluster = cluster3  # the module's cluster: this test moves nothing
     topic = create_topic(cluster, replicas=[[1, 2]])
     controller = cluster.wait_controller()
     other = next(b for b in (1, 2, 3) if b != controller)
@@ -237,8 +237,8 @@ def test_the_new_controller_resumes_a_move_after_the_old_one_is_killed(cluster_f
     assert report.ok and report.acked >= 1300, report
 
 
-def test_the_old_tools_znode_moves_partitions_and_is_deleted_when_done(cluster_factory) -> None:  # noqa: ANN001
-    cluster: ClusterProcess = cluster_factory(3)
+def test_the_old_tools_znode_moves_partitions_and_is_deleted_when_done(cluster3: ClusterProcess) -> None:
+    cluster = cluster3  # the module's cluster: only this test's own topic moves, and every broker keeps running
     topic = create_topic(cluster, partitions=2, replicas=[[1, 2], [2, 3]])
     SequenceProducer(cluster.bootstrap, topic, config={"acks": "all"}).produce_some(300)
     cluster.zk.create("/admin/reassign_partitions", json.dumps({"version": 1, "partitions": [

@@ -25,6 +25,8 @@ def free_port() -> int:
 class BrokerProcess:
     """One broker process. Cleans up by pid; never by name."""
 
+    host = "127.0.0.1"  # where wait_listening() looks for the listeners (a network namespace has its own)
+
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, overrides: dict[str, object] | None = None,
                  port: int | None = None, env: dict[str, str] | None = None,
                  rlimit_nofile: tuple[int, int] | None = None) -> None:
@@ -63,8 +65,11 @@ class BrokerProcess:
         with open(self.log_path, "ab") as logf:
             self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT,
                                          env={**os.environ, **self.env}, preexec_fn=self._preexec())
-        if not wait:
-            return self
+        return self.wait_listening(timeout) if wait else self
+
+    def wait_listening(self, timeout: float = 30.0) -> BrokerProcess:
+        """Return once the started process accepts connections on every listener; kill it if it does not."""
+        assert self.proc is not None, "start(wait=False) first"
         deadline = time.monotonic() + timeout
         # Every listener, not only the first: they open one after another, and a test may use any.
         ports = [int(p) for p in re.findall(r":(\d+)(?:,|$)", str(self.overrides.get("listeners", "")))] or [self.port]
@@ -73,7 +78,7 @@ class BrokerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
-                with socket.create_connection(("127.0.0.1", waiting[0]), timeout=0.5):
+                with socket.create_connection((self.host, waiting[0]), timeout=0.5):
                     waiting.pop(0)
                 if not waiting:
                     return self

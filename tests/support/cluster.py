@@ -34,7 +34,7 @@ DEFAULT_SESSION_TIMEOUT_MS = 6000
 POLL_INTERVAL = 0.1
 # How long close() waits for the brokers still running once the first has exited, and for all of
 # them at most (see close()).
-STRAGGLER_GRACE_S = 2.0
+STRAGGLER_GRACE_S = 0.5
 SHUTDOWN_GRACE_S = 6.0
 
 
@@ -164,9 +164,17 @@ class ClusterProcess:
         """ZooKeeper first, then every broker; returns when all are registered and a controller exists."""
         try:
             self.start_zookeeper()
-            for broker_id, broker in self._brokers.items():
+            # The first broker is listening (so it normally registers first and becomes controller, as
+            # before) by the time the others start; those start together (their Python start-up overlaps).
+            first, *rest = self._brokers.items()
+            for broker_id, broker in (first, *rest):
                 try:
-                    broker.start(timeout=timeout)
+                    broker.start(timeout=timeout, wait=broker_id == first[0])
+                except RuntimeError as exc:
+                    raise RuntimeError(f"broker {broker_id} of {self!r}: {exc}") from exc
+            for broker_id, broker in rest:
+                try:
+                    broker.wait_listening(timeout=timeout)
                 except RuntimeError as exc:
                     raise RuntimeError(f"broker {broker_id} of {self!r}: {exc}") from exc
             self.wait_for(self._all_registered_with_controller, timeout,
@@ -244,7 +252,7 @@ class ClusterProcess:
         return pid
 
     def close(self, timeout: float = 30.0) -> None:
-        """Stop every broker (SIGTERM to all, wait, SIGKILL stragglers, all by pid), then ZooKeeper."""
+        """Stop every broker (SIGTERM to all, wait, SIGKILL stragglers, all by pid), then kill ZooKeeper."""
         for broker_id in list(self._sigstopped):
             with contextlib.suppress(Exception):
                 self.sigcont(broker_id)
@@ -277,7 +285,7 @@ class ClusterProcess:
                 self._zk.stop()
                 self._zk.close()
             self._zk = None
-        self.zookeeper.stop()
+        self.zookeeper.kill9()  # the cluster's data is thrown away: a clean ZooKeeper shutdown buys nothing
 
     def __enter__(self) -> ClusterProcess:
         return self.start()

@@ -18,7 +18,6 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -197,23 +196,6 @@ class NetnsBroker(BrokerProcess):
     def command(self) -> list[str]:
         self.overrides["listeners"] = f"PLAINTEXT://{self.host}:{self.port}"
         return [*self.lab.exec_prefix(self.node), *super().command()]
-
-    def start(self, timeout: float = 30.0, wait: bool = True) -> NetnsBroker:
-        super().start(wait=False)
-        if not wait:
-            return self
-        assert self.proc is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.5):
-                    return self
-            except OSError:
-                time.sleep(0.05)
-        self.kill9()
-        raise RuntimeError(f"broker did not listen within {timeout}s:\n{self.log_tail()}")
 
 
 class _NetnsRawClient(RawClient):

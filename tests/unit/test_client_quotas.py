@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from tests.support.fake_clock import FakeClock
 
 from strom.broker.quota import manager as quota_manager
 from strom.broker.quota.entity import CLIENTS, DEFAULT, USERS, QuotaEntity, desanitize, sanitize
@@ -10,17 +11,9 @@ from strom.broker.quota.manager import ClientQuotaManager, QuotaManagers
 from strom.broker.quota.rate import Rate
 
 
-class FakeClock:
-    def __init__(self, ms: float = 1_000_000.0) -> None:
-        self.ms = ms
-
-    def __call__(self) -> float:
-        return self.ms
-
-
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    c = FakeClock()
+    c = FakeClock(1_000_000)
     monkeypatch.setattr(quota_manager, "now_ms", c)
     return c
 
@@ -49,14 +42,14 @@ def test_throttle_time_is_kafkas_formula(clock: FakeClock) -> None:
     m = ClientQuotaManager("producer_byte_rate", samples=11, window_seconds=1)
     m.update({QuotaEntity(None, "app"): 1000.0})
     assert m.record_and_get_throttle_time_ms("ANONYMOUS", "app", 5_000) == 0  # 500 B/s over 10 s
-    clock.ms += 500
+    clock.now += 500
     # 20,000 B over 10.5 s (0.5 s elapsed, padded by 10 windows): (1904.8 - 1000) / 1000 * 10.5 s = 9.5 s,
     # the time after which 20,000 B would be 1000 B/s over the window.
     assert m.record_and_get_throttle_time_ms("ANONYMOUS", "app", 15_000) == 9_500
     assert (m.throttled_requests, m.throttle_time_ms_total) == (1, 9_500)
     assert m.rate_of("ANONYMOUS", "app") == pytest.approx(20_000 / 10.5, rel=1e-6)
     # Once the samples have aged out, a small request is within the quota again.
-    clock.ms += 12_000
+    clock.now += 12_000
     assert m.record_and_get_throttle_time_ms("ANONYMOUS", "app", 100) == 0
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import kafka.errors as Errors
 import pytest
+from tests.support.fake_clock import FakeClock
 
 from strom.broker.replica_manager import (
     DelayedProduce,
@@ -30,14 +31,6 @@ class FakePartition:
     isr_size: int = 2
     min_insync_replicas: int = 2
     is_leader: bool = True
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0
-
-    def __call__(self) -> int:
-        return self.now
 
 
 @pytest.fixture

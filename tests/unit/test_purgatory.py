@@ -5,17 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from tests.support.fake_clock import FakeClock
 
 from strom.server_common.purgatory import DelayedOperation, DelayedOperationPurgatory, TimerDriver
 from strom.server_common.timing_wheel import Timer
-
-
-class FakeClock:
-    def __init__(self, now: int = 0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class Log:

@@ -4,6 +4,7 @@ rate bound of one side, and the dynamic rates reaching the managers."""
 from __future__ import annotations
 
 import pytest
+from tests.support.fake_clock import FakeClock
 
 from strom.broker.quota import replication
 from strom.broker.quota.replication import (
@@ -20,17 +21,9 @@ LEADER_KEY = "leader.replication.throttled.replicas"
 FOLLOWER_KEY = "follower.replication.throttled.replicas"
 
 
-class FakeClock:
-    def __init__(self, ms: float = 1_000_000.0) -> None:
-        self.ms = ms
-
-    def __call__(self) -> float:
-        return self.ms
-
-
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    c = FakeClock()
+    c = FakeClock(1_000_000)
     monkeypatch.setattr(replication, "now_ms", c)
     return c
 
@@ -78,13 +71,13 @@ def test_quota_exceeded_over_the_window_and_recovers(clock: FakeClock) -> None:
     assert not q.is_quota_exceeded()
     q.record(1_000_000)  # 1 MB over the 10 s the first sample counts for: exactly the bound
     assert not q.is_quota_exceeded()
-    clock.ms += 100
+    clock.now += 100
     q.record(20_000)  # 1.02 MB over 10.1 s: above the bound
     assert q.is_quota_exceeded()
     assert q.byte_rate() == pytest.approx(1_020_000 / 10.1)
-    clock.ms += 2_000
+    clock.now += 2_000
     assert q.throttle_time_ms() == pytest.approx(2_000)
-    clock.ms += 11_000  # every sample has aged out
+    clock.now += 11_000  # every sample has aged out
     assert not q.is_quota_exceeded()
     assert q.throttle_time_ms_total == pytest.approx(13_000)
     assert q.throttled_bytes_total == 1_020_000

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
+from tests.support.fake_clock import FakeClock
+
 from strom.server_common.timing_wheel import Timer, TimerTask
-
-
-class FakeClock:
-    def __init__(self, now: int = 0) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class Recorder(TimerTask):

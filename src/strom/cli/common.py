@@ -266,6 +266,23 @@ def client_security(config_file: Path | str | None) -> Any:
         fail(f"Invalid client configuration in {config_file}: {exc}")
 
 
+REQUEST_TIMEOUT_MS_DEFAULT = 30000
+
+
+def request_timeout_ms(config_file: Path | str | None) -> int:
+    """`request.timeout.ms` from --command-config (Kafka's admin client setting, 30 s by default): how long
+    a tool that speaks the protocol itself waits for one broker's answer before calling it unreachable."""
+    if not config_file:
+        return REQUEST_TIMEOUT_MS_DEFAULT
+    value = load_properties(config_file).get("request.timeout.ms")
+    if value is None:
+        return REQUEST_TIMEOUT_MS_DEFAULT
+    if not value.strip().isdigit() or int(value) <= 0:
+        fail(f"Invalid client configuration in {config_file}: request.timeout.ms={value} is not a positive "
+             "number of milliseconds")
+    return int(value)
+
+
 def _is_unreachable(exc: BaseException) -> bool:
     err = exc.args[0] if exc.args else None
     name = err.name() if hasattr(err, "name") else ""

@@ -34,6 +34,7 @@ from strom.cli.common import (
     client_security,
     fail,
     print_warning,
+    request_timeout_ms,
     write_out,
 )
 from strom.cli.reassignment_client import (
@@ -66,9 +67,10 @@ METADATA_SETTLE_TRIES = 10
 def run_admin(bootstrap: str, command_config: Path | None, fn: Callable[[ReassignmentAdmin], Awaitable[T]]) -> T:
     """Run one tool action with a ReassignmentAdmin that is closed afterwards."""
     security = client_security(command_config)
+    timeout_ms = request_timeout_ms(command_config)
 
     async def main() -> T:
-        admin = ReassignmentAdmin(bootstrap, security)
+        admin = ReassignmentAdmin(bootstrap, security, request_timeout_ms=timeout_ms)
         try:
             return await fn(admin)
         finally:

@@ -40,6 +40,7 @@ from strom.cli.common import (
     client_security,
     fail,
     print_warning,
+    request_timeout_ms,
     write_out,
 )
 from strom.cli.reassign_partitions import BROKER_THROTTLES, TOPIC_THROTTLES, set_throttles
@@ -307,13 +308,14 @@ def rebalance(
             disk_threshold=_percentage(disk_threshold, "--disk-threshold"),
             balance_threshold=balance_threshold / 100, max_replicas_per_broker=max_replicas_per_broker)
         security = client_security(command_config)
+        timeout_ms = request_timeout_ms(command_config)
 
         def say(line: str) -> None:
             write_out(f"rebalance: {line}\n")
             typer.get_text_stream("stdout").flush()
 
         async def main() -> tuple[Plan, list[TopicPartition]]:
-            admin = RebalanceAdmin(bootstrap_server, security)
+            admin = RebalanceAdmin(bootstrap_server, security, request_timeout_ms=timeout_ms)
             try:
                 brokers, partitions, moving_topics = await read_cluster(admin, disk_capacity)
                 try:

@@ -32,6 +32,7 @@ from strom.coordinator.group.consumer_group import (
     ConsumerGroupMember,
     MemberState,
 )
+from strom.protocol.field_codec import FieldReader, FieldWriter
 
 GROUP_METADATA, PARTITION_METADATA, MEMBER_METADATA, TARGET_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT = range(3, 9)
 CONSUMER_GROUP_RECORD_TYPES = frozenset(range(3, 9))
@@ -48,131 +49,39 @@ class RecordError(ValueError):
     """A consumer group record that cannot be read."""
 
 
-# -- encoding -----------------------------------------------------------------------
-class _Out:
-    __slots__ = ("buf",)
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def i8(self, v: int) -> _Out:
-        self.buf += struct.pack(">b", v)
-        return self
-
-    def i16(self, v: int) -> _Out:
-        self.buf += struct.pack(">h", v)
-        return self
-
-    def i32(self, v: int) -> _Out:
-        self.buf += struct.pack(">i", v)
-        return self
-
-    def uvarint(self, v: int) -> _Out:
-        while v >= 0x80:
-            self.buf.append((v & 0x7F) | 0x80)
-            v >>= 7
-        self.buf.append(v)
-        return self
-
-    def string(self, v: str) -> _Out:  # non-flexible (keys)
-        raw = v.encode()
-        return self.i16(len(raw)).raw(raw)
-
-    def cbytes(self, v: bytes) -> _Out:  # compact
-        return self.uvarint(len(v) + 1).raw(v)
-
-    def cstring(self, v: str | None) -> _Out:  # compact, nullable
-        if v is None:
-            return self.uvarint(0)
-        raw = v.encode()
-        return self.uvarint(len(raw) + 1).raw(raw)
-
-    def raw(self, b: bytes) -> _Out:
-        self.buf += b
-        return self
-
-    def assignment(self, partitions: IdAssignment) -> _Out:
-        self.uvarint(len(partitions) + 1)
-        for topic_id, parts in sorted(partitions.items()):
-            self.raw(topic_id.bytes).uvarint(len(parts) + 1)
-            for p in sorted(parts):
-                self.i32(p)
-            self.uvarint(0)  # tagged fields
-        return self
-
-    def done(self) -> bytes:
-        return bytes(self.buf)
+# -- fields ---------------------------------------------------------------------------
+def _key_writer() -> FieldWriter:
+    return FieldWriter(error=RecordError)
 
 
-class _In:
-    __slots__ = ("buf", "pos")
+def _value_writer() -> FieldWriter:
+    return FieldWriter(flexible=True, error=RecordError)
 
-    def __init__(self, buf: bytes) -> None:
-        self.buf = buf
-        self.pos = 0
 
-    def _unpack(self, fmt: str, size: int) -> int:
-        if self.pos + size > len(self.buf):
-            raise RecordError("record truncated")
-        (v,) = struct.unpack_from(fmt, self.buf, self.pos)
-        self.pos += size
-        return v
+def _value_reader(value: bytes) -> FieldReader:
+    """A value's fields, after its int16 version (always 0 so far)."""
+    r = FieldReader(value, flexible=True, error=RecordError)
+    r.i16()
+    return r
 
-    def i8(self) -> int:
-        return self._unpack(">b", 1)
 
-    def i16(self) -> int:
-        return self._unpack(">h", 2)
+def _write_assignment(out: FieldWriter, partitions: IdAssignment) -> FieldWriter:
+    out.array_length(len(partitions))
+    for topic_id, parts in sorted(partitions.items()):
+        out.raw(topic_id.bytes).array_length(len(parts))
+        for p in sorted(parts):
+            out.i32(p)
+        out.tagged_fields()
+    return out
 
-    def i32(self) -> int:
-        return self._unpack(">i", 4)
 
-    def i64(self) -> int:
-        return self._unpack(">q", 8)
-
-    def uvarint(self) -> int:
-        result = shift = 0
-        while True:
-            if self.pos >= len(self.buf) or shift > 28:
-                raise RecordError("bad varint")
-            b = self.buf[self.pos]
-            self.pos += 1
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.buf):
-            raise RecordError("field runs past the record")
-        v = self.buf[self.pos:self.pos + n]
-        self.pos += n
-        return bytes(v)
-
-    def string(self) -> str:
-        return self.take(self.i16()).decode()
-
-    def cbytes(self) -> bytes:
-        return self.take(self.uvarint() - 1)
-
-    def cstring(self) -> str | None:
-        n = self.uvarint()
-        return None if n == 0 else self.take(n - 1).decode()
-
-    def tags(self) -> dict[int, bytes]:
-        out = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            out[tag] = self.take(self.uvarint())
-        return out
-
-    def assignment(self) -> IdAssignment:
-        out: IdAssignment = {}
-        for _ in range(max(self.uvarint() - 1, 0)):
-            topic_id = uuid.UUID(bytes=self.take(16))
-            out[topic_id] = [self.i32() for _ in range(max(self.uvarint() - 1, 0))]
-            self.tags()
-        return out
+def _read_assignment(r: FieldReader) -> IdAssignment:
+    out: IdAssignment = {}
+    for _ in range(max(r.array_length(), 0)):
+        topic_id = uuid.UUID(bytes=r.take(16))
+        out[topic_id] = [r.i32() for _ in range(max(r.array_length(), 0))]
+        r.tagged_fields()
+    return out
 
 
 # -- keys ------------------------------------------------------------------------------
@@ -184,21 +93,21 @@ class ConsumerGroupRecordKey:
 
 
 def group_key(record_type: int, group: str, member_id: str | None = None) -> bytes:
-    out = _Out().i16(record_type).string(group)
+    out = _key_writer().i16(record_type).string(group)
     if record_type not in _GROUP_KEYS:
         out.string(member_id or "")
     return out.done()
 
 
-def read_consumer_group_key(record_type: int, key_body: _In | bytes) -> ConsumerGroupRecordKey:
-    r = key_body if isinstance(key_body, _In) else _In(key_body)
+def read_consumer_group_key(record_type: int, key_body: FieldReader | bytes) -> ConsumerGroupRecordKey:
+    r = key_body if isinstance(key_body, FieldReader) else FieldReader(key_body, error=RecordError)
     group = r.string()
     member = None if record_type in _GROUP_KEYS else r.string()
     return ConsumerGroupRecordKey(record_type, group, member)
 
 
 def parse_key(key: bytes) -> ConsumerGroupRecordKey:
-    r = _In(key)
+    r = FieldReader(key, error=RecordError)
     return read_consumer_group_key(r.i16(), r)
 
 
@@ -220,47 +129,45 @@ def subscription_hash(partitions: Mapping[str, int]) -> int:
 
 
 def group_metadata_value(epoch: int, metadata_hash: int) -> bytes:
-    tag = struct.pack(">q", metadata_hash)
-    return _Out().i16(0).i32(epoch).uvarint(1).uvarint(0).uvarint(len(tag)).raw(tag).done()
+    return _value_writer().i16(0).i32(epoch).tagged_fields({0: struct.pack(">q", metadata_hash)}).done()
 
 
 def member_metadata_value(m: ConsumerGroupMember) -> bytes:
-    out = (_Out().i16(0).cstring(m.instance_id).cstring(m.rack_id).cstring(m.client_id).cstring(m.client_host)
-           .uvarint(len(m.subscribed_topic_names) + 1))
+    out = (_value_writer().i16(0).nullable_string(m.instance_id).nullable_string(m.rack_id)
+           .nullable_string(m.client_id).nullable_string(m.client_host).array_length(len(m.subscribed_topic_names)))
     for name in m.subscribed_topic_names:
-        out.cstring(name)
-    out.cstring(m.subscribed_topic_regex).i32(m.rebalance_timeout_ms).cstring(m.server_assignor)
+        out.string(name)
+    out.nullable_string(m.subscribed_topic_regex).i32(m.rebalance_timeout_ms).nullable_string(m.server_assignor)
     if m.classic is None:
-        return out.uvarint(0).done()
-    tag = _classic_member_metadata(m.classic)
-    return out.uvarint(1).uvarint(0).uvarint(len(tag)).raw(tag).done()
+        return out.tagged_fields().done()
+    return out.tagged_fields({0: _classic_member_metadata(m.classic)}).done()
 
 
 def _classic_member_metadata(classic: ClassicMemberMetadata) -> bytes:
     """Tagged field 0 of the member record: a classic member's session timeout and protocols."""
-    out = _Out().i32(classic.session_timeout_ms).uvarint(len(classic.protocols) + 1)
+    out = _value_writer().i32(classic.session_timeout_ms).array_length(len(classic.protocols))
     for name, metadata in classic.protocols:
-        out.cstring(name).cbytes(metadata).uvarint(0)
-    return out.uvarint(0).done()
+        out.string(name).nullable_bytes(metadata).tagged_fields()
+    return out.tagged_fields().done()
 
 
 def _read_classic_member_metadata(raw: bytes) -> ClassicMemberMetadata:
-    r = _In(raw)
+    r = FieldReader(raw, flexible=True, error=RecordError)
     session_timeout_ms = r.i32()
     protocols = []
-    for _ in range(max(r.uvarint() - 1, 0)):
-        name, metadata = r.cstring() or "", r.cbytes()
-        r.tags()
+    for _ in range(max(r.array_length(), 0)):
+        name, metadata = r.nullable_string() or "", r.nullable_bytes() or b""
+        r.tagged_fields()
         protocols.append((name, metadata))
     return ClassicMemberMetadata(session_timeout_ms, tuple(protocols))
 
 
 def target_metadata_value(epoch: int) -> bytes:
-    return _Out().i16(0).i32(epoch).uvarint(0).done()
+    return _value_writer().i16(0).i32(epoch).tagged_fields().done()
 
 
 def target_member_value(partitions: IdAssignment) -> bytes:
-    return _Out().i16(0).assignment(partitions).uvarint(0).done()
+    return _write_assignment(_value_writer().i16(0), partitions).tagged_fields().done()
 
 
 def current_assignment_value(m: ConsumerGroupMember, assigned: IdAssignment, pending: IdAssignment) -> bytes:
@@ -268,8 +175,8 @@ def current_assignment_value(m: ConsumerGroupMember, assigned: IdAssignment, pen
     the previous-epoch field, so a restarted coordinator still holds its partitions for it."""
     epoch, previous = (STATIC_LEAVE_EPOCH, m.member_epoch) if m.left_static else (m.member_epoch,
                                                                                    m.previous_member_epoch)
-    return (_Out().i16(0).i32(epoch).i32(previous).i8(_STATE_BYTES[m.state])
-            .assignment(assigned).assignment(pending).uvarint(0).done())
+    out = _value_writer().i16(0).i32(epoch).i32(previous).i8(_STATE_BYTES[m.state])
+    return _write_assignment(_write_assignment(out, assigned), pending).tagged_fields().done()
 
 
 # -- replay ----------------------------------------------------------------------------
@@ -297,31 +204,27 @@ class ConsumerGroupLoad:
             if value is None:
                 self.epoch = None
                 return
-            r = _In(value)
-            r.i16()
+            r = _value_reader(value)
             self.epoch = r.i32()
-            tags = r.tags()
+            tags = r.tagged_fields()
             self.metadata_hash = struct.unpack(">q", tags[0])[0] if len(tags.get(0, b"")) == 8 else 0
         elif t == TARGET_METADATA:
             if value is not None:
-                r = _In(value)
-                r.i16()
-                self.target_epoch = r.i32()
+                self.target_epoch = _value_reader(value).i32()
         elif t == MEMBER_METADATA:
             if value is None:
                 self.members.pop(mid, None)
                 return
-            r = _In(value)
-            r.i16()
+            r = _value_reader(value)
             m = ConsumerGroupMember(mid)
-            m.instance_id, m.rack_id = r.cstring(), r.cstring()
-            m.client_id, m.client_host = r.cstring() or "", r.cstring() or ""
-            names = [r.cstring() or "" for _ in range(max(r.uvarint() - 1, 0))]
+            m.instance_id, m.rack_id = r.nullable_string(), r.nullable_string()
+            m.client_id, m.client_host = r.nullable_string() or "", r.nullable_string() or ""
+            names = [r.nullable_string() or "" for _ in range(max(r.array_length(), 0))]
             m.subscribed_topic_names = tuple(names)
-            m.subscribed_topic_regex = r.cstring()
+            m.subscribed_topic_regex = r.nullable_string()
             m.rebalance_timeout_ms = r.i32()
-            m.server_assignor = r.cstring()
-            classic = r.tags().get(0)
+            m.server_assignor = r.nullable_string()
+            classic = r.tagged_fields().get(0)
             if classic is not None:
                 m.classic = _read_classic_member_metadata(classic)
             loaded = self.members.get(mid)
@@ -335,20 +238,19 @@ class ConsumerGroupLoad:
         elif t == TARGET_MEMBER:
             loaded = self.members.get(mid)
             if loaded is not None:
-                loaded.target = {} if value is None else _read_assignment_value(value)
+                loaded.target = {} if value is None else _read_assignment(_value_reader(value))
         elif t == CURRENT_ASSIGNMENT:
             loaded = self.members.get(mid)
             if loaded is None or value is None:
                 return
-            r = _In(value)
-            r.i16()
+            r = _value_reader(value)
             loaded.member.member_epoch, loaded.member.previous_member_epoch = r.i32(), r.i32()
             if loaded.member.member_epoch == STATIC_LEAVE_EPOCH:  # a static member away for now
                 loaded.member.left_static = True
                 loaded.member.member_epoch, loaded.member.previous_member_epoch = \
                     loaded.member.previous_member_epoch, -1
             loaded.member.state = _STATES.get(r.i8(), MemberState.STABLE)
-            loaded.assigned, loaded.pending = r.assignment(), r.assignment()
+            loaded.assigned, loaded.pending = _read_assignment(r), _read_assignment(r)
 
     def build(self) -> ConsumerGroup | None:
         """The group (its partitions still by topic id in ``loaded``), or None if it was deleted."""
@@ -362,8 +264,3 @@ class ConsumerGroupLoad:
         cg.loaded = dict(self.members)
         return cg
 
-
-def _read_assignment_value(value: bytes) -> IdAssignment:
-    r = _In(value)
-    r.i16()
-    return r.assignment()

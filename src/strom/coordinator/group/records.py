@@ -20,7 +20,6 @@ cleaner eventually drops the key altogether.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
 
 from strom.coordinator.group.consumer_group_records import (
@@ -30,100 +29,22 @@ from strom.coordinator.group.consumer_group_records import (
     parse_key,
 )
 from strom.coordinator.group.group_metadata import OffsetAndMetadata
+from strom.protocol.field_codec import FieldReader, FieldWriter
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
-
-_I16 = struct.Struct(">h")
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
 
 
 class SchemaError(ValueError):
     """A record of ``__consumer_offsets`` that does not follow any known schema version."""
 
 
-class _Writer:
-    __slots__ = ("buf",)
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def i16(self, v: int) -> _Writer:
-        self.buf += _I16.pack(v)
-        return self
-
-    def i32(self, v: int) -> _Writer:
-        self.buf += _I32.pack(v)
-        return self
-
-    def i64(self, v: int) -> _Writer:
-        self.buf += _I64.pack(v)
-        return self
-
-    def string(self, v: str | None) -> _Writer:
-        if v is None:
-            return self.i16(-1)
-        raw = v.encode("utf-8")
-        if len(raw) > 32767:
-            raise SchemaError("string longer than 32767 bytes")
-        self.i16(len(raw))
-        self.buf += raw
-        return self
-
-    def bytes_(self, v: bytes | None) -> _Writer:
-        if v is None:
-            return self.i32(-1)
-        self.i32(len(v))
-        self.buf += v
-        return self
-
-    def done(self) -> bytes:
-        return bytes(self.buf)
+def _writer() -> FieldWriter:
+    return FieldWriter(error=SchemaError)
 
 
-class _Reader:
-    __slots__ = ("buf", "pos")
-
-    def __init__(self, buf: bytes) -> None:
-        self.buf = buf
-        self.pos = 0
-
-    def _take(self, s: struct.Struct) -> int:
-        if self.pos + s.size > len(self.buf):
-            raise SchemaError("record truncated")
-        (v,) = s.unpack_from(self.buf, self.pos)
-        self.pos += s.size
-        return v
-
-    def i16(self) -> int:
-        return self._take(_I16)
-
-    def i32(self) -> int:
-        return self._take(_I32)
-
-    def i64(self) -> int:
-        return self._take(_I64)
-
-    def string(self) -> str | None:
-        n = self.i16()
-        if n < 0:
-            return None
-        if self.pos + n > len(self.buf):
-            raise SchemaError("string runs past the record")
-        v = self.buf[self.pos:self.pos + n].decode("utf-8")
-        self.pos += n
-        return v
-
-    def bytes_(self) -> bytes | None:
-        n = self.i32()
-        if n < 0:
-            return None
-        if self.pos + n > len(self.buf):
-            raise SchemaError("bytes run past the record")
-        v = bytes(self.buf[self.pos:self.pos + n])
-        self.pos += n
-        return v
+def _reader(data: bytes) -> FieldReader:
+    return FieldReader(data, error=SchemaError)
 
 
 # -- keys ----------------------------------------------------------------------
@@ -140,28 +61,28 @@ class GroupMetadataKey:
 
 
 def offset_commit_key(group: str, topic: str, partition: int) -> bytes:
-    return _Writer().i16(OFFSET_COMMIT_KEY_VERSION).string(group).string(topic).i32(partition).done()
+    return _writer().i16(OFFSET_COMMIT_KEY_VERSION).nullable_string(group).nullable_string(topic).i32(partition).done()
 
 
 def group_metadata_key(group: str) -> bytes:
-    return _Writer().i16(GROUP_METADATA_KEY_VERSION).string(group).done()
+    return _writer().i16(GROUP_METADATA_KEY_VERSION).nullable_string(group).done()
 
 
 def read_key(key: bytes) -> OffsetKey | GroupMetadataKey | ConsumerGroupRecordKey:
-    r = _Reader(key)
+    r = _reader(key)
     version = r.i16()
     if version in CONSUMER_GROUP_RECORD_TYPES:  # KIP-848 consumer group records
         try:
             return parse_key(key)
-        except (RecordError, UnicodeDecodeError) as exc:
+        except RecordError as exc:
             raise SchemaError(f"unreadable consumer group key: {exc}") from exc
     if version in (0, 1):
-        group, topic, partition = r.string(), r.string(), r.i32()
+        group, topic, partition = r.nullable_string(), r.nullable_string(), r.i32()
         if group is None or topic is None:
             raise SchemaError("null group or topic in offset commit key")
         return OffsetKey(group, topic, partition)
     if version == 2:
-        group = r.string()
+        group = r.nullable_string()
         if group is None:
             raise SchemaError("null group in group metadata key")
         return GroupMetadataKey(group)
@@ -171,14 +92,14 @@ def read_key(key: bytes) -> OffsetKey | GroupMetadataKey | ConsumerGroupRecordKe
 # -- offset values -------------------------------------------------------------
 def offset_commit_value(off: OffsetAndMetadata) -> bytes:
     if off.expire_timestamp >= 0:
-        return (_Writer().i16(1).i64(off.offset).string(off.metadata).i64(off.commit_timestamp)
+        return (_writer().i16(1).i64(off.offset).nullable_string(off.metadata).i64(off.commit_timestamp)
                 .i64(off.expire_timestamp).done())
-    return (_Writer().i16(3).i64(off.offset).i32(off.leader_epoch).string(off.metadata)
+    return (_writer().i16(3).i64(off.offset).i32(off.leader_epoch).nullable_string(off.metadata)
             .i64(off.commit_timestamp).done())
 
 
 def read_offset_commit_value(value: bytes) -> OffsetAndMetadata:
-    r = _Reader(value)
+    r = _reader(value)
     version = r.i16()
     if not 0 <= version <= 4:
         raise SchemaError(f"unknown offset commit value version {version}")
@@ -186,7 +107,7 @@ def read_offset_commit_value(value: bytes) -> OffsetAndMetadata:
         raise SchemaError("flexible offset commit values (v4) are not supported")
     offset = r.i64()
     leader_epoch = r.i32() if version >= 3 else -1
-    metadata = r.string() or ""
+    metadata = r.nullable_string() or ""
     commit_ts = r.i64()
     expire_ts = r.i64() if version == 1 else -1
     return OffsetAndMetadata(offset, leader_epoch, metadata, commit_ts, expire_ts)
@@ -216,37 +137,37 @@ class GroupMetadataRecord:
 
 
 def group_metadata_value(rec: GroupMetadataRecord) -> bytes:
-    w = (_Writer().i16(3).string(rec.protocol_type).i32(rec.generation).string(rec.protocol)
-         .string(rec.leader).i64(rec.current_state_timestamp).i32(len(rec.members)))
+    w = (_writer().i16(3).nullable_string(rec.protocol_type).i32(rec.generation).nullable_string(rec.protocol)
+         .nullable_string(rec.leader).i64(rec.current_state_timestamp).i32(len(rec.members)))
     for m in rec.members:
-        (w.string(m.member_id).string(m.group_instance_id).string(m.client_id).string(m.client_host)
-         .i32(m.rebalance_timeout_ms).i32(m.session_timeout_ms).bytes_(m.subscription).bytes_(m.assignment))
+        (w.nullable_string(m.member_id).nullable_string(m.group_instance_id).nullable_string(m.client_id).nullable_string(m.client_host)
+         .i32(m.rebalance_timeout_ms).i32(m.session_timeout_ms).nullable_bytes(m.subscription).nullable_bytes(m.assignment))
     return w.done()
 
 
 def read_group_metadata_value(value: bytes) -> GroupMetadataRecord:
-    r = _Reader(value)
+    r = _reader(value)
     version = r.i16()
     if not 0 <= version <= 3:
         raise SchemaError(f"unsupported group metadata value version {version}")
-    protocol_type = r.string() or ""
+    protocol_type = r.nullable_string() or ""
     generation = r.i32()
-    protocol = r.string()
-    leader = r.string()
+    protocol = r.nullable_string()
+    leader = r.nullable_string()
     state_ts = r.i64() if version >= 2 else -1
     count = r.i32()
     if count < 0 or count > len(value):
         raise SchemaError(f"invalid member count {count}")
     members = []
     for _ in range(count):
-        member_id = r.string() or ""
-        instance = r.string() if version >= 3 else None
-        client_id = r.string() or ""
-        client_host = r.string() or ""
+        member_id = r.nullable_string() or ""
+        instance = r.nullable_string() if version >= 3 else None
+        client_id = r.nullable_string() or ""
+        client_host = r.nullable_string() or ""
         rebalance = r.i32() if version >= 1 else -1
         session = r.i32()
         if rebalance < 0:
             rebalance = session
         members.append(MemberRecord(member_id, instance, client_id, client_host, rebalance, session,
-                                    r.bytes_() or b"", r.bytes_() or b""))
+                                    r.nullable_bytes() or b"", r.nullable_bytes() or b""))
     return GroupMetadataRecord(protocol_type, generation, protocol, leader, state_ts, members)
