@@ -99,10 +99,11 @@ def test_full_log_dir_moves_leadership_and_isr_at_once_and_comes_back(cluster_fa
         _unmount(Path(mount))
 
 
-def test_leader_epoch_checkpoint_failing_in_make_leader_moves_leadership_on(cluster_factory) -> None:  # noqa: ANN001
-    """Broker 3's full dir is idle (nothing appended since it filled), so the first write it fails is the
-    leader-epoch checkpoint of becoming leader: the LeaderAndIsr must answer KAFKA_STORAGE_ERROR, not
-    fail, and the controller must hand the partition to the next in-sync replica."""
+def test_a_full_dir_on_the_new_leader_moves_leadership_on_at_its_first_failed_write(cluster_factory) -> None:  # noqa: ANN001
+    """Broker 3's dir fills while it is an idle follower, then it becomes leader. Becoming leader needs no
+    new space (the one-sector leader-epoch checkpoint is rewritten in place, ADR 0047), so it leads until
+    an append needs a page the disk cannot give: that write takes the dir offline, the controller hands
+    the partition to the next in-sync replica, and no acknowledged record is lost."""
     cluster = cluster_factory(3, start=False, overrides={"replica.lag.time.max.ms": 600_000})
     mount = cluster.log_dir(FULL)
     _mount_tmpfs(mount, 16)
@@ -117,12 +118,25 @@ def test_leader_epoch_checkpoint_failing_in_make_leader_moves_leadership_on(clus
         fill(str(mount))
         assert cluster.stop(1, timeout=60) == 0  # the controller picks broker 3, next in assignment order
         errors: list[str] = []
-        for i in range(20):
-            producer.produce(topic, f"after-{i}".encode(), partition=0,
+        sent = [b"after-%02d-" % i + b"x" * 2048 for i in range(40)]  # 80 KiB: more than the last page holds
+        for value in sent:
+            producer.produce(topic, value, partition=0,
                              on_delivery=lambda err, _msg: err is not None and errors.append(str(err)))
         assert producer.flush(90) == 0 and errors == []
         state = cluster.partition_state(topic, 0)
         assert state is not None and state.leader == 2 and FULL not in state.isr, state
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": f"check-{topic}",
+                             "enable.auto.commit": False, "log_level": 0})
+        consumer.assign([TP(topic, 0, 0)])
+        values: list[bytes] = []
+        try:
+            for _ in range(240):
+                values += [m.value() for m in consumer.consume(500, timeout=0.5) if m.error() is None]
+                if len(values) >= 1 + len(sent):
+                    break
+        finally:
+            consumer.close()
+        assert values == [b"first", *sent]
         log_text = cluster.broker(FULL).log_path.read_text(errors="replace")
         assert "is offline" in log_text
         assert "Traceback" not in log_text, log_text[-3000:]

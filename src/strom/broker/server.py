@@ -618,7 +618,9 @@ class KafkaServer:
 
     def _stop_with_metadata(self) -> None:
         """The metadata store closes last, after the logs (and a pending metadata write) are done."""
-        self._lifecycle.on_stop("metadata store", self.metadata.close)
+        # Off the loop: closing ZooKeeper's session (or the embedded store's writer) waits on other threads.
+        self._lifecycle.on_stop("metadata store", lambda: asyncio.get_running_loop().run_in_executor(
+            None, self.metadata.close))
         self._lifecycle.on_stop("metadata write", self._save_pending_metadata)
         self._lifecycle.on_stop("log manager", lambda: asyncio.get_running_loop().run_in_executor(
             None, self.log_manager.shutdown))
