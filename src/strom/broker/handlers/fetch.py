@@ -130,7 +130,7 @@ async def _down_convert(ctx: RequestContext, version: int, params: FetchParams,
         if part is not None and not part.log_config.message_downconversion_enable:
             r.error_code, r.records, r.size = UNSUPPORTED_VERSION, None, 0
             continue
-        conversion = LazyDownConversion(r.records.slices, r.size, magic)
+        conversion = LazyDownConversion(r.records.slices, r.size, magic, fetch_offset=req.fetch_offset)
         try:
             whole = await loop.run_in_executor(None, conversion.start)
         except Errors.UnsupportedCompressionTypeError:
