@@ -10,12 +10,13 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
+from kafka import errors as Errors
 
 from tests.integration.test_old_api_versions import fetch, messages
 from tests.integration.test_produce_consume import new_topic
 from tests.support.broker import BrokerProcess
 
-LOG_APPEND_TIME = 1  # timestamp type, as kafka-python and librdkafka number it (librdkafka: TIMESTAMP_LOG_APPEND_TIME=2)
+LOG_APPEND_TIME = 1  # kafka-python's timestamp_type for LogAppendTime (librdkafka says 2)
 
 
 def produce_one_batch(broker: BrokerProcess, topic: str, records: list[tuple[bytes | None, bytes | None]],
@@ -194,3 +195,36 @@ def test_keys_null_values_and_tombstones_both_ways(broker: BrokerProcess, api_ve
     finally:
         old.close()
     assert [(r.key, r.value) for r in got] == records
+
+
+@pytest.mark.parametrize("api_version", [(0, 9), (0, 10, 1)], ids=lambda v: ".".join(map(str, v)))
+def test_old_consumer_of_a_topic_without_down_conversion_gets_unsupported_version(broker: BrokerProcess,
+                                                                                  api_version: tuple) -> None:
+    """message.downconversion.enable=false: an old consumer's poll fails with UNSUPPORTED_VERSION (no hang,
+    no records), a modern consumer of the same topic reads it."""
+    topic = new_topic(broker, config={"message.downconversion.enable": "false"})
+    produce_one_batch(broker, topic, [(b"k", b"v")])
+    c = KafkaConsumer(bootstrap_servers=broker.bootstrap, api_version=api_version, enable_auto_commit=False,
+                      auto_offset_reset="earliest", request_timeout_ms=30000)
+    c.assign([KafkaTopicPartition(topic, 0)])
+    raised: Exception | None = None
+    deadline = time.monotonic() + 60
+    try:
+        while raised is None and time.monotonic() < deadline:
+            try:
+                assert not c.poll(timeout_ms=1000)
+            except Errors.UnsupportedVersionError as e:
+                raised = e
+    finally:
+        c.close()
+    assert isinstance(raised, Errors.UnsupportedVersionError)
+    m = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"r-{topic}", "enable.auto.commit": False})
+    m.assign([TopicPartition(topic, 0, 0)])
+    got = None
+    try:
+        while got is None and time.monotonic() < deadline + 60:
+            got = m.poll(1)
+            got = got if got is not None and not got.error() else None
+    finally:
+        m.close()
+    assert got is not None and got.value() == b"v"
