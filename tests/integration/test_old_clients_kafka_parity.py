@@ -11,7 +11,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka import errors as Errors
+from kafka.protocol.consumer import OffsetCommitRequest
+from kafka.protocol.consumer.group import OffsetFetchRequest
+from kafka.protocol.metadata import FindCoordinatorRequest
 
+from tests.integration.test_api_version_matrix import call
 from tests.integration.test_old_api_versions import fetch, messages
 from tests.integration.test_produce_consume import new_topic
 from tests.support.broker import BrokerProcess
@@ -228,3 +232,33 @@ def test_old_consumer_of_a_topic_without_down_conversion_gets_unsupported_versio
     finally:
         m.close()
     assert got is not None and got.value() == b"v"
+
+
+def test_offset_commit_v0_on_a_single_node_survives_a_restart(broker_factory) -> None:  # noqa: ANN001
+    """On a single node a v0 commit goes to __consumer_offsets (the README's statement): it outlives the broker
+    process, and OffsetFetch v0 reads it back after the restart."""
+    b: BrokerProcess = broker_factory()
+    topic = new_topic(b)
+    group = f"v0-{topic}"
+    T = OffsetCommitRequest.OffsetCommitRequestTopic
+    commit = OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=-1, member_id="", topics=[T(
+        name=topic, partitions=[T.OffsetCommitRequestPartition(partition_index=0, committed_offset=3,
+                                                               commit_timestamp=-1, committed_metadata="")])])
+    F = OffsetFetchRequest.OffsetFetchRequestTopic
+    offset_fetch = OffsetFetchRequest(group_id=group, topics=[F(name=topic, partition_indexes=[0])])
+    deadline = time.monotonic() + 60
+    code = None
+    while code != 0 and time.monotonic() < deadline:  # __consumer_offsets is created by the first commit
+        call(b, FindCoordinatorRequest(key=group), 0)
+        code = call(b, commit, 0).topics[0].partitions[0].error_code
+        if code != 0:
+            time.sleep(0.5)
+    assert code == 0
+    b.restart()
+    got = None
+    while got != (0, 3) and time.monotonic() < deadline + 60:  # loading __consumer_offsets after the restart
+        p = call(b, offset_fetch, 0).topics[0].partitions[0]
+        got = (p.error_code, p.committed_offset)
+        if got != (0, 3):
+            time.sleep(0.5)
+    assert got == (0, 3)
