@@ -5,6 +5,7 @@ them, a topic that refuses down-conversion, and keys/null values/tombstones both
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -15,8 +16,12 @@ from kafka.protocol.consumer import OffsetCommitRequest
 from kafka.protocol.consumer.group import OffsetFetchRequest
 from kafka.protocol.metadata import FindCoordinatorRequest
 
+from strom.protocol.record_batch import ATTRIBUTES_POS, COMPRESSION_ZSTD, build_batch, iter_batches
+from strom.storage.log_config import LogConfig
+from strom.storage.recompression import recompress
 from tests.integration.test_api_version_matrix import call
-from tests.integration.test_old_api_versions import fetch, messages
+from tests.integration.test_old_api_versions import UNSUPPORTED_COMPRESSION_TYPE, fetch, messages
+from tests.integration.test_old_message_formats import produce_raw
 from tests.integration.test_produce_consume import new_topic
 from tests.support.broker import BrokerProcess
 
@@ -262,3 +267,38 @@ def test_offset_commit_v0_on_a_single_node_survives_a_restart(broker_factory) ->
         if got != (0, 3):
             time.sleep(0.5)
     assert got == (0, 3)
+
+
+def zstd_batch(records: list) -> bytes:
+    """One v2 batch in zstd (Strom's compressor: kafka-python's needs the zstandard package)."""
+    plain = memoryview(build_batch(records))
+    out = recompress(plain, list(iter_batches(plain)), replace(LogConfig(), compression_type="zstd"))
+    assert out is not None and out[ATTRIBUTES_POS + 1] & 7 == COMPRESSION_ZSTD
+    return bytes(out)
+
+
+def test_produce_before_v7_with_zstd_gets_unsupported_compression_type(broker: BrokerProcess) -> None:
+    """zstd came with Produce v7 (KIP-110): a v3-v6 request carrying a zstd batch gets
+    UNSUPPORTED_COMPRESSION_TYPE and nothing is appended; v7 appends it; other codecs stay fine at v3."""
+    topic = new_topic(broker)
+    zstd = zstd_batch([(b"k", b"zstd", (), int(time.time() * 1000))])
+    for version in (3, 6):
+        assert produce_raw(broker, topic, zstd, version) == (UNSUPPORTED_COMPRESSION_TYPE, -1), version
+    assert produce_raw(broker, topic, zstd, 7) == (0, 0)
+    gzip = build_batch([(b"k", b"gzip", (), int(time.time() * 1000))], compression=1)
+    assert produce_raw(broker, topic, gzip, 3) == (0, 1)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"r-{topic}", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, 0, 0)])
+    got: list = []
+    deadline = time.monotonic() + 60
+    try:
+        while len(got) < 2 and time.monotonic() < deadline:
+            m = c.poll(1)
+            if m is not None and not m.error():
+                got.append(m)
+        m = c.poll(2)
+        if m is not None and not m.error():
+            got.append(m)
+    finally:
+        c.close()
+    assert [(m.offset(), m.value()) for m in got] == [(0, b"zstd"), (1, b"gzip")]
