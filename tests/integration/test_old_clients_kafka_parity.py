@@ -302,3 +302,15 @@ def test_produce_before_v7_with_zstd_gets_unsupported_compression_type(broker: B
     finally:
         c.close()
     assert [(m.offset(), m.value()) for m in got] == [(0, b"zstd"), (1, b"gzip")]
+
+
+@pytest.mark.parametrize("version", [2, 4, 9])
+def test_fetch_before_v10_of_a_zstd_topic_gets_unsupported_compression_type(broker: BrokerProcess,
+                                                                            version: int) -> None:
+    """A topic with compression.type=zstd answers Fetch v0-v9 UNSUPPORTED_COMPRESSION_TYPE (those clients
+    cannot read zstd), as Kafka does; Fetch v10+ reads it."""
+    topic = new_topic(broker, config={"compression.type": "zstd"})
+    produce_one_batch(broker, topic, [(b"k", b"v")])
+    assert fetch(broker, topic, version).responses[0].partitions[0].error_code == UNSUPPORTED_COMPRESSION_TYPE
+    part = fetch(broker, topic, 10).responses[0].partitions[0]
+    assert part.error_code == 0 and part.records
