@@ -32,10 +32,11 @@ class LazyDownConversion:
     ``next_piece`` then returns the bytes to write next until exactly ``size`` bytes are out."""
 
     def __init__(self, slices: Sequence[FileSlice], read_size: int, magic: int,
-                 chunk_bytes: int = CHUNK_BYTES) -> None:
+                 chunk_bytes: int = CHUNK_BYTES, fetch_offset: int = 0) -> None:
         self._reader = _BatchChunks(slices, chunk_bytes)
         self._read_size = read_size
         self._magic = magic
+        self._fetch_offset = fetch_offset  # records of an uncompressed batch below it are dropped
         self._chunk_bytes = chunk_bytes
         self._first: bytes | None = None
         self._written = 0
@@ -85,7 +86,7 @@ class LazyDownConversion:
                 data = data[:h.position]  # the next fetch starts at this batch and gets the error
                 self._reader.stop()
                 break
-        converted, count = down_convert(data, self._magic)
+        converted, count = down_convert(data, self._magic, self._fetch_offset)
         self.converted_records += count
         return converted
 

@@ -252,12 +252,16 @@ def _with_lz4_header_checksum(frame: bytes, broken: bool) -> bytes:
     return bytes(frame[:header_len - 1]) + bytes([(xxh32 >> 8) & 0xFF]) + frame[header_len:]
 
 
-def down_convert(batches: Buffer, magic: int) -> tuple[bytes, int]:
+def down_convert(batches: Buffer, magic: int, first_offset: int = 0) -> tuple[bytes, int]:
     """v2 batches as a v0/v1 message set (Kafka's down-conversion for old fetchers): control batches
     are dropped and headers lost (old readers cannot see either, as with Kafka), a compressed batch
     becomes one wrapper message in the same codec (zstd never reaches an old fetcher: Kafka answers
     UNSUPPORTED_COMPRESSION_TYPE first). Returns the message set and the number of converted records.
-    A trailing partial batch (cut by the fetch's size limit) is left out."""
+    A trailing partial batch (cut by the fetch's size limit) is left out.
+
+    Records of an uncompressed batch below ``first_offset`` (the fetch offset) are dropped, as Kafka
+    drops them: an uncompressed v0/v1 message stands alone, and some old clients take the first message
+    they get for the one at their fetch offset. A compressed batch stays whole (one wrapper message)."""
     view = memoryview(batches).cast("B") if not isinstance(batches, memoryview) else batches
     out = bytearray()
     count = 0
@@ -265,9 +269,11 @@ def down_convert(batches: Buffer, magic: int) -> tuple[bytes, int]:
         if h.is_control:
             continue
         records = list(iter_records(view, h.position))
+        codec = h.compression if h.compression in _CODEC_NAMES else CODEC_NONE
+        if codec == CODEC_NONE and records and records[0].offset < first_offset:
+            records = [r for r in records if r.offset >= first_offset]
         if not records:
             continue
-        codec = h.compression if h.compression in _CODEC_NAMES else CODEC_NONE
         log_append = h.timestamp_type == 1
         inner = LegacyRecordBatchBuilder(magic, CODEC_NONE, 2**31 - 1)
         relative = codec != CODEC_NONE and magic == MAGIC_V1
@@ -275,6 +281,8 @@ def down_convert(batches: Buffer, magic: int) -> tuple[bytes, int]:
             ts = h.max_timestamp if log_append else r.timestamp
             inner.append(r.offset - records[0].offset if relative else r.offset, ts, r.key, r.value)
         message_set = inner.build()
+        if log_append and magic == MAGIC_V1:
+            _mark_log_append_time(message_set)
         if codec == CODEC_NONE:
             out += message_set
         else:
@@ -290,6 +298,19 @@ def down_convert(batches: Buffer, magic: int) -> tuple[bytes, int]:
             out += wrapper
         count += len(records)
     return bytes(out), count
+
+
+def _mark_log_append_time(message_set: bytearray) -> None:
+    """Set the LogAppendTime bit of each v1 message (CRC recomputed), as Kafka writes converted messages of a
+    LogAppendTime batch: an old consumer reports the timestamp type the topic has."""
+    pos = 0
+    while pos + _LOG_OVERHEAD <= len(message_set):
+        (_, size) = _OFFSET_SIZE.unpack_from(message_set, pos)
+        message_set[pos + _CRC_START + 1] |= _TIMESTAMP_TYPE_MASK
+        end = pos + _LOG_OVERHEAD + size
+        struct.pack_into(">I", message_set, pos + _LOG_OVERHEAD,
+                         zlib.crc32(memoryview(message_set)[pos + _CRC_START:end]))
+        pos = end
 
 
 def _whole_batches(view: memoryview) -> Iterator[RecordBatchHeader]:

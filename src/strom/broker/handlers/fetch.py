@@ -38,6 +38,7 @@ _ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 TOPIC_AUTHORIZATION_FAILED = Errors.TopicAuthorizationFailedError.errno
 UNSUPPORTED_VERSION = Errors.UnsupportedVersionError.errno
 UNSUPPORTED_COMPRESSION_TYPE = Errors.UnsupportedCompressionTypeError.errno
+ZSTD_FROM = 10  # the first Fetch version whose clients read zstd (KIP-110)
 DOWN_CONVERT_BELOW = 4  # Fetch v0-v3 predate message format v2 (KIP-98)
 
 
@@ -90,6 +91,8 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
                                                        cp.current_leader_epoch, cp.log_start_offset))
         slots.append(None)
     results = await ctx.replica_manager.fetch_messages(params) if params.partitions else []
+    if version < ZSTD_FROM and results:
+        _refuse_zstd_topics(ctx, params, results)
     if version < DOWN_CONVERT_BELOW and results:
         await _down_convert(ctx, version, params, results)
     it = iter(results)
@@ -112,6 +115,16 @@ async def handle(ctx: RequestContext, request: Any) -> RawResponse:
     return response
 
 
+def _refuse_zstd_topics(ctx: RequestContext, params: FetchParams, results: list[FetchPartitionResult]) -> None:
+    """Fetch v0-v9 of a topic whose compression.type is zstd: UNSUPPORTED_COMPRESSION_TYPE, as Kafka answers
+    (such a client cannot read zstd, KIP-110); a dictionary look-up per partition, for old fetches only."""
+    partitions = ctx.replica_manager.partitions
+    for req, r in zip(params.partitions, results, strict=True):
+        part = partitions.get((req.topic, req.partition))
+        if not r.error_code and part is not None and part.log_config.compression_type == "zstd":
+            r.error_code, r.records, r.size = UNSUPPORTED_COMPRESSION_TYPE, None, 0
+
+
 async def _down_convert(ctx: RequestContext, version: int, params: FetchParams,
                         results: list[FetchPartitionResult]) -> None:
     """Fetch v0-v3 read message format v0 (v0-v1) or v1 (v2-v3), converted lazily (KIP-283): the first chunk
@@ -130,7 +143,7 @@ async def _down_convert(ctx: RequestContext, version: int, params: FetchParams,
         if part is not None and not part.log_config.message_downconversion_enable:
             r.error_code, r.records, r.size = UNSUPPORTED_VERSION, None, 0
             continue
-        conversion = LazyDownConversion(r.records.slices, r.size, magic)
+        conversion = LazyDownConversion(r.records.slices, r.size, magic, fetch_offset=req.fetch_offset)
         try:
             whole = await loop.run_in_executor(None, conversion.start)
         except Errors.UnsupportedCompressionTypeError:

@@ -24,6 +24,7 @@ from strom.broker.request import CloseConnection, DeferredResponse, RequestConte
 from strom.protocol import codec
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.primitives import array_len, nullable_string, string
+from strom.protocol.record_batch import ATTRIBUTES_POS, COMPRESSION_MASK, COMPRESSION_ZSTD, MAGIC_POS
 from strom.security.acl import AclOperation, ResourceType
 from strom.storage.message_conversion import legacy_magic, up_convert
 from strom.storage.recompression import convert_for_append, needs_recompression
@@ -43,6 +44,7 @@ _PARTITION = struct.Struct(">ihqq")
 _PARTITION_V0 = struct.Struct(">ihq")  # v0-v1: no log_append_time_ms
 TOPIC_AUTHORIZATION_FAILED = Errors.TopicAuthorizationFailedError.errno
 LEGACY_MAX_VERSION = 2  # the last Produce version that may carry message format v0/v1
+ZSTD_FROM = 7  # Produce versions before it may not carry zstd batches (KIP-110)
 
 
 # The per-partition answer, as the ReplicaManager fills it in.
@@ -70,6 +72,8 @@ async def handle(ctx: RequestContext, request: Any) -> bytes | DeferredResponse 
     if ctx.version <= LEGACY_MAX_VERSION:  # only old clients send v0/v1 message sets: modern ones never look
         legacy = [tp for tp, records in entries.items() if legacy_magic(records) is not None]
         refused = await _up_convert_off_loop(ctx, legacy, entries) if legacy else None
+    elif ctx.version < ZSTD_FROM:
+        refused = _refuse_zstd(entries)
     todo = _to_recompress(replica_manager.partitions, entries)
     if todo:
         recompress_refused = await _recompress_off_loop(todo, entries)
@@ -165,6 +169,19 @@ async def _up_convert_off_loop(ctx: RequestContext, legacy: list[TopicPartition]
         if stats is not None:
             stats.record_conversions(tp[0], True, converted.messages)
     return refused
+
+
+def _refuse_zstd(entries: dict[TopicPartition, Any]) -> ProduceResults | None:
+    """Produce v3-v6 with a zstd batch: UNSUPPORTED_COMPRESSION_TYPE for that partition, as Kafka answers
+    (a client that old cannot have negotiated zstd; v7+ pays nothing for this)."""
+    refused: ProduceResults = {}
+    for tp, records in list(entries.items()):
+        if (records is not None and len(records) > ATTRIBUTES_POS + 1 and records[MAGIC_POS] == 2
+                and records[ATTRIBUTES_POS + 1] & COMPRESSION_MASK == COMPRESSION_ZSTD):
+            del entries[tp]
+            refused[tp] = PartitionResult(tp[1], Errors.UnsupportedCompressionTypeError.errno,
+                                          error_message="zstd needs Produce v7 or later")
+    return refused or None
 
 
 def _authorize(ctx: RequestContext, request: Any) -> tuple[int, list[TopicPartition]]:
