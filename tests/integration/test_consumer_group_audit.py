@@ -1,0 +1,189 @@
+"""KIP-848 acceptance gaps: what a user of confluent-kafka or of `strom consumer-groups` sees.
+
+A consumer group holding classic members after an online upgrade is described by the tool;
+`group.consumer.max.size` refuses a real client; the client's `group.remote.assignor` picks the
+server-side assignor; out-of-bounds heartbeat/session configs stop the broker at start.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, KafkaError
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import FindCoordinatorRequest
+
+from strom.coordinator.group.consumer_protocol import decode_assignment, encode_subscription
+from strom.protocol.group_messages import (
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+)
+from tests.support.broker import BrokerProcess
+from tests.support.raw_client import RawClient, decode
+
+OVERRIDES = {"group.consumer.heartbeat.interval.ms": 300, "group.consumer.min.heartbeat.interval.ms": 100,
+             "group.initial.rebalance.delay.ms": 0,
+             "offsets.topic.num.partitions": 3, "group.consumer.max.size": 2}
+CGH = ConsumerGroupHeartbeatRequest
+NONE = 0
+MEMBER_ID_REQUIRED = 79
+REBALANCE_IN_PROGRESS = 27
+RETRIABLE = (14, 15, 16)  # loading, not available, not coordinator
+
+
+@pytest.fixture(scope="module")
+def audit_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("kip848-audit"), OVERRIDES)
+    b.start()
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def _topic(broker: BrokerProcess, partitions: int) -> str:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
+    return name
+
+
+def _owned(topic: str, partitions: list[int]) -> bytes:
+    raw = topic.encode()
+    out = (1).to_bytes(4, "big") + len(raw).to_bytes(2, "big") + raw + len(partitions).to_bytes(4, "big")
+    return out + b"".join(p.to_bytes(4, "big") for p in partitions)
+
+
+class _Classic:
+    """A classic member by raw JoinGroup / SyncGroup / Heartbeat (a long session: no keep-alive needed)."""
+
+    def __init__(self, broker: BrokerProcess, group: str, topic: str) -> None:
+        self.client = RawClient(broker)
+        self.group, self.topic = group, topic
+        self.member_id, self.generation, self.assigned = "", -1, []
+        self.client.request(FindCoordinatorRequest(key=group), version=1)
+
+    def join(self, owned: list[int]) -> Any:
+        meta = encode_subscription([self.topic])
+        meta = b"\x00\x01" + meta[2:] + _owned(self.topic, owned)  # v1: it says what it owns
+        deadline = time.monotonic() + 60
+        while True:
+            resp = decode(JoinGroupResponse, self.client.request(JoinGroupRequest(
+                group_id=self.group, session_timeout_ms=60000, rebalance_timeout_ms=10000, member_id=self.member_id,
+                group_instance_id=None, protocol_type="consumer", protocols=[("range", meta)]), version=5), 5, False)
+            if resp.error_code == MEMBER_ID_REQUIRED:
+                self.member_id = resp.member_id
+                continue
+            if resp.error_code not in RETRIABLE or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if resp.error_code == NONE:
+            self.member_id, self.generation = resp.member_id, resp.generation_id
+        return resp
+
+    def sync(self) -> int:
+        resp = decode(SyncGroupResponse, self.client.request(SyncGroupRequest(
+            group_id=self.group, generation_id=self.generation, member_id=self.member_id, group_instance_id=None,
+            assignments=[]), version=3), 3, False)
+        if resp.error_code == NONE:
+            self.assigned = sorted((decode_assignment(resp.assignment) or {}).get(self.topic, []))
+        return resp.error_code
+
+    def heartbeat(self) -> int:
+        return decode(HeartbeatResponse, self.client.request(HeartbeatRequest(
+            group_id=self.group, generation_id=self.generation, member_id=self.member_id, group_instance_id=None),
+            version=3), 3, False).error_code
+
+
+class _Member:
+    """A consumer-protocol member by raw ConsumerGroupHeartbeat (the default 45 s session)."""
+
+    def __init__(self, broker: BrokerProcess, group: str) -> None:
+        self.client = RawClient(broker)
+        self.group, self.member_id, self.epoch = group, uuid.uuid4().hex, 0
+        self.assigned: dict[uuid.UUID, list[int]] = {}
+        self.client.request(FindCoordinatorRequest(key=group), version=1)
+
+    def send(self, **fields: Any) -> Any:
+        fields.setdefault("group_id", self.group)
+        fields.setdefault("member_id", self.member_id)
+        fields.setdefault("member_epoch", self.epoch)
+        deadline = time.monotonic() + 60
+        while True:
+            resp = decode(ConsumerGroupHeartbeatResponse, self.client.request(CGH(**fields), version=1), 1, True)
+            if resp.error_code not in RETRIABLE or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        if resp.error_code == NONE:
+            self.epoch = resp.member_epoch
+            if resp.assignment is not None:
+                self.assigned = {tp.topic_id: sorted(tp.partitions) for tp in resp.assignment.topic_partitions}
+        return resp
+
+    def heartbeat(self) -> Any:
+        return self.send(topic_partitions=[CGH.TopicPartitions(topic_id=t, partitions=p)
+                                           for t, p in self.assigned.items()])
+
+    def partitions(self) -> set[int]:
+        return {p for parts in self.assigned.values() for p in parts}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "strom.cli.main", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_cli_describes_a_consumer_group_with_classic_members(audit_broker: BrokerProcess) -> None:
+    """After an online upgrade a consumer group holds a classic member: every --describe view of
+    the tool prints both members (the classic one at its generation), none crashes."""
+    topic = _topic(audit_broker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    c = _Member(audit_broker, group)
+    a = _Classic(audit_broker, group, topic)
+    try:
+        resp = c.send(member_epoch=0, rebalance_timeout_ms=30000, subscribed_topic_names=[topic], topic_partitions=[])
+        assert resp.error_code == NONE, resp
+        c.heartbeat()
+        assert a.join(owned=[]).error_code == NONE and a.sync() == NONE
+        for _ in range(3):
+            c.heartbeat()
+        assert len(c.partitions()) == 2 and a.heartbeat() == REBALANCE_IN_PROGRESS
+        assert a.join(owned=[]).error_code == NONE and a.sync() == NONE
+        assert sorted(a.assigned) == sorted({0, 1, 2, 3} - c.partitions()) and a.heartbeat() == NONE
+
+        boot = ["--bootstrap-server", audit_broker.bootstrap]
+        out = _cli("consumer-groups", *boot, "--describe", "--group", group, "--members", "--verbose")
+        assert out.returncode == 0, out.stderr
+        rows = {line.split()[1]: line.split() for line in out.stdout.strip().splitlines()[1:]}
+        assert set(rows) == {a.member_id, c.member_id}, out.stdout
+        classic = rows[a.member_id]
+        mine = ",".join(map(str, a.assigned))
+        assert classic[-4:] == [str(a.generation), f"{topic}({mine})", str(a.generation), f"{topic}({mine})"], \
+            out.stdout
+        out = _cli("consumer-groups", *boot, "--describe", "--group", group, "--state")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip().splitlines()[1].split()[-2:] == [str(c.epoch), "2"], out.stdout
+        out = _cli("consumer-groups", *boot, "--describe", "--group", group)
+        assert out.returncode == 0, out.stderr
+        owners = {line.split()[2]: line.split() for line in out.stdout.strip().splitlines()[1:]}
+        assert sorted(int(p) for p in owners) == [0, 1, 2, 3], out.stdout
+        assert all(a.member_id in row for p, row in owners.items() if int(p) in a.assigned), out.stdout
+    finally:
+        a.client.close()
+        c.client.close()
