@@ -187,3 +187,86 @@ def test_cli_describes_a_consumer_group_with_classic_members(audit_broker: Broke
     finally:
         a.client.close()
         c.client.close()
+
+
+def _consumer(broker: BrokerProcess, group: str, topic: str, **config: Any) -> Consumer:
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "group.protocol": "consumer",
+                  "log_level": 0, **config})
+    c.subscribe([topic])
+    return c
+
+
+def _settle(consumers: list[Consumer], want: int) -> list[set[int]]:
+    """Poll until the consumers' assignments cover `want` partitions, every one of them some."""
+    owned: list[set[int]] = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for c in consumers:
+            c.poll(0.1)
+        owned = [{tp.partition for tp in c.assignment()} for c in consumers]
+        if sum(len(o) for o in owned) == want and all(owned):
+            break
+    return owned
+
+
+def _describe(broker: BrokerProcess, group: str) -> Any:
+    client = RawClient(broker)
+    try:
+        req = ConsumerGroupDescribeRequest(group_ids=[group], include_authorized_operations=False)
+        return decode(ConsumerGroupDescribeResponse, client.request(req, version=1), 1, True).groups[0]
+    finally:
+        client.close()
+
+
+def test_max_size_refuses_a_further_confluent_kafka_member(audit_broker: BrokerProcess) -> None:
+    """group.consumer.max.size=2: a third confluent-kafka consumer gets a fatal 'maximum size'
+    error and no partitions; the two members keep consuming undisturbed."""
+    topic = _topic(audit_broker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a, b = _consumer(audit_broker, group, topic), _consumer(audit_broker, group, topic)
+    third = None
+    try:
+        owned = _settle([a, b], 4)
+        assert sorted(len(o) for o in owned) == [2, 2], owned
+        epoch = _describe(audit_broker, group).group_epoch
+        third = _consumer(audit_broker, group, topic)
+        error = None
+        deadline = time.monotonic() + 60
+        while error is None and time.monotonic() < deadline:
+            msg = third.poll(0.2)
+            if msg is not None and msg.error():
+                error = msg.error()
+            a.poll(0)
+            b.poll(0)
+        assert error is not None and error.code() == KafkaError._FATAL, error
+        assert "maximum size" in error.str(), error.str()
+        assert third.assignment() == []
+        described = _describe(audit_broker, group)
+        assert (len(described.members), described.group_epoch) == (2, epoch)
+        assert _settle([a, b], 4) == owned
+    finally:
+        for c in (a, b, third):
+            if c is not None:
+                c.close()
+
+
+@pytest.mark.parametrize("assignor", ["range", "uniform"])
+def test_remote_assignor_chooses_the_server_side_assignor(audit_broker: BrokerProcess, assignor: str) -> None:
+    """confluent-kafka's group.remote.assignor picks the assignor the coordinator runs: range hands
+    out contiguous ranges of a topic's partitions."""
+    topic = _topic(audit_broker, 6)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = _consumer(audit_broker, group, topic, **{"group.remote.assignor": assignor})
+    b = None
+    try:
+        assert _settle([a], 6) == [set(range(6))]
+        b = _consumer(audit_broker, group, topic, **{"group.remote.assignor": assignor})
+        owned = _settle([a, b], 6)
+        assert sorted(len(o) for o in owned) == [3, 3], owned
+        assert _describe(audit_broker, group).assignor_name == assignor
+        if assignor == "range":
+            assert sorted(map(sorted, owned)) == [[0, 1, 2], [3, 4, 5]]
+    finally:
+        for c in (a, b):
+            if c is not None:
+                c.close()
