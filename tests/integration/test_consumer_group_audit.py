@@ -270,3 +270,26 @@ def test_remote_assignor_chooses_the_server_side_assignor(audit_broker: BrokerPr
         for c in (a, b):
             if c is not None:
                 c.close()
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"group.consumer.session.timeout.ms": 4000},
+     "group.consumer.session.timeout.ms must be between group.consumer.min.session.timeout.ms (45000)"),
+    ({"group.consumer.heartbeat.interval.ms": 20000},
+     "group.consumer.heartbeat.interval.ms must be between group.consumer.min.heartbeat.interval.ms (5000) and "
+     "group.consumer.max.heartbeat.interval.ms (15000), not 20000"),
+    ({"group.consumer.min.session.timeout.ms": 1000, "group.consumer.session.timeout.ms": 4000,
+      "group.consumer.heartbeat.interval.ms": 5000},
+     "group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms"),
+], ids=["session-below-min", "heartbeat-above-max", "heartbeat-not-inside-session"])
+def test_out_of_bounds_consumer_group_timeouts_stop_the_broker_at_start(tmp_path: Any, overrides: dict[str, int],
+                                                                        message: str) -> None:
+    """A heartbeat interval or session timeout outside its min/max (or a heartbeat not inside the
+    session) is refused at start with the config named, not discovered by the first member."""
+    broker = BrokerProcess(tmp_path, overrides)
+    try:
+        with pytest.raises(RuntimeError, match="broker exited with") as exited:
+            broker.start(timeout=60)
+        assert message in str(exited.value), str(exited.value)
+    finally:
+        broker.close()
