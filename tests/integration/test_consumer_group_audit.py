@@ -2,7 +2,7 @@
 
 A consumer group holding classic members after an online upgrade is described by the tool;
 `group.consumer.max.size` refuses a real client; the client's `group.remote.assignor` picks the
-server-side assignor; out-of-bounds heartbeat/session configs stop the broker at start.
+server-side assignor; the web console shows such a group with its epochs; out-of-bounds heartbeat/session configs stop the broker at start.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from kafka.protocol.consumer.group import (
     SyncGroupResponse,
 )
 from kafka.protocol.metadata import FindCoordinatorRequest
+from starlette.testclient import TestClient
 
+from strom.console.app import ConsoleSettings, create_app
 from strom.coordinator.group.consumer_protocol import decode_assignment, encode_subscription
 from strom.protocol.group_messages import (
     ConsumerGroupDescribeRequest,
@@ -184,6 +186,15 @@ def test_cli_describes_a_consumer_group_with_classic_members(audit_broker: Broke
         owners = {line.split()[2]: line.split() for line in out.stdout.strip().splitlines()[1:]}
         assert sorted(int(p) for p in owners) == [0, 1, 2, 3], out.stdout
         assert all(a.member_id in row for p, row in owners.items() if int(p) in a.assigned), out.stdout
+
+        # The web console shows the same group: consumer protocol, epochs, the classic member marked.
+        app = create_app(ConsoleSettings({"bootstrap.servers": audit_broker.bootstrap}, timeout=10, browse_timeout=10))
+        with TestClient(app, raise_server_exceptions=False, follow_redirects=False) as console:
+            detail = console.get("/api/group", params={"id": group}).json()
+            assert (detail["protocol"], detail["members"]) == ("consumer", 2), detail
+            assert detail["member_epochs"] == {a.member_id: a.generation, c.member_id: c.epoch}, detail
+            page = console.get(f"/groups/{group}").text
+            assert f'id="epochs">{c.epoch} / ' in page and page.count('data-member-type="classic"') == 1, page
     finally:
         a.client.close()
         c.client.close()
