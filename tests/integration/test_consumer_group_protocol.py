@@ -690,12 +690,26 @@ def test_metrics_count_groups_per_protocol(broker_factory: Callable[..., BrokerP
     broker = broker_factory({**OVERRIDES, "metrics.listener": f"http://127.0.0.1:{free_port()}"})
     topic = _topic(broker, 2)
     a = Member(broker, f"g-{uuid.uuid4().hex[:8]}")
+    # Beside it, a classic group with one confluent-kafka member: each is counted under its own protocol.
+    classic_group = f"g-{uuid.uuid4().hex[:8]}"
+    classic = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": classic_group, "group.protocol": "classic",
+                        "log_level": 0})
     try:
         a.join([topic])
         a.heartbeat(owned=a.assigned)
+        classic.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while not classic.assignment() and time.monotonic() < deadline:
+            classic.poll(0.2)
+        assert classic.assignment()
         samples = scrape(metrics_port(broker))
         assert samples.get("kafka_server_group_coordinator_metrics_group_count", protocol="consumer") == 1
+        assert samples.get("kafka_server_group_coordinator_metrics_group_count", protocol="classic") == 1
         assert samples.get("kafka_server_group_coordinator_metrics_consumer_group_count", state="stable") == 1
+        assert samples.get("kafka_coordinator_group_groupmetadatamanager_numgroups") == 2
+        assert samples.get("kafka_coordinator_group_groupmetadatamanager_numgroupsstable") == 1  # the classic one
         assert samples.get("kafka_consumergroup_members", consumergroup=a.group) == 1
+        assert samples.get("kafka_consumergroup_members", consumergroup=classic_group) == 1
     finally:
+        classic.close()
         a.close()
