@@ -7,8 +7,10 @@ server-side assignor; the web console shows such a group with its epochs; out-of
 
 from __future__ import annotations
 
+import queue
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -304,3 +306,64 @@ def test_out_of_bounds_consumer_group_timeouts_stop_the_broker_at_start(tmp_path
         assert message in str(exited.value), str(exited.value)
     finally:
         broker.close()
+
+
+_CHILD = """
+import sys, time
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "group.protocol": "consumer",
+              "log_level": 0})
+c.subscribe([sys.argv[3]])
+seen = None
+while True:
+    c.poll(0.1)
+    now = sorted(tp.partition for tp in c.assignment())
+    if now != seen:
+        seen = now
+        print(c.memberid(), ",".join(map(str, now)), flush=True)
+"""
+
+FAST_SESSIONS = {"group.consumer.heartbeat.interval.ms": 300, "group.consumer.min.heartbeat.interval.ms": 100,
+                 "group.consumer.session.timeout.ms": 4000, "group.consumer.min.session.timeout.ms": 1000,
+                 "offsets.topic.num.partitions": 1}
+
+
+def test_member_killed_with_sigkill_is_expired_and_its_partitions_move(broker_factory: Any) -> None:
+    """A confluent-kafka member process killed with kill -9 never leaves: when its session expires
+    the coordinator fences it and the surviving member gets its partitions (and only then)."""
+    broker = broker_factory(FAST_SESSIONS)
+    topic = _topic(broker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, broker.bootstrap, group, topic], stdout=subprocess.PIPE,
+                             text=True)
+    survivor = None
+    try:
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in child.stdout or []], daemon=True).start()
+        deadline = time.monotonic() + 60
+        child_id, owned = "", ""
+        while time.monotonic() < deadline and not owned:
+            try:
+                child_id, _, owned = lines.get(timeout=1).strip().partition(" ")
+            except queue.Empty:
+                continue
+        assert owned == "0,1,2,3", owned
+        survivor = _consumer(broker, group, topic)
+        mine = _settle([survivor], 2)[0]
+        assert len(mine) == 2
+        before = _describe(broker, group)
+        assert sorted(m.member_id for m in before.members) == sorted([child_id, survivor.memberid()])
+        child.kill()  # SIGKILL: no LeaveGroup, no last heartbeat
+        child.wait(30)
+        assert _settle([survivor], 4) == [{0, 1, 2, 3}]
+        after = _describe(broker, group)
+        assert [m.member_id for m in after.members] == [survivor.memberid()]
+        assert after.group_epoch > before.group_epoch
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(30)
+        if child.stdout is not None:
+            child.stdout.close()
+        if survivor is not None:
+            survivor.close()
