@@ -47,6 +47,7 @@ OVERRIDES = {"group.consumer.heartbeat.interval.ms": 300, "group.consumer.min.he
 CGH = ConsumerGroupHeartbeatRequest
 NONE = 0
 MEMBER_ID_REQUIRED = 79
+GROUP_ID_NOT_FOUND = 69
 REBALANCE_IN_PROGRESS = 27
 RETRIABLE = (14, 15, 16)  # loading, not available, not coordinator
 
@@ -367,3 +368,57 @@ def test_member_killed_with_sigkill_is_expired_and_its_partitions_move(broker_fa
             child.stdout.close()
         if survivor is not None:
             survivor.close()
+
+
+def test_broker_assignors_config_sets_the_default_and_the_choice(broker_factory: Any) -> None:
+    """group.consumer.assignors=range: a member that names no assignor gets range (the first listed),
+    one asking for uniform is refused with a fatal UNSUPPORTED_ASSIGNOR."""
+    broker = broker_factory({**FAST_SESSIONS, "group.consumer.assignors": "range"})
+    topic = _topic(broker, 6)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a, b = _consumer(broker, group, topic), _consumer(broker, group, topic)
+    other = _consumer(broker, f"g-{uuid.uuid4().hex[:8]}", topic, **{"group.remote.assignor": "uniform"})
+    try:
+        owned = _settle([a, b], 6)
+        assert sorted(map(sorted, owned)) == [[0, 1, 2], [3, 4, 5]], owned
+        assert _describe(broker, group).assignor_name == "range"
+        error = None
+        deadline = time.monotonic() + 60
+        while error is None and time.monotonic() < deadline:
+            msg = other.poll(0.2)
+            if msg is not None and msg.error():
+                error = msg.error()
+        assert error is not None and error.code() == KafkaError._FATAL, error
+        assert "assignor" in error.str().lower(), error.str()
+        assert other.assignment() == []
+    finally:
+        for c in (a, b, other):
+            c.close()
+
+
+@pytest.mark.parametrize("policy", ["upgrade", "downgrade"])
+def test_one_way_migration_policies(broker_factory: Any, policy: str) -> None:
+    """group.consumer.migration.policy=upgrade converts a classic group when a consumer-protocol
+    member joins but never turns it back; =downgrade refuses that conversion."""
+    broker = broker_factory({**FAST_SESSIONS, "group.consumer.session.timeout.ms": 30000,
+                             "group.consumer.migration.policy": policy, "group.initial.rebalance.delay.ms": 0})
+    topic = _topic(broker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a = _Classic(broker, group, topic)
+    c = _Member(broker, group)
+    try:
+        assert a.join(owned=[]).error_code == NONE and a.sync() == NONE
+        resp = c.send(member_epoch=0, rebalance_timeout_ms=30000, subscribed_topic_names=[topic], topic_partitions=[])
+        if policy == "downgrade":
+            assert resp.error_code == GROUP_ID_NOT_FOUND, resp
+            assert _describe(broker, group).error_code == GROUP_ID_NOT_FOUND  # still a classic group
+            assert a.heartbeat() == NONE  # its member undisturbed
+            return
+        assert resp.error_code == NONE, resp
+        assert _describe(broker, group).error_code == NONE  # a consumer group now
+        assert c.send(member_epoch=-1).error_code == NONE
+        described = _describe(broker, group)
+        assert described.error_code == NONE and [m.member_id for m in described.members] == [a.member_id]
+    finally:
+        a.client.close()
+        c.client.close()
