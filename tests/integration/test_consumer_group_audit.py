@@ -2,7 +2,9 @@
 
 A consumer group holding classic members after an online upgrade is described by the tool;
 `group.consumer.max.size` refuses a real client; the client's `group.remote.assignor` picks the
-server-side assignor; the web console shows such a group with its epochs; out-of-bounds heartbeat/session configs stop the broker at start.
+server-side assignor and `group.consumer.assignors` the broker's default and choice; the web
+console shows such a group with its epochs; out-of-bounds heartbeat/session configs stop the
+broker at start; a member killed with SIGKILL is expired; the one-way migration policies.
 """
 
 from __future__ import annotations
