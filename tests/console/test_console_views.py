@@ -249,6 +249,11 @@ def test_consumer_protocol_groups_are_shown_with_their_protocol(client: TestClie
         assert 'data-protocol="consumer"' in row(client.get("/groups").text, "group", group)
         detail = client.get(f"/api/group?id={group}").json()
         assert (detail["protocol"], detail["members"]) == ("consumer", 1)
-        assert 'id="protocol">consumer<' in client.get(f"/groups/{group}").text
+        # One member joined one group: group, target assignment and member epochs are all 1.
+        assert (detail["group_epoch"], detail["assignment_epoch"]) == (1, 1)
+        assert detail["member_epochs"] == {consumer.memberid(): 1}
+        page = client.get(f"/groups/{group}").text
+        assert 'id="protocol">consumer<' in page and 'id="epochs">1 / 1<' in page
+        assert re.search(r'data-col="epoch">1\b', page), page
     finally:
         consumer.close()

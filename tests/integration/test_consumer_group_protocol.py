@@ -339,9 +339,10 @@ def test_offset_commit_and_fetch_check_member_epochs(kip848_broker: BrokerProces
     assert dresp.topics[0].partitions[0].error_code == GROUP_SUBSCRIBED_TO_TOPIC
 
 
-def test_members_join_and_leave_under_load(kip848_broker: BrokerProcess) -> None:
-    """1 -> 3 members and back while a producer writes: never two owners of a partition, no record
+def test_members_join_and_leave_under_load(broker_factory: Callable[..., BrokerProcess]) -> None:
+    """1 -> 5 members and back while a producer writes: never two owners of a partition, no record
     consumed twice (each member commits before it gives a partition up), none lost."""
+    kip848_broker = broker_factory({**OVERRIDES, "group.consumer.max.size": 5})
     topic = _topic(kip848_broker, 6)
     group = f"g-{uuid.uuid4().hex[:8]}"
     tracker = Tracker()
@@ -362,9 +363,15 @@ def test_members_join_and_leave_under_load(kip848_broker: BrokerProcess) -> None
 
     try:
         settle(1)
-        for name in ("m1", "m2"):
+        for name in ("m1", "m2", "m3", "m4"):
             group_members.append(GroupMember(kip848_broker.bootstrap, group, topic, name, tracker))
             settle(3)
+        client = RawClient(kip848_broker)
+        try:
+            peak = _describe_group(client, group)
+        finally:
+            client.close()
+        assert len(peak.members) == 5 and all(m.assignment.topic_partitions for m in peak.members), peak
         for m in group_members[1:]:
             m.close()
             settle(2)
@@ -690,12 +697,26 @@ def test_metrics_count_groups_per_protocol(broker_factory: Callable[..., BrokerP
     broker = broker_factory({**OVERRIDES, "metrics.listener": f"http://127.0.0.1:{free_port()}"})
     topic = _topic(broker, 2)
     a = Member(broker, f"g-{uuid.uuid4().hex[:8]}")
+    # Beside it, a classic group with one confluent-kafka member: each is counted under its own protocol.
+    classic_group = f"g-{uuid.uuid4().hex[:8]}"
+    classic = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": classic_group, "group.protocol": "classic",
+                        "log_level": 0})
     try:
         a.join([topic])
         a.heartbeat(owned=a.assigned)
+        classic.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while not classic.assignment() and time.monotonic() < deadline:
+            classic.poll(0.2)
+        assert classic.assignment()
         samples = scrape(metrics_port(broker))
         assert samples.get("kafka_server_group_coordinator_metrics_group_count", protocol="consumer") == 1
+        assert samples.get("kafka_server_group_coordinator_metrics_group_count", protocol="classic") == 1
         assert samples.get("kafka_server_group_coordinator_metrics_consumer_group_count", state="stable") == 1
+        assert samples.get("kafka_coordinator_group_groupmetadatamanager_numgroups") == 2
+        assert samples.get("kafka_coordinator_group_groupmetadatamanager_numgroupsstable") == 1  # the classic one
         assert samples.get("kafka_consumergroup_members", consumergroup=a.group) == 1
+        assert samples.get("kafka_consumergroup_members", consumergroup=classic_group) == 1
     finally:
+        classic.close()
         a.close()

@@ -432,6 +432,8 @@ async def group_api(request: Request) -> Response:
     group = await console(request).call(gateway(request).group, group_id)
     return JSONResponse({
         "group": group.group_id, "state": group.state, "protocol": group.protocol, "members": len(group.members),
+        "group_epoch": group.group_epoch, "assignment_epoch": group.assignment_epoch,
+        "member_epochs": {m.member_id: m.epoch for m in group.members if m.epoch is not None},
         "total_lag": group.total_lag,
         "spark_marker_batch": group.spark_marker_batch,
         "partitions": [{"topic": r.topic, "partition": r.partition, "committed": r.committed,

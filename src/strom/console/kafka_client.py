@@ -7,6 +7,7 @@ and an HTTP status; nothing here knows about HTML.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import deque
@@ -299,6 +300,10 @@ class MemberView:
     host: str
     instance_id: str | None
     assignment: list[tuple[str, int]]
+    # Consumer-protocol groups only (ConsumerGroupDescribe): the member's epoch, and "classic" for a
+    # classic member served by a consumer group after an online upgrade.
+    epoch: int | None = None
+    member_type: str | None = None
 
 
 @dataclass
@@ -313,6 +318,8 @@ class GroupView:
     # The exactly-once Spark sink's bookkeeping, not a consumer: its "offset" is a batch id (see spark_marker_batch).
     spark_marker_batch: int | None = None
     protocol: str = "classic"  # or "consumer": the KIP-848 protocol (group.protocol=consumer)
+    group_epoch: int | None = None  # consumer-protocol groups: the group and target assignment epochs
+    assignment_epoch: int | None = None
 
     @property
     def spark_marker(self) -> bool:
@@ -876,7 +883,46 @@ class KafkaGateway:
         assigned = {(tp.topic, tp.partition) for m in description.members
                     for tp in m.assignment.topic_partitions}
         ends = self._end_offsets(assigned if marker is not None else set(committed) | assigned)
-        return self._group_view(description, committed, ends, marker)
+        view = self._group_view(description, committed, ends, marker)
+        if view.protocol == "consumer":
+            self._add_epochs(view, description)
+        return view
+
+    def _add_epochs(self, view: GroupView, description: Any) -> None:
+        """Group, target assignment and member epochs of a consumer-protocol group: the admin client
+        does not expose them, so ask its coordinator with ConsumerGroupDescribe. A group that cannot
+        be described (moved, gone) is still shown, without its epochs."""
+        from strom.client.broker_client import BrokerClient
+        from strom.protocol.group_messages import ConsumerGroupDescribeRequest
+        from strom.security.client_security import ClientSecurity
+
+        coordinator = description.coordinator
+        if coordinator is None:
+            return
+        async def ask() -> Any:
+            security = ClientSecurity.from_client_properties(
+                {k: str(v) for k, v in self.config.items() if k.startswith(("security.", "sasl.", "ssl."))})
+            client = BrokerClient(coordinator.host, coordinator.port, client_id="strom-console", security=security,
+                                  connect_timeout_s=self.timeout, request_timeout_ms=int(self.timeout * 1000))
+            try:
+                return await client.send(ConsumerGroupDescribeRequest(group_ids=[view.group_id],
+                                                                      include_authorized_operations=False), 1)
+            finally:
+                await client.close()
+
+        try:
+            described = asyncio.run(ask()).groups[0]
+        except (OSError, ValueError, TimeoutError):  # ConnectionError is an OSError
+            return
+        if described.error_code:
+            return
+        view.group_epoch, view.assignment_epoch = described.group_epoch, described.assignment_epoch
+        by_id = {m.member_id: m for m in described.members}
+        for m in view.members:
+            found = by_id.get(m.member_id)
+            if found is not None:
+                m.epoch = found.member_epoch
+                m.member_type = "classic" if found.member_type == 0 else "consumer"
 
     def _group_view(self, description: Any, committed: dict[tuple[str, int], int],
                     ends: dict[tuple[str, int], int], marker: int | None = None) -> GroupView:
