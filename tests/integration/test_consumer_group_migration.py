@@ -19,7 +19,12 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kafka.protocol.admin.groups import ListGroupsRequest, ListGroupsResponse
+from kafka.protocol.admin.groups import (
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
 from kafka.protocol.consumer.group import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -61,6 +66,7 @@ REBALANCE_IN_PROGRESS = 27
 INCONSISTENT_GROUP_PROTOCOL = 23
 MEMBER_ID_REQUIRED = 79
 GROUP_ID_NOT_FOUND = 69
+FENCED_INSTANCE_ID = 82
 RETRIABLE = (14, 15, 16)  # loading, not available, not coordinator
 
 
@@ -108,6 +114,7 @@ class ClassicMember:
         self.client = RawClient(broker)
         self.group, self.topic = group, topic
         self.member_id = ""
+        self.instance_id: str | None = None
         self.generation = -1
         self.protocol = "range"
         self.assigned: list[int] = []
@@ -121,7 +128,7 @@ class ClassicMember:
         while True:
             frame = self.client.request(JoinGroupRequest(
                 group_id=self.group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id=self.member_id,
-                group_instance_id=None, protocol_type="consumer", protocols=[(self.protocol, meta)]), version=5)
+                group_instance_id=self.instance_id, protocol_type="consumer", protocols=[(self.protocol, meta)]), version=5)
             resp = decode(JoinGroupResponse, frame, 5, False)
             if resp.error_code == MEMBER_ID_REQUIRED:
                 self.member_id = resp.member_id
@@ -135,7 +142,7 @@ class ClassicMember:
 
     def sync(self, assignments: list[tuple[str, bytes]] | None = None) -> Any:
         frame = self.client.request(SyncGroupRequest(group_id=self.group, generation_id=self.generation,
-                                                     member_id=self.member_id, group_instance_id=None,
+                                                     member_id=self.member_id, group_instance_id=self.instance_id,
                                                      assignments=assignments or []), version=3)
         resp = decode(SyncGroupResponse, frame, 3, False)
         if resp.error_code == NONE:
@@ -144,7 +151,7 @@ class ClassicMember:
 
     def heartbeat(self) -> int:
         frame = self.client.request(HeartbeatRequest(group_id=self.group, generation_id=self.generation,
-                                                     member_id=self.member_id, group_instance_id=None), version=3)
+                                                     member_id=self.member_id, group_instance_id=self.instance_id), version=3)
         return decode(HeartbeatResponse, frame, 3, False).error_code
 
     def leave(self) -> Any:
@@ -309,6 +316,65 @@ def test_classic_member_joins_a_consumer_group(migration_broker: BrokerProcess, 
     c.heartbeat()
     c.heartbeat()
     assert c.partitions() == {0, 1, 2, 3}
+
+
+def _described_members(client: RawClient, group: str) -> set[str]:
+    req = ConsumerGroupDescribeRequest(group_ids=[group], include_authorized_operations=False)
+    return {m.member_id for m in decode(ConsumerGroupDescribeResponse, client.request(req, version=1), 1,
+                                        True).groups[0].members}
+
+
+def test_static_classic_member_with_a_member_id_it_was_never_given(migration_broker: BrokerProcess,
+                                                                   raw: Callable[..., Any]) -> None:
+    """As Kafka 4.0: a static classic member naming a member id the consumer group never gave it
+    gets UNKNOWN_MEMBER_ID, and FENCED_INSTANCE_ID if its instance id belongs to another member;
+    neither joins. DescribeGroups (the classic API) does not describe the consumer group, classic
+    members or not: Dead, no members (Kafka before DescribeGroups v6)."""
+    topic = _topic(migration_broker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    c = raw(ConsumerMember, group)
+    assert c.join(topic).error_code == NONE
+    a = raw(ClassicMember, group, topic)
+    a.instance_id, a.member_id = "box-a", f"never-given-{uuid.uuid4().hex[:6]}"
+    assert a.join().error_code == UNKNOWN_MEMBER_ID
+    b = raw(ClassicMember, group, topic)
+    b.instance_id = "box-b"
+    assert b.join().error_code == NONE
+    a.instance_id = "box-b"  # b's instance id with a member id that is not b's
+    assert a.join().error_code == FENCED_INSTANCE_ID
+    assert _described_members(c.client, group) == {c.member_id, b.member_id}
+    assert b.join().error_code == NONE  # b itself rejoins with its id
+    resp = decode(DescribeGroupsResponse, c.client.request(DescribeGroupsRequest(groups=[group]), version=5), 5, True)
+    assert (resp.groups[0].error_code, resp.groups[0].group_state, resp.groups[0].members) == (NONE, "Dead", [])
+
+
+def test_static_classic_member_replacing_the_last_consumer_member_downgrades(migration_broker: BrokerProcess,
+                                                                             raw: Callable[..., Any]) -> None:
+    """As Kafka 4.0: a classic static member replacing the group's last consumer-protocol member
+    (same instance id) turns the group classic; the member rejoins its rebalance, leads it and
+    owns everything; the replaced member is out."""
+    topic = _topic(migration_broker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    c = raw(ConsumerMember, group)
+    resp = c.send(member_epoch=0, instance_id="box-1", rebalance_timeout_ms=30000, subscribed_topic_names=[topic],
+                  topic_partitions=[])
+    assert resp.error_code == NONE, resp
+    a = raw(ClassicMember, group, topic)
+    a.instance_id = "box-1"
+    assert a.join().error_code == NONE
+    assert _group_type(migration_broker, group)[0] == "classic", _group_type(migration_broker, group)
+    # The replaced member's heartbeat finds no consumer group any more.
+    assert c.send(instance_id="box-1").error_code == GROUP_ID_NOT_FOUND
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the downgrade's rebalance: a rejoins, leads, assigns
+        sync = a.sync([(a.member_id, _assignment(topic, [0, 1, 2, 3]))])
+        if sync.error_code == NONE:
+            break
+        assert sync.error_code == REBALANCE_IN_PROGRESS, sync
+        joined = a.join()
+        assert joined.error_code == NONE and joined.leader == a.member_id, joined
+    assert a.assigned == [0, 1, 2, 3] and a.heartbeat() == NONE
+    assert _group_type(migration_broker, group) == ("classic", "Stable")
 
 
 @pytest.mark.parametrize("assignor", ["cooperative-sticky", "range"])
