@@ -97,6 +97,33 @@ def _group_type(broker: BrokerProcess, group: str) -> tuple[str, str] | None:
         client.close()
 
 
+def _group_report(broker: BrokerProcess, group: str) -> str:
+    """What a failing test saw of the group: its type and state, and its members (for a consumer
+    group: protocol, epoch and partitions; for a classic one: the DescribeGroups view)."""
+    client = RawClient(broker)
+    try:
+        found = _group_type(broker, group)
+        lines = [f"group {group}: {found}"]
+        if found is not None and found[0] == "consumer":
+            req = ConsumerGroupDescribeRequest(group_ids=[group], include_authorized_operations=False)
+            g = decode(ConsumerGroupDescribeResponse, client.request(req, version=1), 1, True).groups[0]
+            lines.append(f"  epoch {g.group_epoch}, assignment epoch {g.assignment_epoch}")
+            lines += [f"  {'classic' if m.member_type == 0 else 'consumer'} member {m.member_id} epoch {m.member_epoch} "
+                      f"owns {sorted(p for tp in m.assignment.topic_partitions for p in tp.partitions)} "
+                      f"target {sorted(p for tp in m.target_assignment.topic_partitions for p in tp.partitions)}"
+                      for m in g.members]
+        elif found is not None:
+            resp = decode(DescribeGroupsResponse, client.request(DescribeGroupsRequest(groups=[group]), version=5), 5,
+                          True)
+            d = resp.groups[0]
+            lines.append(f"  protocol {d.protocol_data!r}, members {[m.member_id for m in d.members]}")
+        return "\n".join(lines)
+    except Exception as exc:  # noqa: BLE001 - a report must not hide the failure it explains
+        return f"group {group}: could not be described ({exc!r})"
+    finally:
+        client.close()
+
+
 def _wait_type(broker: BrokerProcess, group: str, kind: str) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -104,7 +131,7 @@ def _wait_type(broker: BrokerProcess, group: str, kind: str) -> None:
         if found is not None and found[0] == kind:
             return
         time.sleep(0.3)
-    raise AssertionError(f"group {group} did not become a {kind} group: {_group_type(broker, group)}")
+    raise AssertionError(f"group {group} did not become a {kind} group:\n{_group_report(broker, group)}")
 
 
 class ClassicMember:
@@ -403,7 +430,7 @@ def test_mixed_members_under_load_upgrade_then_downgrade(migration_broker: Broke
 
     try:
         settle(3)
-        assert _group_type(migration_broker, group)[0] == "classic"
+        assert _group_type(migration_broker, group)[0] == "classic", _group_report(migration_broker, group)
         new = [GroupMember(migration_broker.bootstrap, group, topic, f"k{i}", tracker) for i in range(2)]
         members += new
         _wait_type(migration_broker, group, "consumer")
@@ -424,13 +451,17 @@ def test_mixed_members_under_load_upgrade_then_downgrade(migration_broker: Broke
     # LeaveGroup, which any classic group refuses). A classic member's commit may meet a
     # rebalance (it commits again later, or the partition's next owner starts from the last
     # commit); anything else is a fault.
+    report = _group_report(migration_broker, group)  # as the members leave it, for the messages below
     commit_errors = [(m.name, e) for m in members for e in m.commit_errors]
     for m in members[:2]:
         m.close()
-    assert not tracker.violations, tracker.violations[:5]
-    assert producer.acked and acked <= set(tracker.consumed), "records were lost"
+    assert not [m.name for m in members if m.close_timed_out], f"a member's close hung\n{report}"
+    assert not tracker.violations, f"{tracker.violations[:5]}\n{report}"
+    assert producer.acked and acked <= set(tracker.consumed), \
+        f"{len(acked - set(tracker.consumed))} acknowledged records were never consumed\n{report}"
     expected = ("ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS")
-    assert not [(name, e) for name, e in commit_errors if not any(x in e for x in expected)]
+    unexpected = [(name, e) for name, e in commit_errors if not any(x in e for x in expected)]
+    assert not unexpected, f"{unexpected}\n{report}"
     # Everything consumed was committed: a new member of the group starts at the end.
     late = Consumer({"bootstrap.servers": migration_broker.bootstrap, "group.id": group, "group.protocol": "consumer",
                      "auto.offset.reset": "earliest", "log_level": 0})
@@ -444,8 +475,8 @@ def test_mixed_members_under_load_upgrade_then_downgrade(migration_broker: Broke
             if msg is not None and not msg.error():
                 extra += 1
                 quiet_since = time.monotonic()
-        assert assigned
-        assert extra == 0, f"{extra} records were consumed again: commits were lost"
+        assert assigned, f"the late member got no assignment\n{_group_report(migration_broker, group)}"
+        assert extra == 0, f"{extra} records were consumed again: commits were lost\n{report}"
         committed = late.committed([TopicPartition(topic, p) for p in range(6)], timeout=10)
         assert all(tp.error is None or tp.error.code() == KafkaError.NO_ERROR for tp in committed)
     finally:
