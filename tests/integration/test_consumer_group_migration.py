@@ -544,6 +544,39 @@ def test_upgrade_mid_rebalance_keeps_what_classic_members_own(migration_broker: 
     assert k.partitions() == set()  # all still a's until it gives some up
 
 
+def test_downgrade_rebalance_waits_its_own_rebalance_timeout(migration_broker: BrokerProcess,
+                                                           raw: Callable[..., Any]) -> None:
+    """A classic group upgraded mid-rebalance and downgraded soon after: the downgrade's rebalance
+    waits its members for their whole rebalance timeout (10 s) from the downgrade. The join
+    deadline of the rebalance the upgrade ended must not end it early and drop a member that is
+    still within its time."""
+    topic = _topic(migration_broker, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    a, b = raw(ClassicMember, group, topic), raw(ClassicMember, group, topic)
+    assert a.join().error_code == NONE
+    assert a.sync([(a.member_id, _assignment(topic, [0, 1, 2, 3]))]).error_code == NONE
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        b_joined = pool.submit(b.join)  # PreparingRebalance: its join deadline is 10 s from now
+        started = time.monotonic()
+        time.sleep(6)
+        k = raw(ConsumerMember, group)
+        assert k.join(topic).error_code == NONE  # upgrades the group, ending that rebalance
+        assert b_joined.result(30).error_code == REBALANCE_IN_PROGRESS
+        assert k.send(member_epoch=-1).error_code == NONE  # downgrades: a new rebalance, 10 s from here
+        downgraded = time.monotonic()
+        assert _group_type(migration_broker, group)[0] == "classic"
+        a_joined = pool.submit(a.join)
+        # b rejoins after the old deadline, well within the new one.
+        time.sleep(max(0.0, started + 12.5 - time.monotonic()))
+        assert time.monotonic() < downgraded + 8, "the machine is too slow for this test's margins"
+        b_rejoined = b.join()
+        assert b_rejoined.error_code == NONE, f"{b_rejoined}\n{_group_report(migration_broker, group)}"
+        a_rejoined = a_joined.result(30)
+    assert a_rejoined.error_code == NONE
+    leader = next(r for r in (a_rejoined, b_rejoined) if r.member_id == r.leader)
+    assert sorted(m.member_id for m in leader.members) == sorted([a.member_id, b.member_id])
+
+
 def test_no_upgrade_of_a_group_with_a_malformed_subscription(migration_broker: BrokerProcess,
                                                              raw: Callable[..., Any]) -> None:
     topic = _topic(migration_broker, 1)

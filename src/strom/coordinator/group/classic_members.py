@@ -112,6 +112,10 @@ class ClassicMembers:
             old_member.complete_join(JoinGroupResult(old_member.member_id, REBALANCE_IN_PROGRESS))
             old_member.complete_sync(SyncGroupResult(REBALANCE_IN_PROGRESS))
             classic._remove_heartbeat(old_member)  # noqa: SLF001 - the classic timers stop here
+        # So do the rebalance's join and sync deadlines: left behind, they would end the rebalance
+        # of the classic group a downgrade makes early, dropping members still within their time.
+        classic.rebalance_purgatory.cancel_for_key(("group", group.group_id))
+        classic.rebalance_purgatory.cancel_for_key(("sync", group.group_id))
         cg = ConsumerGroup(group.group_id)
         cg.group_epoch = cg.target_assignment_epoch = group.generation_id
         topics = self.coordinator.metadata.topics()
