@@ -239,6 +239,7 @@ class ClassicMembers:
             for classic_member in list(group.members.values()):
                 classic._remove_heartbeat(classic_member)  # noqa: SLF001
                 classic_member.complete_join(JoinGroupResult(classic_member.member_id, REBALANCE_IN_PROGRESS))
+            classic.rebalance_purgatory.cancel_for_key(("group", group.group_id))  # the rebalance is void
             group.members.clear()
             group.static_members.clear()
             group.supported_protocols.clear()
