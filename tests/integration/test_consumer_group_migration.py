@@ -11,6 +11,7 @@ restart and ``group.consumer.migration.policy=disabled``.
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -122,6 +123,15 @@ def _group_report(broker: BrokerProcess, group: str) -> str:
         return f"group {group}: could not be described ({exc!r})"
     finally:
         client.close()
+
+
+def _close_within(consumer: Consumer, seconds: float) -> bool:
+    """Close a consumer without waiting on it for ever (a close blocks in librdkafka, where the
+    test's timeout cannot interrupt it); False if it had not finished in time."""
+    closing = threading.Thread(target=consumer.close, name="close", daemon=True)
+    closing.start()
+    closing.join(seconds)
+    return not closing.is_alive()
 
 
 def _wait_type(broker: BrokerProcess, group: str, kind: str) -> None:
@@ -480,7 +490,8 @@ def test_mixed_members_under_load_upgrade_then_downgrade(migration_broker: Broke
         committed = late.committed([TopicPartition(topic, p) for p in range(6)], timeout=10)
         assert all(tp.error is None or tp.error.code() == KafkaError.NO_ERROR for tp in committed)
     finally:
-        late.close()
+        late_closed = _close_within(late, 60)
+    assert late_closed, f"the late member's close hung\n{_group_report(migration_broker, group)}"
 
 
 def test_restart_resumes_a_mixed_group(broker_factory: Callable[..., BrokerProcess]) -> None:
