@@ -483,7 +483,8 @@ def test_mixed_members_under_load_upgrade_then_downgrade(migration_broker: Broke
     commit_errors = [(m.name, e) for m in members for e in m.commit_errors]
     # One at a time, the group settled in between: librdkafka can block for ever in a close that
     # meets the rebalance its peer's departure started (its rebalance callback asks for the
-    # rebalance protocol of a group handle the close already ended; librdkafka issue 4041).
+    # rebalance protocol of a group handle the close already ended; librdkafka issue 4041). It
+    # blocks holding the GIL, so no bounded join or test timeout can end it: it must not happen.
     members[0].close()
     _wait_classic_members(migration_broker, group, 1)
     members[1].close()
