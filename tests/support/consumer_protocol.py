@@ -58,6 +58,7 @@ class GroupMember:
         self.tracker = tracker
         self.positions: dict[int, int] = {}
         self.commit_errors: list[str] = []
+        self.close_timed_out = False
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
                                   "auto.offset.reset": "earliest", "enable.auto.commit": False, "log_level": 0,
                                   **(config or {})})
@@ -105,5 +106,8 @@ class GroupMember:
         self.consumer.close()
 
     def close(self) -> None:
+        """Stop polling, commit and close the consumer, waiting a bounded time; a close that did not
+        finish in time is left behind and shows in ``close_timed_out``."""
         self._stop.set()
         self._thread.join(60)
+        self.close_timed_out = self._thread.is_alive()

@@ -112,6 +112,10 @@ class ClassicMembers:
             old_member.complete_join(JoinGroupResult(old_member.member_id, REBALANCE_IN_PROGRESS))
             old_member.complete_sync(SyncGroupResult(REBALANCE_IN_PROGRESS))
             classic._remove_heartbeat(old_member)  # noqa: SLF001 - the classic timers stop here
+        # So do the rebalance's join and sync deadlines: left behind, they would end the rebalance
+        # of the classic group a downgrade makes early, dropping members still within their time.
+        classic.rebalance_purgatory.cancel_for_key(("group", group.group_id))
+        classic.rebalance_purgatory.cancel_for_key(("sync", group.group_id))
         cg = ConsumerGroup(group.group_id)
         cg.group_epoch = cg.target_assignment_epoch = group.generation_id
         topics = self.coordinator.metadata.topics()
@@ -235,6 +239,7 @@ class ClassicMembers:
             for classic_member in list(group.members.values()):
                 classic._remove_heartbeat(classic_member)  # noqa: SLF001
                 classic_member.complete_join(JoinGroupResult(classic_member.member_id, REBALANCE_IN_PROGRESS))
+            classic.rebalance_purgatory.cancel_for_key(("group", group.group_id))  # the rebalance is void
             group.members.clear()
             group.static_members.clear()
             group.supported_protocols.clear()
@@ -266,21 +271,27 @@ class ClassicMembers:
         if sub is None:
             return JoinGroupResult(member_id, INCONSISTENT_GROUP_PROTOCOL)
         before = copy.deepcopy(cg)
+        if instance_id is not None and member_id:
+            # A static member naming a member id rejoins as the holder of its instance id, which
+            # must exist (as Kafka 4.0: a dynamic member's unknown id is taken as its new id).
+            holder_id = cg.static_members.get(instance_id)
+            if holder_id is None:
+                return JoinGroupResult(member_id, UNKNOWN_MEMBER_ID)
+            if holder_id != member_id:
+                return JoinGroupResult(member_id, FENCED_INSTANCE_ID)
         member = cg.members.get(member_id) if member_id else None
         joined = False
+        replaced: ConsumerGroupMember | None = None
         if member is not None:
             if member.classic is None:
                 return JoinGroupResult(member_id, UNKNOWN_MEMBER_ID)  # a consumer-protocol member
-            if instance_id is not None and member.instance_id != instance_id:
-                return JoinGroupResult(member_id, FENCED_INSTANCE_ID)
         else:
             if self.policy == "disabled":
                 return JoinGroupResult(member_id, INCONSISTENT_GROUP_PROTOCOL)
             if instance_id is not None and instance_id in cg.static_members:
                 holder = cg.members[cg.static_members[instance_id]]
-                if member_id and holder.member_id != member_id:
-                    return JoinGroupResult(member_id, FENCED_INSTANCE_ID)
                 co._remove(cg, holder, "was replaced by a new incarnation of its static member")  # noqa: SLF001
+                replaced = holder
             if not member_id:
                 member_id = f"{client_id}-{uuid.uuid4()}"
                 if require_known_member_id and instance_id is None:
@@ -312,6 +323,15 @@ class ClassicMembers:
         if member.state is MemberState.UNREVOKED_PARTITIONS and not was_revoking:
             co._schedule_revocation_timeout(cg, member)  # noqa: SLF001
         co._schedule_session_timeout(cg, member)  # noqa: SLF001
+        # A classic static member replacing the last consumer-protocol member: the group turns
+        # classic (as Kafka 4.0) and rebalances; the member rejoins it as a classic member.
+        protocol = self.downgrade_protocol(cg) if replaced is not None and replaced.classic is None else None
+        if protocol is not None:
+            error = await self.downgrade(group, before, protocol)
+            if error:
+                return JoinGroupResult(member_id, error)
+            return JoinGroupResult(member_id, NONE, generation_id=group.generation_id,
+                                   protocol_type=CONSUMER_PROTOCOL_TYPE, protocol_name=protocol)
         error = await co._persist(before, cg)  # noqa: SLF001
         if error:
             return JoinGroupResult(member_id, error)
