@@ -4,7 +4,7 @@ Runs 3 brokers, one RF 3 partition (min.insync.replicas=2), an acks=all producer
 1 KiB records, and reports per rate the brokers' CPU seconds (user+system, all three), the acks=all
 latency percentiles, and how far behind the leader's HW a follower's HW was (sampled with ListOffsets
 as the debugging replica, which a follower answers from its own HW). Used to weigh answering a
-follower's parked fetch on every HW move (docs/decisions/0061: measured, not adopted).
+follower's parked fetch on every HW move (docs/decisions/0052: measured, not adopted).
 
     python bench/bench_follower_hw.py [--rates 200,1000,5000] [--seconds 5]
 
