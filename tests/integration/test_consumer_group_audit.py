@@ -20,28 +20,17 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError
-from confluent_kafka.admin import AdminClient, NewTopic
-from kafka.protocol.consumer.group import (
-    HeartbeatRequest,
-    HeartbeatResponse,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    SyncGroupRequest,
-    SyncGroupResponse,
-)
-from kafka.protocol.metadata import FindCoordinatorRequest
 from starlette.testclient import TestClient
 
 from strom.console.app import ConsoleSettings, create_app
-from strom.coordinator.group.consumer_protocol import decode_assignment, encode_subscription
 from strom.protocol.group_messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
-    ConsumerGroupHeartbeatResponse,
 )
 from tests.support.broker import BrokerProcess
 from tests.support.raw_client import RawClient, decode
+from tests.support.raw_group_members import ClassicMember, ConsumerMember, create_topic
 
 OVERRIDES = {"group.consumer.heartbeat.interval.ms": 300, "group.consumer.min.heartbeat.interval.ms": 100,
              "group.initial.rebalance.delay.ms": 0,
@@ -64,91 +53,11 @@ def audit_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPro
         b.close()
 
 
-def _topic(broker: BrokerProcess, partitions: int) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
-    return name
-
-
-def _owned(topic: str, partitions: list[int]) -> bytes:
-    raw = topic.encode()
-    out = (1).to_bytes(4, "big") + len(raw).to_bytes(2, "big") + raw + len(partitions).to_bytes(4, "big")
-    return out + b"".join(p.to_bytes(4, "big") for p in partitions)
-
-
-class _Classic:
-    """A classic member by raw JoinGroup / SyncGroup / Heartbeat (a long session: no keep-alive needed)."""
-
-    def __init__(self, broker: BrokerProcess, group: str, topic: str) -> None:
-        self.client = RawClient(broker)
-        self.group, self.topic = group, topic
-        self.member_id, self.generation, self.assigned = "", -1, []
-        self.client.request(FindCoordinatorRequest(key=group), version=1)
-
-    def join(self, owned: list[int]) -> Any:
-        meta = encode_subscription([self.topic])
-        meta = b"\x00\x01" + meta[2:] + _owned(self.topic, owned)  # v1: it says what it owns
-        deadline = time.monotonic() + 60
-        while True:
-            resp = decode(JoinGroupResponse, self.client.request(JoinGroupRequest(
-                group_id=self.group, session_timeout_ms=60000, rebalance_timeout_ms=10000, member_id=self.member_id,
-                group_instance_id=None, protocol_type="consumer", protocols=[("range", meta)]), version=5), 5, False)
-            if resp.error_code == MEMBER_ID_REQUIRED:
-                self.member_id = resp.member_id
-                continue
-            if resp.error_code not in RETRIABLE or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        if resp.error_code == NONE:
-            self.member_id, self.generation = resp.member_id, resp.generation_id
-        return resp
-
-    def sync(self) -> int:
-        resp = decode(SyncGroupResponse, self.client.request(SyncGroupRequest(
-            group_id=self.group, generation_id=self.generation, member_id=self.member_id, group_instance_id=None,
-            assignments=[]), version=3), 3, False)
-        if resp.error_code == NONE:
-            self.assigned = sorted((decode_assignment(resp.assignment) or {}).get(self.topic, []))
-        return resp.error_code
-
-    def heartbeat(self) -> int:
-        return decode(HeartbeatResponse, self.client.request(HeartbeatRequest(
-            group_id=self.group, generation_id=self.generation, member_id=self.member_id, group_instance_id=None),
-            version=3), 3, False).error_code
-
-
-class _Member:
-    """A consumer-protocol member by raw ConsumerGroupHeartbeat (the default 45 s session)."""
-
-    def __init__(self, broker: BrokerProcess, group: str) -> None:
-        self.client = RawClient(broker)
-        self.group, self.member_id, self.epoch = group, uuid.uuid4().hex, 0
-        self.assigned: dict[uuid.UUID, list[int]] = {}
-        self.client.request(FindCoordinatorRequest(key=group), version=1)
-
-    def send(self, **fields: Any) -> Any:
-        fields.setdefault("group_id", self.group)
-        fields.setdefault("member_id", self.member_id)
-        fields.setdefault("member_epoch", self.epoch)
-        deadline = time.monotonic() + 60
-        while True:
-            resp = decode(ConsumerGroupHeartbeatResponse, self.client.request(CGH(**fields), version=1), 1, True)
-            if resp.error_code not in RETRIABLE or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        if resp.error_code == NONE:
-            self.epoch = resp.member_epoch
-            if resp.assignment is not None:
-                self.assigned = {tp.topic_id: sorted(tp.partitions) for tp in resp.assignment.topic_partitions}
-        return resp
-
-    def heartbeat(self) -> Any:
-        return self.send(topic_partitions=[CGH.TopicPartitions(topic_id=t, partitions=p)
-                                           for t, p in self.assigned.items()])
-
-    def partitions(self) -> set[int]:
-        return {p for parts in self.assigned.values() for p in parts}
+def _classic(broker: BrokerProcess, group: str, topic: str) -> ClassicMember:
+    """A classic member with a long session: no keep-alive needed."""
+    member = ClassicMember(broker, group, topic)
+    member.session_timeout_ms = 60000
+    return member
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -159,19 +68,19 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_cli_describes_a_consumer_group_with_classic_members(audit_broker: BrokerProcess) -> None:
     """After an online upgrade a consumer group holds a classic member: every --describe view of
     the tool prints both members (the classic one at its generation), none crashes."""
-    topic = _topic(audit_broker, 4)
+    topic = create_topic(audit_broker, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
-    c = _Member(audit_broker, group)
-    a = _Classic(audit_broker, group, topic)
+    c = ConsumerMember(audit_broker, group)
+    a = _classic(audit_broker, group, topic)
     try:
         resp = c.send(member_epoch=0, rebalance_timeout_ms=30000, subscribed_topic_names=[topic], topic_partitions=[])
         assert resp.error_code == NONE, resp
         c.heartbeat()
-        assert a.join(owned=[]).error_code == NONE and a.sync() == NONE
+        assert a.join(owned=[]).error_code == NONE and a.sync().error_code == NONE
         for _ in range(3):
             c.heartbeat()
         assert len(c.partitions()) == 2 and a.heartbeat() == REBALANCE_IN_PROGRESS
-        assert a.join(owned=[]).error_code == NONE and a.sync() == NONE
+        assert a.join(owned=[]).error_code == NONE and a.sync().error_code == NONE
         assert sorted(a.assigned) == sorted({0, 1, 2, 3} - c.partitions()) and a.heartbeat() == NONE
 
         boot = ["--bootstrap-server", audit_broker.bootstrap]
@@ -237,7 +146,7 @@ def _describe(broker: BrokerProcess, group: str) -> Any:
 def test_max_size_refuses_a_further_confluent_kafka_member(audit_broker: BrokerProcess) -> None:
     """group.consumer.max.size=2: a third confluent-kafka consumer gets a fatal 'maximum size'
     error and no partitions; the two members keep consuming undisturbed."""
-    topic = _topic(audit_broker, 4)
+    topic = create_topic(audit_broker, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a, b = _consumer(audit_broker, group, topic), _consumer(audit_broker, group, topic)
     third = None
@@ -270,7 +179,7 @@ def test_max_size_refuses_a_further_confluent_kafka_member(audit_broker: BrokerP
 def test_remote_assignor_chooses_the_server_side_assignor(audit_broker: BrokerProcess, assignor: str) -> None:
     """confluent-kafka's group.remote.assignor picks the assignor the coordinator runs: range hands
     out contiguous ranges of a topic's partitions."""
-    topic = _topic(audit_broker, 6)
+    topic = create_topic(audit_broker, 6)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a = _consumer(audit_broker, group, topic, **{"group.remote.assignor": assignor})
     b = None
@@ -335,7 +244,7 @@ def test_member_killed_with_sigkill_is_expired_and_its_partitions_move(broker_fa
     """A confluent-kafka member process killed with kill -9 never leaves: when its session expires
     the coordinator fences it and the surviving member gets its partitions (and only then)."""
     broker = broker_factory(FAST_SESSIONS)
-    topic = _topic(broker, 4)
+    topic = create_topic(broker, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
     child = subprocess.Popen([sys.executable, "-c", _CHILD, broker.bootstrap, group, topic], stdout=subprocess.PIPE,
                              text=True)
@@ -376,7 +285,7 @@ def test_broker_assignors_config_sets_the_default_and_the_choice(broker_factory:
     """group.consumer.assignors=range: a member that names no assignor gets range (the first listed),
     one asking for uniform is refused with a fatal UNSUPPORTED_ASSIGNOR."""
     broker = broker_factory({**FAST_SESSIONS, "group.consumer.assignors": "range"})
-    topic = _topic(broker, 6)
+    topic = create_topic(broker, 6)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a, b = _consumer(broker, group, topic), _consumer(broker, group, topic)
     other = _consumer(broker, f"g-{uuid.uuid4().hex[:8]}", topic, **{"group.remote.assignor": "uniform"})
@@ -404,12 +313,12 @@ def test_one_way_migration_policies(broker_factory: Any, policy: str) -> None:
     member joins but never turns it back; =downgrade refuses that conversion."""
     broker = broker_factory({**FAST_SESSIONS, "group.consumer.session.timeout.ms": 30000,
                              "group.consumer.migration.policy": policy, "group.initial.rebalance.delay.ms": 0})
-    topic = _topic(broker, 4)
+    topic = create_topic(broker, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
-    a = _Classic(broker, group, topic)
-    c = _Member(broker, group)
+    a = _classic(broker, group, topic)
+    c = ConsumerMember(broker, group)
     try:
-        assert a.join(owned=[]).error_code == NONE and a.sync() == NONE
+        assert a.join(owned=[]).error_code == NONE and a.sync().error_code == NONE
         resp = c.send(member_epoch=0, rebalance_timeout_ms=30000, subscribed_topic_names=[topic], topic_partitions=[])
         if policy == "downgrade":
             assert resp.error_code == GROUP_ID_NOT_FOUND, resp

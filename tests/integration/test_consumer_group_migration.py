@@ -19,40 +19,26 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.admin.groups import (
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
 )
-from kafka.protocol.consumer.group import (
-    HeartbeatRequest,
-    HeartbeatResponse,
-    JoinGroupRequest,
-    JoinGroupResponse,
-    LeaveGroupRequest,
-    LeaveGroupResponse,
-    SyncGroupRequest,
-    SyncGroupResponse,
-)
-from kafka.protocol.metadata import FindCoordinatorRequest
 
 from strom.coordinator.group.consumer_protocol import (
-    decode_assignment,
     encode_assignment,
-    encode_subscription,
 )
 from strom.protocol.group_messages import (
     ConsumerGroupDescribeRequest,
     ConsumerGroupDescribeResponse,
     ConsumerGroupHeartbeatRequest,
-    ConsumerGroupHeartbeatResponse,
 )
 from tests.support.broker import BrokerProcess
 from tests.support.checker import SequenceProducer
 from tests.support.consumer_protocol import GroupMember, Tracker
 from tests.support.raw_client import RawClient, decode
+from tests.support.raw_group_members import ClassicMember, ConsumerMember, create_topic
 
 OVERRIDES = {"group.consumer.heartbeat.interval.ms": 300, "group.consumer.session.timeout.ms": 6000,
              "group.consumer.min.session.timeout.ms": 1000, "group.consumer.min.heartbeat.interval.ms": 100,
@@ -79,13 +65,6 @@ def migration_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broke
         yield b
     finally:
         b.close()
-
-
-def _topic(broker: BrokerProcess, partitions: int) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
-    return name
 
 
 def _group_type(broker: BrokerProcess, group: str) -> tuple[str, str] | None:
@@ -162,111 +141,6 @@ def _wait_type(broker: BrokerProcess, group: str, kind: str) -> None:
     raise AssertionError(f"group {group} did not become a {kind} group:\n{_group_report(broker, group)}")
 
 
-class ClassicMember:
-    """A classic-protocol member spoken for by raw JoinGroup / SyncGroup / Heartbeat requests."""
-
-    def __init__(self, broker: BrokerProcess, group: str, topic: str) -> None:
-        self.client = RawClient(broker)
-        self.group, self.topic = group, topic
-        self.member_id = ""
-        self.instance_id: str | None = None
-        self.generation = -1
-        self.protocol = "range"
-        self.assigned: list[int] = []
-        self.client.request(FindCoordinatorRequest(key=group), version=1)
-
-    def join(self, owned: list[int] | None = None, metadata: bytes | None = None) -> Any:
-        meta = encode_subscription([self.topic]) if metadata is None else metadata
-        if owned is not None:  # a v1 subscription: v0's fields, then the partitions it owns
-            meta = b"\x00\x01" + meta[2:] + _owned(self.topic, owned)
-        deadline = time.monotonic() + 60
-        while True:
-            frame = self.client.request(JoinGroupRequest(
-                group_id=self.group, session_timeout_ms=10000, rebalance_timeout_ms=10000, member_id=self.member_id,
-                group_instance_id=self.instance_id, protocol_type="consumer", protocols=[(self.protocol, meta)]), version=5)
-            resp = decode(JoinGroupResponse, frame, 5, False)
-            if resp.error_code == MEMBER_ID_REQUIRED:
-                self.member_id = resp.member_id
-                continue
-            if resp.error_code not in RETRIABLE or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        if resp.error_code == NONE:
-            self.member_id, self.generation = resp.member_id, resp.generation_id
-        return resp
-
-    def sync(self, assignments: list[tuple[str, bytes]] | None = None) -> Any:
-        frame = self.client.request(SyncGroupRequest(group_id=self.group, generation_id=self.generation,
-                                                     member_id=self.member_id, group_instance_id=self.instance_id,
-                                                     assignments=assignments or []), version=3)
-        resp = decode(SyncGroupResponse, frame, 3, False)
-        if resp.error_code == NONE:
-            self.assigned = sorted((decode_assignment(resp.assignment) or {}).get(self.topic, []))
-        return resp
-
-    def heartbeat(self) -> int:
-        frame = self.client.request(HeartbeatRequest(group_id=self.group, generation_id=self.generation,
-                                                     member_id=self.member_id, group_instance_id=self.instance_id), version=3)
-        return decode(HeartbeatResponse, frame, 3, False).error_code
-
-    def leave(self) -> Any:
-        M = LeaveGroupRequest.MemberIdentity  # noqa: N806
-        frame = self.client.request(LeaveGroupRequest(group_id=self.group, members=[
-            M(member_id=self.member_id, group_instance_id=None)]), version=3)
-        return decode(LeaveGroupResponse, frame, 3, False)
-
-    def close(self) -> None:
-        self.client.close()
-
-
-def _owned(topic: str, partitions: list[int]) -> bytes:
-    raw = topic.encode()
-    out = (1).to_bytes(4, "big") + len(raw).to_bytes(2, "big") + raw + len(partitions).to_bytes(4, "big")
-    return out + b"".join(p.to_bytes(4, "big") for p in partitions)
-
-
-class ConsumerMember:
-    """A consumer-protocol member spoken for by raw ConsumerGroupHeartbeat requests."""
-
-    def __init__(self, broker: BrokerProcess, group: str) -> None:
-        self.client = RawClient(broker)
-        self.group = group
-        self.member_id = uuid.uuid4().hex
-        self.epoch = 0
-        self.assigned: dict[uuid.UUID, list[int]] = {}
-        self.client.request(FindCoordinatorRequest(key=group), version=1)  # creates the offsets topic
-
-    def send(self, **fields: Any) -> Any:
-        fields.setdefault("group_id", self.group)
-        fields.setdefault("member_id", self.member_id)
-        fields.setdefault("member_epoch", self.epoch)
-        deadline = time.monotonic() + 60
-        while True:
-            resp = decode(ConsumerGroupHeartbeatResponse, self.client.request(CGH(**fields), version=1), 1, True)
-            if resp.error_code not in RETRIABLE or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        if resp.error_code == NONE:
-            self.epoch = resp.member_epoch
-            if resp.assignment is not None:
-                self.assigned = {tp.topic_id: sorted(tp.partitions) for tp in resp.assignment.topic_partitions}
-        return resp
-
-    def join(self, topic: str) -> Any:
-        return self.send(member_epoch=0, rebalance_timeout_ms=30000, subscribed_topic_names=[topic],
-                         topic_partitions=[])
-
-    def heartbeat(self) -> Any:
-        owned = [CGH.TopicPartitions(topic_id=t, partitions=p) for t, p in self.assigned.items()]
-        return self.send(topic_partitions=owned)
-
-    def partitions(self) -> set[int]:
-        return {p for parts in self.assigned.values() for p in parts}
-
-    def close(self) -> None:
-        self.client.close()
-
-
 @pytest.fixture
 def raw(migration_broker: BrokerProcess) -> Iterator[Callable[..., Any]]:
     made: list[Any] = []
@@ -291,7 +165,7 @@ def test_upgrade_serves_classic_members_then_downgrades(migration_broker: Broker
     member learns of its new assignment by REBALANCE_IN_PROGRESS, gives up what it must (its
     JoinGroup reports what it owns) before anyone else gets it, and its SyncGroup returns the
     server's assignment; when the consumer-protocol member leaves, the group is classic again."""
-    topic = _topic(migration_broker, 4)
+    topic = create_topic(migration_broker, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a = raw(ClassicMember, group, topic)
     assert a.join().error_code == NONE
@@ -342,7 +216,7 @@ def test_upgrade_serves_classic_members_then_downgrades(migration_broker: Broker
 def test_classic_member_joins_a_consumer_group(migration_broker: BrokerProcess, raw: Callable[..., Any]) -> None:
     """A classic member joining a consumer group is a member of it, served through the classic
     APIs; it leaves with LeaveGroup and its partitions go back."""
-    topic = _topic(migration_broker, 4)
+    topic = create_topic(migration_broker, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
     c = raw(ConsumerMember, group)
     assert c.join(topic).error_code == NONE
@@ -385,7 +259,7 @@ def test_static_classic_member_with_a_member_id_it_was_never_given(migration_bro
     gets UNKNOWN_MEMBER_ID, and FENCED_INSTANCE_ID if its instance id belongs to another member;
     neither joins. DescribeGroups (the classic API) does not describe the consumer group, classic
     members or not: Dead, no members (Kafka before DescribeGroups v6)."""
-    topic = _topic(migration_broker, 4)
+    topic = create_topic(migration_broker, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
     c = raw(ConsumerMember, group)
     assert c.join(topic).error_code == NONE
@@ -408,7 +282,7 @@ def test_static_classic_member_replacing_the_last_consumer_member_downgrades(mig
     """As Kafka 4.0: a classic static member replacing the group's last consumer-protocol member
     (same instance id) turns the group classic; the member rejoins its rebalance, leads it and
     owns everything; the replaced member is out."""
-    topic = _topic(migration_broker, 4)
+    topic = create_topic(migration_broker, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
     c = raw(ConsumerMember, group)
     resp = c.send(member_epoch=0, instance_id="box-1", rebalance_timeout_ms=30000, subscribed_topic_names=[topic],
@@ -437,7 +311,7 @@ def test_mixed_members_under_load_upgrade_then_downgrade(migration_broker: Broke
     """confluent-kafka: two classic members consume; two consumer-protocol members join (the group
     converts) and leave (it converts back) while a producer writes. No partition is ever owned by
     two members at once, nothing acknowledged is lost, and what was committed stays committed."""
-    topic = _topic(migration_broker, 6)
+    topic = create_topic(migration_broker, 6)
     group = f"g-{uuid.uuid4().hex[:8]}"
     tracker = Tracker()
     producer = SequenceProducer(migration_broker.bootstrap, topic, rate_sleep=0.002).start()
@@ -521,7 +395,7 @@ def test_restart_resumes_a_mixed_group(broker_factory: Callable[..., BrokerProce
     """kill -9 after the upgrade: the classic member is still a member of the consumer group,
     with its generation, partitions and protocol."""
     broker = broker_factory(OVERRIDES)
-    topic = _topic(broker, 2)
+    topic = create_topic(broker, 2)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a, c = ClassicMember(broker, group, topic), ConsumerMember(broker, group)
     try:
@@ -558,7 +432,7 @@ def test_upgrade_mid_rebalance_keeps_what_classic_members_own(migration_broker: 
     """A classic group whose assignment was reset by a rebalance (CompletingRebalance -> Preparing)
     is upgraded: what its cooperative members said they own at their last JoinGroup is still theirs,
     so the joining consumer-protocol member gets nothing they have not given up."""
-    topic = _topic(migration_broker, 4)
+    topic = create_topic(migration_broker, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a, b, c = (raw(ClassicMember, group, topic) for _ in range(3))
     assert a.join().error_code == NONE
@@ -584,7 +458,7 @@ def test_downgrade_rebalance_waits_its_own_rebalance_timeout(migration_broker: B
     waits its members for their whole rebalance timeout (10 s) from the downgrade. The join
     deadline of the rebalance the upgrade ended must not end it early and drop a member that is
     still within its time."""
-    topic = _topic(migration_broker, 4)
+    topic = create_topic(migration_broker, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a, b = raw(ClassicMember, group, topic), raw(ClassicMember, group, topic)
     assert a.join().error_code == NONE
@@ -613,7 +487,7 @@ def test_downgrade_rebalance_waits_its_own_rebalance_timeout(migration_broker: B
 
 def test_no_upgrade_of_a_group_with_a_malformed_subscription(migration_broker: BrokerProcess,
                                                              raw: Callable[..., Any]) -> None:
-    topic = _topic(migration_broker, 1)
+    topic = create_topic(migration_broker, 1)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a = raw(ClassicMember, group, topic)
     assert a.join(metadata=b"\x00\x00\x7f").error_code == NONE  # the classic protocol does not read it
@@ -623,7 +497,7 @@ def test_no_upgrade_of_a_group_with_a_malformed_subscription(migration_broker: B
 
 def test_disabled_policy_keeps_the_protocols_apart(broker_factory: Callable[..., BrokerProcess]) -> None:
     broker = broker_factory({**OVERRIDES, "group.consumer.migration.policy": "disabled"})
-    topic = _topic(broker, 2)
+    topic = create_topic(broker, 2)
     classic_group, consumer_group = f"g-{uuid.uuid4().hex[:8]}", f"g-{uuid.uuid4().hex[:8]}"
     a, c = ClassicMember(broker, classic_group, topic), ConsumerMember(broker, classic_group)
     b, d = ClassicMember(broker, consumer_group, topic), ConsumerMember(broker, consumer_group)

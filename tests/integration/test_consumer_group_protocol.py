@@ -48,6 +48,7 @@ from tests.support.checker import SequenceProducer
 from tests.support.consumer_protocol import GroupMember, Tracker
 from tests.support.metrics import metrics_port, scrape
 from tests.support.raw_client import RawClient, decode
+from tests.support.raw_group_members import create_topic
 
 HEARTBEAT_MS = 300
 SESSION_MS = 4000
@@ -83,13 +84,6 @@ def kip848_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
         yield b
     finally:
         b.close()
-
-
-def _topic(broker: BrokerProcess, partitions: int) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
-    return name
 
 
 class Member:
@@ -189,7 +183,7 @@ def test_api_versions_advertise_consumer_group_heartbeat(kip848_broker: BrokerPr
 @pytest.mark.parametrize("version", [0, 1])
 def test_join_heartbeat_leave_every_version(kip848_broker: BrokerProcess, members: Callable[..., Member],
                                             version: int) -> None:
-    topic = _topic(kip848_broker, 4)
+    topic = create_topic(kip848_broker, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
     # v0: the coordinator names the member; v1 (KIP-1082): the member names itself.
     m = members(group, version=version, member_id="" if version == 0 else None)
@@ -214,7 +208,7 @@ def test_v1_needs_a_member_id_and_checks_regex(kip848_broker: BrokerProcess, mem
 
 
 def test_heartbeat_errors(kip848_broker: BrokerProcess, members: Callable[..., Member]) -> None:
-    topic = _topic(kip848_broker, 2)
+    topic = create_topic(kip848_broker, 2)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a = members(group)
     assert a.join([topic]).error_code == NONE
@@ -244,7 +238,7 @@ def test_heartbeat_errors(kip848_broker: BrokerProcess, members: Callable[..., M
 
 def test_static_member_rejoins_without_rebalance(kip848_broker: BrokerProcess,
                                                  members: Callable[..., Member]) -> None:
-    topic = _topic(kip848_broker, 2)
+    topic = create_topic(kip848_broker, 2)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a = members(group, instance_id="box-1")
     assert a.join([topic]).error_code == NONE
@@ -264,7 +258,7 @@ def test_static_member_rejoins_without_rebalance(kip848_broker: BrokerProcess,
 
 def test_partitions_are_revoked_before_they_are_assigned(kip848_broker: BrokerProcess,
                                                          members: Callable[..., Member]) -> None:
-    topic = _topic(kip848_broker, 4)
+    topic = create_topic(kip848_broker, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a, b = members(group), members(group)
     assert a.join([topic]).error_code == NONE and a.partitions() == {0, 1, 2, 3}
@@ -283,7 +277,7 @@ def test_partitions_are_revoked_before_they_are_assigned(kip848_broker: BrokerPr
 
 
 def test_session_timeout_hands_partitions_over(kip848_broker: BrokerProcess, members: Callable[..., Member]) -> None:
-    topic = _topic(kip848_broker, 2)
+    topic = create_topic(kip848_broker, 2)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a, b = members(group), members(group)
     a.join([topic])
@@ -299,7 +293,7 @@ def test_session_timeout_hands_partitions_over(kip848_broker: BrokerProcess, mem
 
 def test_offset_commit_and_fetch_check_member_epochs(kip848_broker: BrokerProcess,
                                                      members: Callable[..., Member]) -> None:
-    topic = _topic(kip848_broker, 1)
+    topic = create_topic(kip848_broker, 1)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a = members(group)
     a.join([topic])
@@ -343,7 +337,7 @@ def test_members_join_and_leave_under_load(broker_factory: Callable[..., BrokerP
     """1 -> 5 members and back while a producer writes: never two owners of a partition, no record
     consumed twice (each member commits before it gives a partition up), none lost."""
     kip848_broker = broker_factory({**OVERRIDES, "group.consumer.max.size": 5})
-    topic = _topic(kip848_broker, 6)
+    topic = create_topic(kip848_broker, 6)
     group = f"g-{uuid.uuid4().hex[:8]}"
     tracker = Tracker()
     producer = SequenceProducer(kip848_broker.bootstrap, topic, rate_sleep=0.002).start()
@@ -414,7 +408,7 @@ def test_members_join_and_leave_under_load(broker_factory: Callable[..., BrokerP
 @pytest.mark.parametrize("version", [0, 1])
 def test_consumer_group_describe_every_version(kip848_broker: BrokerProcess, members: Callable[..., Member],
                                                version: int) -> None:
-    topic = _topic(kip848_broker, 4)
+    topic = create_topic(kip848_broker, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a, b = members(group, instance_id="box-a"), members(group)
     a.join([topic], rack_id="r1")
@@ -441,7 +435,7 @@ def test_consumer_group_describe_every_version(kip848_broker: BrokerProcess, mem
 
 
 def test_list_groups_filters_by_type(kip848_broker: BrokerProcess, members: Callable[..., Member]) -> None:
-    topic = _topic(kip848_broker, 1)
+    topic = create_topic(kip848_broker, 1)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a = members(group)
     a.join([topic])
@@ -471,7 +465,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_shows_type_and_member_epochs(kip848_broker: BrokerProcess, members: Callable[..., Member]) -> None:
-    topic = _topic(kip848_broker, 2)
+    topic = create_topic(kip848_broker, 2)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a = members(group)
     a.join([topic])
@@ -523,7 +517,7 @@ def test_restart_resumes_the_group(broker_factory: Callable[..., BrokerProcess])
     partitions (no rebalance), a member that left stays gone, committed offsets are there, and a
     static member that had left for a moment gets its partitions back."""
     broker = broker_factory(OVERRIDES)
-    topic = _topic(broker, 4)
+    topic = create_topic(broker, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
     a, b, c = Member(broker, group), Member(broker, group), Member(broker, group)
     s = Member(broker, group, instance_id="box-s")
@@ -590,7 +584,7 @@ def test_broker_restart_under_a_consuming_group(broker_factory: Callable[..., Br
     """confluent-kafka members consume while the broker is killed and restarted: they resume as
     the same members, no partition has two owners, nothing is consumed twice or lost."""
     broker = broker_factory(OVERRIDES)
-    topic = _topic(broker, 4)
+    topic = create_topic(broker, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
     tracker = Tracker()
     group_members = [GroupMember(broker.bootstrap, group, topic, name, tracker) for name in ("m0", "m1")]
@@ -657,7 +651,7 @@ def test_regex_subscription_picks_up_a_new_topic(kip848_broker: BrokerProcess) -
 def test_static_member_restarts_without_rebalance(kip848_broker: BrokerProcess) -> None:
     """confluent-kafka with group.instance.id: a static member that closes and comes back within its
     session gets its partitions back at the same group epoch; the other member is never disturbed."""
-    topic = _topic(kip848_broker, 4)
+    topic = create_topic(kip848_broker, 4)
     group = f"g-{uuid.uuid4().hex[:8]}"
 
     def consumer(instance: str) -> Consumer:
@@ -695,7 +689,7 @@ def test_static_member_restarts_without_rebalance(kip848_broker: BrokerProcess) 
 
 def test_metrics_count_groups_per_protocol(broker_factory: Callable[..., BrokerProcess]) -> None:
     broker = broker_factory({**OVERRIDES, "metrics.listener": f"http://127.0.0.1:{free_port()}"})
-    topic = _topic(broker, 2)
+    topic = create_topic(broker, 2)
     a = Member(broker, f"g-{uuid.uuid4().hex[:8]}")
     # Beside it, a classic group with one confluent-kafka member: each is counted under its own protocol.
     classic_group = f"g-{uuid.uuid4().hex[:8]}"
