@@ -6,12 +6,14 @@ nothing of Strom's own storage code stands between the replicas and a byte-for-b
 
 from __future__ import annotations
 
+import itertools
 import struct
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.checker import watermark_offsets
@@ -40,7 +42,18 @@ def create_topic(cluster: ClusterProcess, partitions: int = 1, replication_facto
                        config=config or {})
     else:
         new = NewTopic(name, partitions, replication_factor, config=config or {})
-    admin.create_topics([new])[name].result(timeout=60)
+    deadline = time.monotonic() + 60
+    for attempt in itertools.count():
+        try:
+            admin.create_topics([new])[name].result(timeout=60)
+            break
+        except KafkaException as exc:  # as a Java admin client would: retry what is retriable, within a deadline
+            err = exc.args[0]
+            if attempt and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                break  # an earlier try went through after all
+            if not err.retriable() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
     for p in range(partitions):
         state = cluster.wait_isr(name, p, cluster.topic_assignment(name).get(p) or cluster.broker_ids, timeout=60)
         assert len(state.isr) == replication_factor
