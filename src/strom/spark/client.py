@@ -35,6 +35,7 @@ T = TypeVar("T")
 
 METADATA_VERSION = 12
 LIST_OFFSETS_VERSION = 7
+LIST_OFFSETS_RETRY_S = 30.0  # how long list_offset rides out a leader change
 
 # Error codes a leader change or a broker restart explains: refresh metadata and try again.
 NOT_LEADER_OR_FOLLOWER = 6
@@ -228,16 +229,29 @@ class TaskClient:
         """ListOffsets on the leader: -2 earliest, -1 latest (high watermark or LSO), else by time."""
         from kafka.protocol.consumer import ListOffsetsRequest
 
-        node = self.leader(topic, partition)
         req = ListOffsetsRequest(replica_id=-1, isolation_level=1 if read_committed else 0, topics=[
             ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
                 ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
                     partition_index=partition, current_leader_epoch=-1, timestamp=timestamp)])])
-        resp = self.send(node, req, LIST_OFFSETS_VERSION)
-        part = resp.topics[0].partitions[0]
-        if part.error_code:
-            raise KafkaProtocolError(part.error_code, f"ListOffsets {topic}-{partition}")
-        return int(part.offset)
+        # Only the leader answers, and a leader that just took over answers OFFSET_NOT_AVAILABLE until its
+        # HW has caught up: a leader change is retried here on fresh metadata, within a bound.
+        deadline = time.monotonic() + LIST_OFFSETS_RETRY_S
+        refresh = False
+        while True:
+            try:
+                node = self.leader(topic, partition, refresh=refresh)
+                part = self.send(node, req, LIST_OFFSETS_VERSION).topics[0].partitions[0]
+                if part.error_code:
+                    raise KafkaProtocolError(part.error_code, f"ListOffsets {topic}-{partition}")
+                return int(part.offset)
+            except KafkaProtocolError as exc:
+                if not exc.retriable or time.monotonic() > deadline:
+                    raise
+            except (ConnectionError, TimeoutError, OSError):  # the leader this client knew is gone
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.2)
+            refresh = True
 
 
 _CLIENTS: dict[tuple[tuple[str, str], ...], TaskClient] = {}
