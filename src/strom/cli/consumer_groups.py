@@ -105,25 +105,15 @@ class GroupTool:
 
     def consumer_group_describe(self, group: str, desc: Any) -> Any:
         """ConsumerGroupDescribe of a consumer-protocol group, asked of its coordinator."""
-        import asyncio
-
         from strom.cli.common import connect_timeout
-        from strom.client.broker_client import BrokerClient
+        from strom.client.broker_client import request_once
         from strom.protocol.group_messages import ConsumerGroupDescribeRequest
 
         coord = desc.coordinator
-
-        async def ask() -> Any:
-            client = BrokerClient(coord.host, coord.port, client_id="strom-consumer-groups",
-                                  connect_timeout_s=connect_timeout(), security=self.security,
-                                  request_timeout_ms=int(self.timeout * 1000))
-            try:
-                return await client.send(ConsumerGroupDescribeRequest(group_ids=[group],
-                                                                      include_authorized_operations=False), 1)
-            finally:
-                await client.close()
-
-        described = asyncio.run(ask()).groups[0]
+        described = request_once(
+            coord.host, coord.port, ConsumerGroupDescribeRequest(group_ids=[group], include_authorized_operations=False),
+            1, client_id="strom-consumer-groups", connect_timeout_s=connect_timeout(), security=self.security,
+            request_timeout_ms=int(self.timeout * 1000)).groups[0]
         if described.error_code:
             fail(f"Could not describe group '{group}': {described.error_message or described.error_code}")
         return described

@@ -16,6 +16,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable
+from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
 
@@ -318,3 +319,17 @@ class BrokerClient:
                 future.set_exception(error)
         self._pending.clear()
 
+
+
+def request_once(host: str, port: int, request: ApiMessage, version: int, **client_options: Any) -> ApiMessage:
+    """One request on a connection of its own, from synchronous code (a tool, the console); the
+    connection is closed before this returns. ``client_options`` are BrokerClient's."""
+
+    async def ask() -> ApiMessage:
+        client = BrokerClient(host, port, **client_options)
+        try:
+            return await client.send(request, version)
+        finally:
+            await client.close()
+
+    return asyncio.run(ask())

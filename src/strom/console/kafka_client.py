@@ -7,7 +7,6 @@ and an HTTP status; nothing here knows about HTML.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections import deque
@@ -892,26 +891,20 @@ class KafkaGateway:
         """Group, target assignment and member epochs of a consumer-protocol group: the admin client
         does not expose them, so ask its coordinator with ConsumerGroupDescribe. A group that cannot
         be described (moved, gone) is still shown, without its epochs."""
-        from strom.client.broker_client import BrokerClient
+        from strom.client.broker_client import request_once
         from strom.protocol.group_messages import ConsumerGroupDescribeRequest
         from strom.security.client_security import ClientSecurity
 
         coordinator = description.coordinator
         if coordinator is None:
             return
-        async def ask() -> Any:
-            security = ClientSecurity.from_client_properties(
-                {k: str(v) for k, v in self.config.items() if k.startswith(("security.", "sasl.", "ssl."))})
-            client = BrokerClient(coordinator.host, coordinator.port, client_id="strom-console", security=security,
-                                  connect_timeout_s=self.timeout, request_timeout_ms=int(self.timeout * 1000))
-            try:
-                return await client.send(ConsumerGroupDescribeRequest(group_ids=[view.group_id],
-                                                                      include_authorized_operations=False), 1)
-            finally:
-                await client.close()
-
+        security = ClientSecurity.from_client_properties(
+            {k: str(v) for k, v in self.config.items() if k.startswith(("security.", "sasl.", "ssl."))})
+        request = ConsumerGroupDescribeRequest(group_ids=[view.group_id], include_authorized_operations=False)
         try:
-            described = asyncio.run(ask()).groups[0]
+            described = request_once(coordinator.host, coordinator.port, request, 1, client_id="strom-console",
+                                     security=security, connect_timeout_s=self.timeout,
+                                     request_timeout_ms=int(self.timeout * 1000)).groups[0]
         except (OSError, ValueError, TimeoutError):  # ConnectionError is an OSError
             return
         if described.error_code:
