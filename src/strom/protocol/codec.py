@@ -21,6 +21,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from strom.protocol import group_messages as _group_messages
 from strom.protocol import inter_broker as _inter_broker
+from strom.protocol.api_keys import ApiKey
 
 _REQUESTS: dict[int, type[ApiMessage]] = {}
 _RESPONSES: dict[int, type[ApiMessage]] = {}
@@ -33,7 +34,7 @@ for _mod in (_admin, _consumer, _metadata, _producer, _sasl, _inter_broker, _gro
                 _RESPONSES[_cls.API_KEY] = _cls
 
 
-CONTROLLED_SHUTDOWN = 7
+CONTROLLED_SHUTDOWN = int(ApiKey.CONTROLLED_SHUTDOWN)  # a plain int: compared on every request header
 
 
 class MalformedRequest(Exception):
