@@ -175,20 +175,23 @@ def test_max_size_refuses_a_further_confluent_kafka_member(audit_broker: BrokerP
                 c.close()
 
 
-@pytest.mark.parametrize("assignor", ["range", "uniform"])
-def test_remote_assignor_chooses_the_server_side_assignor(audit_broker: BrokerProcess, assignor: str) -> None:
-    """confluent-kafka's group.remote.assignor picks the assignor the coordinator runs: range hands
-    out contiguous ranges of a topic's partitions."""
-    topic = create_topic(audit_broker, 6)
+@pytest.mark.parametrize(("assignor", "broker_assignors"), [("range", "uniform,range"), ("uniform", "range,uniform")])
+def test_remote_assignor_chooses_the_server_side_assignor(broker_factory: Any, assignor: str,
+                                                          broker_assignors: str) -> None:
+    """confluent-kafka's group.remote.assignor picks the assignor the coordinator runs, not the broker's
+    default (the first of group.consumer.assignors, here the other one): range hands out contiguous
+    ranges of a topic's partitions."""
+    broker = broker_factory({**FAST_SESSIONS, "group.consumer.assignors": broker_assignors})
+    topic = create_topic(broker, 6)
     group = f"g-{uuid.uuid4().hex[:8]}"
-    a = _consumer(audit_broker, group, topic, **{"group.remote.assignor": assignor})
+    a = _consumer(broker, group, topic, **{"group.remote.assignor": assignor})
     b = None
     try:
         assert _settle([a], 6) == [set(range(6))]
-        b = _consumer(audit_broker, group, topic, **{"group.remote.assignor": assignor})
+        b = _consumer(broker, group, topic, **{"group.remote.assignor": assignor})
         owned = _settle([a, b], 6)
         assert sorted(len(o) for o in owned) == [3, 3], owned
-        assert _describe(audit_broker, group).assignor_name == assignor
+        assert _describe(broker, group).assignor_name == assignor
         if assignor == "range":
             assert sorted(map(sorted, owned)) == [[0, 1, 2], [3, 4, 5]]
     finally:

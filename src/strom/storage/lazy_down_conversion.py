@@ -17,14 +17,13 @@ from collections.abc import Sequence
 
 from kafka.errors import UnsupportedCompressionTypeError
 
-from strom.protocol.record_batch import COMPRESSION_ZSTD, iter_batches
+from strom.protocol.record_batch import COMPRESSION_ZSTD, LOG_OVERHEAD, iter_batches
 from strom.storage.local_log import FileSlice
 from strom.storage.message_conversion import down_convert
 
 # Log bytes converted per step (whole batches; one batch larger than this is converted on its own).
 CHUNK_BYTES = 128 * 1024
-_OFFSET_SIZE = struct.Struct(">qi")
-_LOG_OVERHEAD = _OFFSET_SIZE.size
+_OFFSET_SIZE = struct.Struct(">qi")  # a batch's (or message's) offset and length: LOG_OVERHEAD bytes
 
 
 class LazyDownConversion:
@@ -97,7 +96,7 @@ class LazyDownConversion:
         if self._padding:
             return bytes(n)
         self._padding = True
-        return (_OFFSET_SIZE.pack(-1, remaining + 1) + bytes(max(n - _LOG_OVERHEAD, 0)))[:n]
+        return (_OFFSET_SIZE.pack(-1, remaining + 1) + bytes(max(n - LOG_OVERHEAD, 0)))[:n]
 
 
 class _BatchChunks:
@@ -123,8 +122,8 @@ class _BatchChunks:
         end = sl.position + sl.size
         data = _pread(sl, min(self._chunk_bytes, end - self._pos), self._pos)
         whole = _whole_prefix(data)
-        if whole == 0 and len(data) >= _LOG_OVERHEAD:  # one batch larger than a chunk: read it whole
-            need = _LOG_OVERHEAD + _OFFSET_SIZE.unpack_from(data, 0)[1]
+        if whole == 0 and len(data) >= LOG_OVERHEAD:  # one batch larger than a chunk: read it whole
+            need = LOG_OVERHEAD + _OFFSET_SIZE.unpack_from(data, 0)[1]
             data = _pread(sl, min(need, end - self._pos), self._pos)
             whole = len(data)
         elif whole == 0:
@@ -140,8 +139,8 @@ class _BatchChunks:
 def _whole_prefix(data: bytes) -> int:
     """Bytes of the whole batches at the start of ``data``."""
     pos = 0
-    while pos + _LOG_OVERHEAD <= len(data):
-        nxt = pos + _LOG_OVERHEAD + _OFFSET_SIZE.unpack_from(data, pos)[1]
+    while pos + LOG_OVERHEAD <= len(data):
+        nxt = pos + LOG_OVERHEAD + _OFFSET_SIZE.unpack_from(data, pos)[1]
         if nxt > len(data):
             break
         pos = nxt
