@@ -189,13 +189,9 @@ class ReplicaAlterLogDirsManager:
                 step = await self._lm.run_in_dir(log_dir, _copy_step, current, future, backlog_end)
             except OSError:
                 raise  # the target dir failed: the move ends, the replica stays
-            except Errors.KafkaStorageError as exc:
-                if is_log_dir_failure(exc):  # a failed write (the segment wraps its OSError): the same
-                    raise
-                log.debug("copy step of %s-%d failed, retrying: %s", *tp, exc)
-                await asyncio.sleep(RETRY_BACKOFF_S)
-                continue
             except Exception as exc:  # the current log changed under the step (retention, truncation)
+                if isinstance(exc, Errors.KafkaStorageError) and is_log_dir_failure(exc):
+                    raise  # a failed write (the segment wraps its OSError): the target dir failed too
                 log.debug("copy step of %s-%d failed, retrying: %s", *tp, exc)
                 await asyncio.sleep(RETRY_BACKOFF_S)
                 continue

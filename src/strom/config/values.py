@@ -50,6 +50,7 @@ class ConfigSource(enum.IntEnum):
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
     DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    GROUP_CONFIG = 8  # a consumer group's own config (KIP-848; 7 is client metrics, not served)
 
 
 Validator = Callable[[Any], str | None]

@@ -78,8 +78,6 @@ class AutoBalancer:
         self._task: asyncio.Task[None] | None = None
         self._reaper: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
-        self._throttled_brokers: set[int] = set()
-        self._throttled_topics: set[str] = set()
         self._moved: set[TopicPartition] = set()
         self._cooling: dict[TopicPartition, float] = {}  # partition -> when it may move again (loop time)
 
@@ -238,22 +236,19 @@ class AutoBalancer:
                                       dict.fromkeys(BROKER_RATES, str(rate)))
         for topic, configs in sorted(topics.items()):
             await self._merge_configs(zk.get_topic_configs, zk.set_topic_configs, topic, configs)
-        self._throttled_brokers |= brokers
-        self._throttled_topics |= set(topics)
 
     async def _clear_throttles(self) -> None:
-        """Nothing moves: remove every throttle a balancer set (this controller's or a predecessor's)."""
+        """Nothing moves: remove every throttle a balancer set (this controller's or a predecessor's): all
+        are recorded in ZooKeeper before they are written (``_set_throttles``)."""
         zk = self.controller.zk
         marked_brokers, marked_topics = await self.controller._zk(zk.get_balancer_throttles)
-        for broker_id in sorted(self._throttled_brokers | marked_brokers):
+        for broker_id in sorted(marked_brokers):
             await self._merge_configs(zk.get_broker_configs, zk.set_broker_configs, broker_id, {}, BROKER_RATES)
-        for topic in sorted(self._throttled_topics | marked_topics):
-            if topic in {t for t, _ in self.controller.ctx.partitions}:
-                await self._merge_configs(zk.get_topic_configs, zk.set_topic_configs, topic, {}, TOPIC_REPLICAS)
+        existing = {t for t, _ in self.controller.ctx.partitions}
+        for topic in sorted(marked_topics & existing):
+            await self._merge_configs(zk.get_topic_configs, zk.set_topic_configs, topic, {}, TOPIC_REPLICAS)
         if marked_brokers or marked_topics:
             await self.controller._zk(zk.set_balancer_throttles, set(), set())
-        self._throttled_brokers.clear()
-        self._throttled_topics.clear()
 
     async def _merge_configs(self, get: Any, put: Any, name: Any, updates: dict[str, str],
                              remove: Iterable[str] = ()) -> None:

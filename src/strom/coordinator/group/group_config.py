@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
 GROUP_RESOURCE_TYPE = 32
 GROUP_ENTITY_TYPE = "groups"
-GROUP_CONFIG_SOURCE = 8  # DescribeConfigs' GROUP_CONFIG source
 SESSION_TIMEOUT = "consumer.session.timeout.ms"
 HEARTBEAT_INTERVAL = "consumer.heartbeat.interval.ms"
 # Group key -> the broker key that gives its default and, with min./max., its bounds.
@@ -92,6 +91,6 @@ class GroupConfigs:
             set_here = key in overrides
             out.append(ConfigEntry(
                 name=key, value=overrides[key] if set_here else str(self._broker(key)),
-                source=GROUP_CONFIG_SOURCE if set_here else int(ConfigSource.DEFAULT_CONFIG), is_default=not set_here,
+                source=int(ConfigSource.GROUP_CONFIG if set_here else ConfigSource.DEFAULT_CONFIG), is_default=not set_here,
                 read_only=False, is_sensitive=False, config_type=int(ConfigType.INT), documentation=_DOCS[key]))
         return out
