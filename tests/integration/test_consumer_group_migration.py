@@ -319,29 +319,18 @@ def test_mixed_members_under_load_upgrade_then_downgrade(migration_broker: Broke
     members = [GroupMember(migration_broker.bootstrap, group, topic, f"c{i}", tracker, classic_config)
                for i in range(2)]
 
-    def consumed_count() -> int:
-        with tracker.lock:
-            return len(tracker.consumed)
-
-    def settle(seconds: float) -> None:
-        before = consumed_count()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and consumed_count() < before + 200:
-            time.sleep(0.2)
-        time.sleep(seconds)
-
     try:
-        settle(3)
+        tracker.settle(3)
         assert _group_type(migration_broker, group)[0] == "classic", _group_report(migration_broker, group)
         new = [GroupMember(migration_broker.bootstrap, group, topic, f"k{i}", tracker) for i in range(2)]
         members += new
         _wait_type(migration_broker, group, "consumer")
-        settle(4)
+        tracker.settle(4)
         new[0].close()
-        settle(2)
+        tracker.settle(2)
         new[1].close()  # the last consumer-protocol member: the group turns classic
         _wait_type(migration_broker, group, "classic")
-        settle(4)
+        tracker.settle(4)
     finally:
         producer.stop()
     acked = {(a.producer, a.seq) for a in producer.acked}

@@ -343,23 +343,11 @@ def test_members_join_and_leave_under_load(broker_factory: Callable[..., BrokerP
     producer = SequenceProducer(kip848_broker.bootstrap, topic, rate_sleep=0.002).start()
     group_members = [GroupMember(kip848_broker.bootstrap, group, topic, "m0", tracker)]
 
-    def consumed_count() -> int:
-        with tracker.lock:
-            return len(tracker.consumed)
-
-    def settle(seconds: float) -> None:
-        # Let the group work under load for a while (consumption must keep moving).
-        before = consumed_count()
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and consumed_count() < before + 200:
-            time.sleep(0.2)
-        time.sleep(seconds)
-
     try:
-        settle(1)
+        tracker.settle(1)
         for name in ("m1", "m2", "m3", "m4"):
             group_members.append(GroupMember(kip848_broker.bootstrap, group, topic, name, tracker))
-            settle(3)
+            tracker.settle(3)
         client = RawClient(kip848_broker)
         try:
             peak = _describe_group(client, group)
@@ -368,7 +356,7 @@ def test_members_join_and_leave_under_load(broker_factory: Callable[..., BrokerP
         assert len(peak.members) == 5 and all(m.assignment.topic_partitions for m in peak.members), peak
         for m in group_members[1:]:
             m.close()
-            settle(2)
+            tracker.settle(2)
     finally:
         producer.stop()
     # The last member drains everything that was produced, then leaves.

@@ -39,6 +39,19 @@ class Tracker:
                 if self.owner.get(tp.partition) == member:
                     del self.owner[tp.partition]
 
+    def consumed_count(self) -> int:
+        with self.lock:
+            return len(self.consumed)
+
+    def settle(self, seconds: float, progress: int = 200) -> None:
+        """Let the group work under load: wait (60 s at most) until ``progress`` more records were consumed,
+        then ``seconds`` more."""
+        before = self.consumed_count()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and self.consumed_count() < before + progress:
+            time.sleep(0.2)
+        time.sleep(seconds)
+
     def record(self, member: str, msg: Any) -> None:
         with self.lock:
             if self.owner.get(msg.partition()) != member:
